@@ -1,0 +1,61 @@
+"""The one place where unit conversions live. Stored times are int64 ns since the Unix epoch."""
+
+from __future__ import annotations
+
+NS_PER_US = 1_000
+NS_PER_MS = 1_000_000
+NS_PER_S = 1_000_000_000
+
+
+def us_text_to_ns(text: str | bytes) -> int:
+    """Exact conversion of a decimal microsecond literal (``"1700000000000000.123"``) to integer ns.
+
+    Float64 cannot hold epoch microseconds with a fractional part exactly; decimal text can.
+    Rounds half away from zero past the third fractional digit. Accepts exponents by falling back
+    to Decimal.
+    """
+    if isinstance(text, bytes):
+        text = text.decode("ascii")
+    text = text.strip()
+    if "e" in text or "E" in text:
+        from decimal import ROUND_HALF_UP, Decimal
+
+        return int((Decimal(text) * 1000).quantize(Decimal(1), rounding=ROUND_HALF_UP))
+    neg = text.startswith("-")
+    if neg or text.startswith("+"):
+        text = text[1:]
+    whole, _, frac = text.partition(".")
+    frac_digits = (frac + "000")[:3]
+    ns = int(whole or "0") * 1000 + int(frac_digits)
+    if len(frac) > 3 and frac[3] >= "5":
+        ns += 1
+    return -ns if neg else ns
+
+
+def ns_to_us(ns: int | float) -> float:
+    return ns / NS_PER_US
+
+
+def ns_to_ms(ns: int | float) -> float:
+    return ns / NS_PER_MS
+
+
+def ns_to_s(ns: int | float) -> float:
+    return ns / NS_PER_S
+
+
+def mw_to_w(mw: int | float) -> float:
+    return mw / 1000.0
+
+
+def gbps(nbytes: int | float, dur_ns: int | float) -> float | None:
+    """Bytes over a duration in GB/s (1 GB = 1e9 bytes). None when the duration is not positive."""
+    if not dur_ns or dur_ns <= 0:
+        return None
+    return nbytes / dur_ns  # bytes/ns == GB/s
+
+
+def tflops(flops: int | float, dur_ns: int | float) -> float | None:
+    if not dur_ns or dur_ns <= 0:
+        return None
+    return flops / dur_ns / 1000.0  # flop/ns == GFLOP/s
