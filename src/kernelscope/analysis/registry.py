@@ -1,0 +1,41 @@
+"""The table of analyses. The CLI's ``analyze --list`` / ``analyze NAME TRACE``, the report's sections and
+the dashboard's pages all read ``ANALYSES``.
+
+To add an analysis: write ``analysis/<name>.py`` with a function ``fn(store, trace_id, **options) ->
+Result`` whose docstring states its definitions, and add one ``Analysis`` row to ``_TABLE`` below.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from ..errors import UsageError
+from . import summary
+from .result import Result
+
+
+@dataclass(frozen=True)
+class Analysis:
+    name: str
+    description: str  # one line, shown by `kernelscope analyze --list`
+    fn: Callable[..., Result]  # fn(store, trace_id, **options) -> Result
+
+
+_TABLE = [
+    Analysis("summary", summary.DESCRIPTION, summary.summary),
+    # launch, bound, transition, bandwidth, kernels, idle, energy, diff: add their rows here.
+]
+
+ANALYSES: dict[str, Analysis] = {a.name: a for a in _TABLE}
+
+
+def get_analysis(name: str) -> Analysis:
+    """The registered analysis called ``name``; an unknown name is a user error listing the known ones."""
+    try:
+        return ANALYSES[name]
+    except KeyError:
+        known = ", ".join(sorted(ANALYSES))
+        raise UsageError(
+            f"no analysis named '{name}'; known analyses: {known} (see `kernelscope analyze --list`)."
+        ) from None

@@ -1,0 +1,303 @@
+"""The per-trace summary: counts, GPU time spans, top kernels and operators, and a trust section.
+
+Definitions (docs/metrics.md is the canonical text; every time is integer ns):
+
+- GPU activity: a row of ``gpu_activities`` (kind kernel, memcpy or memset; never GPU-side annotations
+  or syncs). ``kernels``/``memcpys``/``memsets`` count them.
+- ``launches``: host runtime/driver calls that launched GPU work (``launches.activities > 0``: at least one
+  GPU activity carries their correlation id). ``cpu_ops``: CPU operators (ProfilerStep#N and
+  ``record_function`` ranges are phases, ``python_function`` events are not operators).
+- ``kernel_time_ns``: sum of kernel durations. ``busy_ns``: length of the union of GPU activity intervals
+  on a device. ``gpu_span_ns``: first GPU activity start to last GPU activity end. ``idle_ns`` =
+  ``gpu_span_ns - busy_ns``. ``latency_ns``: first top-level CPU operator start to last GPU activity end.
+  ``exposed_host_ns`` = ``latency_ns - busy_ns``.
+- Several devices: ``kernel_time_ns``, ``busy_ns`` and ``idle_ns`` are sums over devices (the ``devices``
+  table has each device's numbers), ``gpu_span_ns`` is the overall first start to last end, and
+  ``exposed_host_ns`` subtracts the union of GPU activity over all devices.
+- Span-like numbers (``gpu_span_ns``, ``idle_ns``, ``latency_ns``, ``exposed_host_ns``) are null when the
+  trace has no GPU activity (``latency_ns`` also when it has no CPU operator).
+- ``top_kernels``: the 10 kernel names with the most summed duration (``share`` of ``kernel_time_ns``).
+  ``top_operators`` / ``top_leaf_operators``: the 10 top-level / leaf operator names whose kernels have
+  the most summed kernel duration; ``calls`` counts the operator instances that launched kernels.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pandas as pd
+
+from .result import Result
+
+DESCRIPTION = "Counts, kernel time, GPU busy/idle/span, latency, top kernels and operators, trust."
+TOP_N = 10
+
+# Scalar numbers over the whole trace, one row. Every BIGINT sum is cast back to BIGINT so that ns stay
+# exact integers (DuckDB widens SUM(BIGINT) to HUGEINT, which pandas would turn into float).
+_SQL_COUNTS = """
+SELECT
+  (SELECT count(*) FROM gpu_activities WHERE trace_id = $t AND kind = 'kernel')  AS kernels,
+  (SELECT count(*) FROM gpu_activities WHERE trace_id = $t AND kind = 'memcpy')  AS memcpys,
+  (SELECT count(*) FROM gpu_activities WHERE trace_id = $t AND kind = 'memset')  AS memsets,
+  (SELECT count(*) FROM launches WHERE trace_id = $t AND activities > 0)         AS launches,
+  (SELECT count(*) FROM cpu_ops WHERE trace_id = $t)                             AS cpu_ops,
+  (SELECT CAST(coalesce(sum(dur_ns), 0) AS BIGINT)
+     FROM gpu_activities WHERE trace_id = $t AND kind = 'kernel')                AS kernel_time_ns,
+  (SELECT CAST(max(end_ns) - min(start_ns) AS BIGINT)
+     FROM gpu_activities WHERE trace_id = $t)                                    AS gpu_span_ns,
+  (SELECT max(end_ns) FROM gpu_activities WHERE trace_id = $t)
+    - (SELECT min(start_ns) FROM cpu_ops WHERE trace_id = $t AND depth = 0)      AS latency_ns,
+  (SELECT count(*) FROM annotations WHERE trace_id = $t AND kind = 'step')       AS steps,
+  (SELECT count(*) FROM annotations WHERE trace_id = $t AND kind = 'user')       AS user_annotations
+"""
+
+# Per device: activity counts and span from gpu_activities, busy time from the derived busy_intervals.
+_SQL_DEVICES = """
+WITH act AS (
+  SELECT device,
+         count(*) FILTER (WHERE kind = 'kernel') AS kernels,
+         count(*) FILTER (WHERE kind = 'memcpy') AS memcpys,
+         count(*) FILTER (WHERE kind = 'memset') AS memsets,
+         CAST(coalesce(sum(dur_ns) FILTER (WHERE kind = 'kernel'), 0) AS BIGINT) AS kernel_time_ns,
+         CAST(max(end_ns) - min(start_ns) AS BIGINT) AS gpu_span_ns
+  FROM gpu_activities WHERE trace_id = $t GROUP BY device
+), busy AS (
+  SELECT device, CAST(sum(end_ns - start_ns) AS BIGINT) AS busy_ns
+  FROM busy_intervals WHERE trace_id = $t GROUP BY device
+)
+SELECT act.device, kernels, memcpys, memsets, kernel_time_ns,
+       CAST(coalesce(busy.busy_ns, 0) AS BIGINT) AS busy_ns, gpu_span_ns,
+       CAST(gpu_span_ns - coalesce(busy.busy_ns, 0) AS BIGINT) AS idle_ns
+FROM act LEFT JOIN busy ON busy.device = act.device
+ORDER BY act.device
+"""
+
+# Length of the union of busy intervals over all devices (islands of overlapping intervals).
+_SQL_UNION_ALL_DEVICES = """
+WITH o AS (
+  SELECT start_ns, end_ns,
+         max(end_ns) OVER (ORDER BY start_ns, end_ns
+                           ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
+  FROM busy_intervals WHERE trace_id = $t
+), g AS (
+  SELECT start_ns, end_ns,
+         sum(CASE WHEN prev_end IS NULL OR start_ns > prev_end THEN 1 ELSE 0 END)
+           OVER (ORDER BY start_ns, end_ns ROWS UNBOUNDED PRECEDING) AS island
+  FROM o
+)
+SELECT CAST(coalesce(sum(e - s), 0) AS BIGINT) AS busy_ns
+FROM (SELECT min(start_ns) AS s, max(end_ns) AS e FROM g GROUP BY island)
+"""
+
+_SQL_TOP_KERNELS = """
+SELECT name, count(*) AS count, CAST(sum(dur_ns) AS BIGINT) AS total_ns,
+       avg(dur_ns) AS mean_ns, CAST(min(dur_ns) AS BIGINT) AS min_ns, CAST(max(dur_ns) AS BIGINT) AS max_ns
+FROM gpu_activities WHERE trace_id = $t AND kind = 'kernel'
+GROUP BY name ORDER BY total_ns DESC, name LIMIT $n
+"""
+
+# {link} is 'top_op_id' or 'leaf_op_id' (a column name chosen here, never user input).
+_SQL_TOP_OPS = """
+SELECT o.name, count(DISTINCT o.op_id) AS calls, count(*) AS kernels,
+       CAST(sum(a.dur_ns) AS BIGINT) AS kernel_time_ns
+FROM gpu_activities a JOIN cpu_ops o ON o.trace_id = a.trace_id AND o.op_id = a.{link}
+WHERE a.trace_id = $t AND a.kind = 'kernel'
+GROUP BY o.name ORDER BY kernel_time_ns DESC, o.name LIMIT $n
+"""
+
+_SQL_TRUST = """
+SELECT
+  (SELECT count(*) FROM gpu_activities WHERE trace_id = $t AND kind = 'kernel' AND launch_id IS NOT NULL)
+      AS kernels_with_launch,
+  (SELECT count(*) FROM gpu_activities WHERE trace_id = $t AND kind = 'kernel' AND is_graph)
+      AS graph_kernels,
+  (SELECT count(*) FROM gpu_activities WHERE trace_id = $t AND kind = 'kernel' AND NOT is_graph)
+      AS nongraph_kernels,
+  (SELECT count(*) FROM gpu_activities
+     WHERE trace_id = $t AND kind = 'kernel' AND NOT is_graph AND leaf_op_id IS NOT NULL)
+      AS nongraph_kernels_with_leaf_op,
+  (SELECT CAST(coalesce(sum(dur_ns), 0) AS BIGINT) FROM gpu_activities
+     WHERE trace_id = $t AND kind = 'kernel' AND top_op_id IS NULL)
+      AS kernel_time_without_operator_ns,
+  (SELECT count(DISTINCT leaf_op_id) FROM gpu_activities WHERE trace_id = $t AND kind = 'kernel')
+      AS leaf_ops_with_kernels,
+  (SELECT count(DISTINCT top_op_id) FROM gpu_activities WHERE trace_id = $t AND kind = 'kernel')
+      AS top_ops_with_kernels,
+  (SELECT count(*) FROM cpu_ops WHERE trace_id = $t AND depth = 0) AS top_ops,
+  (SELECT count(*) FROM gpu_activities a JOIN launches l
+      ON l.trace_id = a.trace_id AND l.launch_id = a.launch_id
+     WHERE a.trace_id = $t AND a.start_ns < l.start_ns)
+      AS negative_launch_times,
+  (SELECT count(*) FROM launches WHERE trace_id = $t AND ext_agrees = false) AS ext_id_disagreements,
+  (SELECT count(*) FROM launches WHERE trace_id = $t AND ext_agrees IS NOT NULL) AS ext_id_compared
+"""
+
+# An activity overlaps its stream when it starts before an earlier-starting activity on the same
+# (device, stream) has ended (programmatic dependent launch does this; it is not an error).
+_SQL_SAME_STREAM_OVERLAPS = """
+SELECT count(*) AS same_stream_overlaps FROM (
+  SELECT start_ns,
+         max(end_ns) OVER (PARTITION BY device, stream ORDER BY start_ns, activity_id
+                           ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
+  FROM gpu_activities WHERE trace_id = $t
+) WHERE start_ns < prev_end
+"""
+
+_SQL_TRACE = """
+SELECT trace_id, name, source, rank, warnings, dropped_notes FROM traces WHERE trace_id = $t
+"""
+
+_SQL_LABELS = "SELECT key, value_text, value_num FROM labels WHERE trace_id = $t ORDER BY key"
+
+
+def _rows(store, sql: str, **params) -> list[dict[str, Any]]:
+    df = store.query(sql, params)
+    if not isinstance(df, pd.DataFrame):
+        df = pd.DataFrame(df)
+    return [{c: _py(v) for c, v in zip(df.columns, row)} for row in df.itertuples(index=False, name=None)]
+
+
+def _one(store, sql: str, **params) -> dict[str, Any]:
+    rows = _rows(store, sql, **params)
+    return rows[0] if rows else {}
+
+
+def _py(v: Any) -> Any:
+    """numpy/pandas scalar -> plain Python; missing -> None."""
+    if v is None:
+        return None
+    try:
+        if pd.isna(v):
+            return None
+    except (TypeError, ValueError):
+        return v
+    return v.item() if hasattr(v, "item") else v
+
+
+def _json_list(text: Any) -> list:
+    if text is None:
+        return []
+    if isinstance(text, list):
+        return text
+    try:
+        value = json.loads(text)
+    except (TypeError, ValueError):
+        return [str(text)]
+    return value if isinstance(value, list) else [value]
+
+
+def _pct(part: int, whole: int) -> float | None:
+    return None if not whole else round(100.0 * part / whole, 3)
+
+
+def _table(store, sql: str, **params) -> pd.DataFrame:
+    df = store.query(sql, params)
+    return df if isinstance(df, pd.DataFrame) else pd.DataFrame(df)
+
+
+def summary(store, trace_id: str) -> Result:
+    """Summarise one stored trace (definitions in this module's docstring and docs/metrics.md)."""
+    t = trace_id
+    meta = _one(store, _SQL_TRACE, t=t)
+    c = _one(store, _SQL_COUNTS, t=t)
+    devices = _table(store, _SQL_DEVICES, t=t)
+
+    has_gpu = len(devices) > 0
+    busy = int(devices["busy_ns"].sum()) if has_gpu else 0
+    idle = int(devices["idle_ns"].sum()) if has_gpu else None
+    union_all = busy if len(devices) <= 1 else _one(store, _SQL_UNION_ALL_DEVICES, t=t)["busy_ns"]
+    latency = c["latency_ns"] if has_gpu else None
+    scalars: dict[str, Any] = {
+        "trace_id": meta.get("trace_id", t),
+        "name": meta.get("name"),
+        "source": meta.get("source"),
+        "labels": {r["key"]: (r["value_num"] if r["value_num"] is not None and _is_num(r["value_text"])
+                              else r["value_text"]) for r in _rows(store, _SQL_LABELS, t=t)},
+        "kernels": c["kernels"],
+        "memcpys": c["memcpys"],
+        "memsets": c["memsets"],
+        "launches": c["launches"],
+        "cpu_ops": c["cpu_ops"],
+        "kernel_time_ns": c["kernel_time_ns"],
+        "busy_ns": busy,
+        "gpu_span_ns": c["gpu_span_ns"] if has_gpu else None,
+        "idle_ns": idle,
+        "latency_ns": latency,
+        "exposed_host_ns": None if latency is None else latency - union_all,
+        "devices_count": len(devices),
+        "phases": {"steps": c["steps"], "user_annotations": c["user_annotations"]},
+    }
+    if len(devices) > 1:
+        scalars["per_device"] = {
+            str(int(r["device"])): {k: _py(r[k]) for k in ("kernels", "kernel_time_ns", "busy_ns",
+                                                           "gpu_span_ns", "idle_ns")}
+            for _, r in devices.iterrows()
+        }
+        scalars["totals"] = ("kernel_time_ns, busy_ns and idle_ns are sums over devices; gpu_span_ns is "
+                             "the overall first start to last end; exposed_host_ns subtracts the union "
+                             "of GPU activity over all devices")
+
+    top_kernels = _table(store, _SQL_TOP_KERNELS, t=t, n=TOP_N)
+    kt = c["kernel_time_ns"]
+    top_kernels["share"] = top_kernels["total_ns"] / kt if kt else float("nan")
+    top_ops = _table(store, _SQL_TOP_OPS.format(link="top_op_id"), t=t, n=TOP_N)
+    top_leaf = _table(store, _SQL_TOP_OPS.format(link="leaf_op_id"), t=t, n=TOP_N)
+    for df in (top_ops, top_leaf):
+        df["share"] = df["kernel_time_ns"] / kt if kt else float("nan")
+
+    tr = _one(store, _SQL_TRUST, t=t)
+    overlaps = _one(store, _SQL_SAME_STREAM_OVERLAPS, t=t)["same_stream_overlaps"]
+    dropped = _json_list(meta.get("dropped_notes"))
+    parser_warnings = _json_list(meta.get("warnings"))
+    trust = {
+        "kernels_with_launch": {"count": tr["kernels_with_launch"],
+                                "pct": _pct(tr["kernels_with_launch"], c["kernels"])},
+        "nongraph_kernels_with_leaf_op": {"count": tr["nongraph_kernels_with_leaf_op"],
+                                          "of": tr["nongraph_kernels"],
+                                          "pct": _pct(tr["nongraph_kernels_with_leaf_op"],
+                                                      tr["nongraph_kernels"])},
+        "graph_kernels": tr["graph_kernels"],
+        "ops_with_kernels": {"leaf_ops": tr["leaf_ops_with_kernels"],
+                             "top_level_ops": tr["top_ops_with_kernels"],
+                             "top_level_ops_total": tr["top_ops"],
+                             "top_level_pct": _pct(tr["top_ops_with_kernels"], tr["top_ops"])},
+        "kernel_time_without_operator_ns": tr["kernel_time_without_operator_ns"],
+        "negative_launch_times": tr["negative_launch_times"],
+        "same_stream_overlaps": overlaps,
+        "ext_id_disagreements": {"count": tr["ext_id_disagreements"], "compared": tr["ext_id_compared"]},
+        "dropped_notes": dropped,
+        "parser_warnings": parser_warnings,
+    }
+    warnings: list[str] = []
+    if c["kernels"] and tr["kernels_with_launch"] < c["kernels"]:
+        warnings.append(f"{c['kernels'] - tr['kernels_with_launch']} of {c['kernels']} kernels have no "
+                        "matching launch call; launch and operator numbers leave them out.")
+    if tr["negative_launch_times"]:
+        warnings.append(f"{tr['negative_launch_times']} GPU activities start before their launch call "
+                        "(clock skew between host and GPU timestamps).")
+    if tr["ext_id_disagreements"]:
+        warnings.append(f"{tr['ext_id_disagreements']} launch calls: External id and nesting name "
+                        "different operators; nesting was used.")
+    if dropped:
+        warnings.append(f"the profiler noted lost records ({len(dropped)} notes): counts may be low.")
+    if not has_gpu:
+        warnings.append("the trace has no GPU activity: GPU spans and latency are null.")
+
+    return Result(
+        name="summary",
+        definition=__doc__.strip(),
+        scalars=scalars,
+        tables={"top_kernels": top_kernels, "top_operators": top_ops, "top_leaf_operators": top_leaf,
+                "devices": devices},
+        warnings=warnings,
+        trust=trust,
+    )
+
+
+def _is_num(text: Any) -> bool:
+    try:
+        float(text)
+    except (TypeError, ValueError):
+        return False
+    return True

@@ -1,0 +1,485 @@
+"""The ``kernelscope`` command line: one click group of thin commands.
+
+Commands parse arguments, call storage/analysis functions and print. Heavy modules (duckdb, pandas,
+torch) are imported inside the commands so ``kernelscope --help`` stays fast. Every
+``KernelscopeError`` becomes one line ``kernelscope: <message>`` on stderr and its ``exit_code``.
+
+``python -m kernelscope.cli --readme`` prints the CLI reference that README.md embeds
+(``--write-readme`` rewrites that part of README.md in place).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import click
+
+from . import __version__
+from .errors import KernelscopeError, UsageError
+
+FORMATS = ("table", "json", "csv")
+_HELP_WIDTH = 100
+
+
+class _Group(click.Group):
+    """A group that turns user errors into one line on stderr and the error's exit code."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except KernelscopeError as exc:
+            click.echo(f"kernelscope: {exc}", err=True)
+            ctx.exit(exc.exit_code)
+
+
+# --------------------------------------------------------------------------------------------- options
+
+
+def _db_option(fn):
+    return click.option(
+        "--db",
+        "db",
+        type=click.Path(dir_okay=False),
+        envvar="KERNELSCOPE_DB",
+        show_envvar=True,
+        help="Store file. Default: $KERNELSCOPE_DB, else ./kernelscope.duckdb.",
+    )(fn)
+
+
+def _format_options(fn):
+    fn = click.option("--json", "as_json", is_flag=True, help="Same as --format json.")(fn)
+    fn = click.option(
+        "--format",
+        "fmt",
+        type=click.Choice(FORMATS),
+        default="table",
+        show_default=True,
+        help="Output format.",
+    )(fn)
+    return fn
+
+
+def _fmt(fmt: str, as_json: bool) -> str:
+    return "json" if as_json else fmt
+
+
+def _label_pairs(values) -> dict[str, Any]:
+    from .storage.queries import parse_label
+
+    labels: dict[str, Any] = {}
+    for text in values:
+        key, value = parse_label(text)
+        labels[key] = value
+    return labels
+
+
+def _db_path(db: str | None) -> str:
+    from .storage.store import default_db_path
+
+    return str(db) if db else str(default_db_path())
+
+
+def _open(db: str | None, read_only: bool):
+    from .storage.store import open_store
+
+    path = _db_path(db)
+    if read_only and not os.path.exists(path):
+        raise UsageError(
+            f"no store at {path}; ingest a trace first (`kernelscope ingest TRACE.json.gz`) "
+            "or point --db / $KERNELSCOPE_DB at an existing store."
+        )
+    return open_store(path, read_only=read_only)
+
+
+def _resolve(store, refs) -> list[str]:
+    from .storage.queries import resolve_trace
+
+    return [resolve_trace(store, ref) for ref in refs]
+
+
+# ------------------------------------------------------------------------------------------- rendering
+
+
+def _human_ns(ns: Any) -> str:
+    if ns is None or isinstance(ns, bool) or not isinstance(ns, (int, float)):
+        return ""
+    a = abs(ns)
+    if a >= 1_000_000_000:
+        return f"{ns / 1e9:.3f} s"
+    if a >= 1_000_000:
+        return f"{ns / 1e6:.3f} ms"
+    if a >= 1_000:
+        return f"{ns / 1e3:.3f} us"
+    return f"{ns} ns"
+
+
+def _flatten(prefix: str, value: Any, out: list[tuple[str, Any]]) -> None:
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _flatten(f"{prefix}.{k}" if prefix else str(k), v, out)
+    elif isinstance(value, list):
+        if not value:
+            out.append((prefix, ""))
+        for i, v in enumerate(value):
+            _flatten(f"{prefix}[{i}]", v, out)
+    else:
+        out.append((prefix, value))
+
+
+def _cell(value: Any, width: int = 70) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        if value != value:
+            return "-"
+        text = f"{value:.4g}" if abs(value) < 1 else f"{value:,.1f}"
+    elif isinstance(value, int) and not isinstance(value, bool):
+        text = str(value)
+    else:
+        text = str(value)
+    text = text.replace("\n", " ")
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _text_table(df) -> str:
+    from .analysis.result import table_records
+
+    rows = table_records(df)
+    cols = [str(c) for c in df.columns]
+    if not rows:
+        return "(no rows)"
+    cells = [[_cell(r[c]) for c in cols] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
+    numeric = [all(isinstance(r[c], (int, float)) or r[c] is None for r in rows) for c in cols]
+
+    def line(vals):
+        return "  ".join(v.rjust(w) if num else v.ljust(w) for v, w, num in zip(vals, widths, numeric)).rstrip()
+
+    return "\n".join([line(cols), line(["-" * w for w in widths])] + [line(row) for row in cells])
+
+
+def _emit_frame(df, fmt: str) -> None:
+    """One DataFrame: JSON list of row objects, CSV with a header, or an aligned text table."""
+    import json
+
+    from .analysis.result import table_records
+
+    if fmt == "json":
+        click.echo(json.dumps(table_records(df), indent=2, allow_nan=False))
+    elif fmt == "csv":
+        click.echo(df.to_csv(index=False), nl=False)
+    else:
+        click.echo(_text_table(df))
+
+
+def _emit_result(result, fmt: str, table: str | None) -> None:
+    """An analysis Result: JSON object, CSV (scalars as key,value rows, or one --table), or text."""
+    import pandas as pd
+
+    if table is not None:
+        _emit_frame(result.table(table), fmt)
+        return
+    if fmt == "json":
+        click.echo(result.to_json())
+        return
+    flat: list[tuple[str, Any]] = []
+    _flatten("", result.to_dict() | {"tables": None, "definition": None}, flat)
+    scalars = [(k, v) for k, v in flat if k.split(".")[0].split("[")[0] in _scalar_keys(result)]
+    if fmt == "csv":
+        click.echo(pd.DataFrame(scalars, columns=["key", "value"]).to_csv(index=False), nl=False)
+        return
+    width = max((len(k) for k, _ in scalars), default=0)
+    click.echo(f"{result.name}")
+    for key, value in scalars:
+        human = _human_ns(value) if key.endswith("_ns") else ""
+        click.echo(f"  {key.ljust(width)}  {_cell(value, 100)}" + (f"  ({human})" if human else ""))
+    for name, df in result.tables.items():
+        click.echo(f"\n{name}")
+        click.echo(_text_table(df))
+    for w in result.warnings:
+        click.echo(f"warning: {w}", err=True)
+
+
+def _scalar_keys(result) -> set[str]:
+    return set(result.scalars) | {"trust"}
+
+
+# -------------------------------------------------------------------------------------------- commands
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"],
+                                           "max_content_width": _HELP_WIDTH})
+@click.version_option(__version__, "--version", prog_name="kernelscope", message="%(prog)s %(version)s")
+def cli():
+    """kernelscope: GPU profiling and trace analysis for PyTorch.
+
+    Ingest Kineto traces into a DuckDB store, then list, summarise, analyse and query them.
+    TRACE arguments accept a trace id, a unique id prefix, or the source file name.
+    """
+
+
+@cli.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.option("--label", "labels", multiple=True, metavar="KEY=VALUE",
+              help="Label every ingested trace (repeatable; numeric values are stored as numbers).")
+@click.option("--name", default=None, help="Trace name (default: the file name without extension).")
+@click.option("--no-python", is_flag=True, help="Skip python_function events.")
+@_db_option
+def ingest(paths, labels, name, no_python, db):
+    """Ingest Kineto trace files (.json, .json.gz) or directories of them (recursive).
+
+    Prints one line per file (ingested or skipped, with the trace id); failures go to stderr as
+    `kernelscope: <path>: <reason>` and make the exit code non-zero. A file that fails leaves no rows.
+    """
+    from .storage.ingest import ingest_paths
+
+    label_map = _label_pairs(labels)
+    with _open(db, read_only=False) as store:
+        results = ingest_paths(store, list(paths), labels=label_map, name=name, python=not no_python)
+    failed = 0
+    for r in results:
+        if r.status == "failed":
+            failed += 1
+            click.echo(f"kernelscope: {r.path}: {r.message}", err=True)
+        elif r.status == "skipped":
+            click.echo(f"skipped   {r.trace_id}  {r.path}  ({r.message or 'already stored'})")
+        else:
+            click.echo(f"ingested  {r.trace_id}  {r.path}  ({r.events} events, {r.seconds:.2f} s)")
+    if failed:
+        sys.exit(1)
+
+
+@cli.command()
+@_format_options
+@_db_option
+def traces(fmt, as_json, db):
+    """List stored traces: id, name, source, labels and headline counts."""
+    from .storage.queries import list_traces
+
+    fmt = _fmt(fmt, as_json)
+    with _open(db, read_only=True) as store:
+        df = list_traces(store)
+    if fmt == "table" and "labels" in df.columns:
+        df = df.copy()
+        df["labels"] = [
+            " ".join(f"{k}={v}" for k, v in (lab or {}).items()) if isinstance(lab, dict) else lab
+            for lab in df["labels"]
+        ]
+    _emit_frame(df, fmt)
+
+
+@cli.command()
+@click.argument("trace")
+@_format_options
+@click.option("--table", "table", default=None, metavar="NAME",
+              help="Print only this table of the result (top_kernels, top_operators, ...).")
+@_db_option
+def summary(trace, fmt, as_json, table, db):
+    """Summarise one trace: counts, GPU time, top kernels and operators, trust.
+
+    Counts, kernel time, GPU busy/idle/span, latency, top kernels and operators by GPU time, and a
+    trust section (matched launches, negative launch times, dropped records). Definitions:
+    docs/metrics.md.
+    """
+    from .analysis import get_analysis
+
+    fmt = _fmt(fmt, as_json)
+    with _open(db, read_only=True) as store:
+        (trace_id,) = _resolve(store, [trace])
+        result = get_analysis("summary").fn(store, trace_id)
+    _emit_result(result, fmt, table)
+
+
+@cli.command()
+@click.argument("trace")
+@click.argument("labels", nargs=-1, required=True, metavar="KEY=VALUE...")
+@_db_option
+def label(trace, labels, db):
+    """Set labels on a stored trace (replacing a label of the same key)."""
+    from .storage.queries import set_labels
+
+    label_map = _label_pairs(labels)
+    with _open(db, read_only=False) as store:
+        (trace_id,) = _resolve(store, [trace])
+        set_labels(store, trace_id, label_map)
+    click.echo(f"labelled  {trace_id}  " + " ".join(f"{k}={v}" for k, v in label_map.items()))
+
+
+@cli.command()
+@click.argument("traces_", nargs=-1, required=True, metavar="TRACE...")
+@_db_option
+def rm(traces_, db):
+    """Remove traces and all their rows from the store."""
+    from .storage.queries import remove_traces
+
+    with _open(db, read_only=False) as store:
+        ids = _resolve(store, traces_)
+        remove_traces(store, ids)
+    for trace_id in ids:
+        click.echo(f"removed   {trace_id}")
+
+
+@cli.command()
+@click.argument("query")
+@click.option("--timeout", "timeout_s", type=float, default=30.0, show_default=True,
+              help="Cancel the query after this many seconds.")
+@_format_options
+@_db_option
+def sql(query, timeout_s, fmt, as_json, db):
+    """Run one read-only SQL query on the store.
+
+    No writes, no file or network access, no extensions, no configuration changes, and a time limit.
+    """
+    from .storage.queries import run_readonly_sql
+
+    fmt = _fmt(fmt, as_json)
+    path = _db_path(db)
+    if not os.path.exists(path):
+        raise UsageError(f"no store at {path}; ingest a trace first or point --db at an existing store.")
+    df = run_readonly_sql(path, query, timeout_s)
+    _emit_frame(df, fmt)
+
+
+@cli.command()
+@click.argument("name", required=False)
+@click.argument("traces_", nargs=-1, metavar="TRACE...")
+@click.option("--list", "list_", is_flag=True, help="List the available analyses and exit.")
+@click.option("--option", "-o", "options", multiple=True, metavar="KEY=VALUE",
+              help="Pass an option to the analysis (repeatable; numbers are passed as numbers).")
+@_format_options
+@click.option("--table", "table", default=None, metavar="NAME", help="Print only this table of the result.")
+@_db_option
+def analyze(name, traces_, list_, options, fmt, as_json, table, db):
+    """Run the analysis NAME on one or more traces, or list the analyses with --list.
+
+    With several traces, JSON output is a list with one result per trace.
+    """
+    import json
+
+    import pandas as pd
+
+    from .analysis import ANALYSES, get_analysis
+
+    fmt = _fmt(fmt, as_json)
+    if list_:
+        df = pd.DataFrame([{"name": a.name, "description": a.description} for a in ANALYSES.values()])
+        _emit_frame(df, fmt)
+        return
+    if not name or not traces_:
+        raise UsageError("give an analysis name and at least one TRACE, or --list to see the analyses.")
+    analysis = get_analysis(name)
+    kwargs = {k: _number(v) for k, v in (_split_option(o) for o in options)}
+    with _open(db, read_only=True) as store:
+        ids = _resolve(store, traces_)
+        results = [analysis.fn(store, trace_id, **kwargs) for trace_id in ids]
+    if fmt == "json" and table is None and len(results) > 1:
+        click.echo(json.dumps([r.to_dict() for r in results], indent=2, allow_nan=False))
+        return
+    for i, result in enumerate(results):
+        if i and fmt == "table":
+            click.echo("")
+        _emit_result(result, fmt, table)
+
+
+def _split_option(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise UsageError(f"option '{text}' is not KEY=VALUE; write it like `-o top=20`.")
+    return key.strip(), value
+
+
+def _number(text: str) -> Any:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+@cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--name", default=None, help="Trace name (default: the script's name).")
+@click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help="Label the trace (repeatable).")
+@click.option("--run-dir", type=click.Path(file_okay=False), default=None,
+              help="Where the trace and telemetry files go (default: a new folder under ./kernelscope_runs).")
+@_db_option
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def profile(name, labels, run_dir, db, command):
+    """Run a Python script under the profiler and the GPU sampler, then ingest the result.
+
+    Usage: kernelscope profile [OPTIONS] -- python script.py ARGS...  The script needs no changes.
+    """
+    try:
+        from .collectors.runner import run_script
+    except ModuleNotFoundError as exc:
+        if exc.name and exc.name.split(".")[0] == "torch":
+            raise UsageError(
+                "`kernelscope profile` needs PyTorch; install it with `pip install 'kernelscope[collect]'`."
+            ) from None
+        raise
+    argv = list(command)
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+    if not argv:
+        raise UsageError("give the command to profile after `--`, e.g. `kernelscope profile -- python s.py`.")
+    code = run_script(argv, name=name, labels=_label_pairs(labels), db=_db_path(db), run_dir=run_dir)
+    sys.exit(code)
+
+
+# ---------------------------------------------------------------------------------------------------
+# DASHBOARD: the `kernelscope dashboard` command is added here by the dashboard work (it does not exist
+# yet; do not stub it).
+# ---------------------------------------------------------------------------------------------------
+
+
+# ------------------------------------------------------------------------------------- CLI reference
+
+
+def cli_reference() -> str:
+    """The Markdown CLI reference README.md embeds: every command's --help text, at a fixed width."""
+    from click.testing import CliRunner
+
+    parts = []
+    for path, _cmd in _walk(cli, ["kernelscope"]):
+        res = CliRunner().invoke(cli, path[1:] + ["--help"], prog_name="kernelscope",
+                                 terminal_width=_HELP_WIDTH - 2)  # = live help on a wide terminal
+        parts.append(f"### `{' '.join(path)}`\n\n```text\n{res.output.rstrip()}\n```\n")
+    return "\n".join(parts)
+
+
+def _walk(cmd, path):
+    yield path, cmd
+    if isinstance(cmd, click.Group):
+        for name in sorted(cmd.commands):
+            yield from _walk(cmd.commands[name], path + [name])
+
+
+README_START = "<!-- cli-reference:start (generated by `python -m kernelscope.cli --write-readme`) -->"
+README_END = "<!-- cli-reference:end -->"
+
+
+def _write_readme(path: str = "README.md") -> None:
+    with open(path, encoding="utf-8") as fh:
+        text = fh.read()
+    head, sep1, rest = text.partition(README_START)
+    _, sep2, tail = rest.partition(README_END)
+    if not (sep1 and sep2):
+        raise UsageError(f"{path} has no `{README_START}` ... `{README_END}` markers.")
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(head + README_START + "\n\n" + cli_reference() + "\n" + README_END + tail)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point."""
+    cli.main(args=argv, prog_name="kernelscope")
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--readme"]:
+        click.echo(cli_reference(), nl=False)
+    elif sys.argv[1:] == ["--write-readme"]:
+        _write_readme()
+    else:
+        main()
