@@ -1,0 +1,53 @@
+"""Trace parsers: each turns one file into ``RAW_EVENTS`` Arrow batches plus a ``TraceMeta``.
+
+``open_trace(path)`` picks the parser by content (``detect_format``) and returns a reader with ``.meta`` and
+batch iteration. Parsers derive nothing: storage links and splits the rows (see ``schema.py``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from kernelscope.errors import ParseError
+
+#: File names a directory walk picks up as traces.
+TRACE_SUFFIXES = (".json", ".json.gz")
+
+
+def _peek(path: Path, n: int = 4096) -> bytes:
+    """The first ``n`` decompressed bytes of a file, ParseError on unreadable/corrupt input."""
+    from kernelscope.parsers.kineto import _Source
+
+    src = _Source(path)
+    try:
+        return src.read(n)
+    finally:
+        src.close()
+
+
+def detect_format(path: str | Path) -> str:
+    """The trace format of a file by its content: ``"kineto"`` for a JSON document (the Kineto reader
+    gives the precise error when it is JSON but not a trace). ParseError for anything else."""
+    head = _peek(Path(path)).lstrip()
+    if head.startswith(b"\xef\xbb\xbf"):
+        head = head[3:].lstrip()
+    if head[:1] in (b"{", b"["):
+        return "kineto"
+    if head.startswith(b"SQLite format 3\x00"):
+        raise ParseError("this is an SQLite file (nsys export?); only Kineto JSON traces are read so far")
+    if not head:
+        raise ParseError("the file is empty after decompression; it holds no trace")
+    raise ParseError(
+        "not a trace: the file is not JSON (binary or another format); give a torch.profiler .json or .json.gz trace"
+    )
+
+
+def open_trace(path: str | Path, *, python_functions: bool = True) -> Any:
+    """A reader for ``path`` (iterate it for ``RAW_EVENTS`` batches; ``.meta`` is complete afterwards)."""
+    fmt = detect_format(path)
+    if fmt == "kineto":
+        from kernelscope.parsers.kineto import KinetoReader
+
+        return KinetoReader(path, python_functions=python_functions)
+    raise ParseError(f"unsupported trace format {fmt!r}")  # pragma: no cover - detect_format raises first

@@ -1,0 +1,978 @@
+"""Streaming reader for PyTorch profiler (Kineto) Chrome-trace JSON, plain or gzip.
+
+How it reads (memory stays flat as the file grows):
+
+1. The (decompressed) file is read in blocks of ``BLOCK_BYTES``; a sha256 of the decompressed bytes is
+   updated as it goes (``TraceMeta.content_hash``: a ``.json`` and its ``.json.gz`` twin hash alike).
+2. The *head* (everything before ``"traceEvents": [``) is decoded as a small JSON object.
+3. The event array is cut at the last ``}`` ``,`` ``{`` boundary of each buffer; the run of whole events
+   before it is decoded with ONE typed msgspec decoder (Structs holding only the fields we keep) and turned
+   into one Arrow batch of ``RAW_EVENTS``. A cut that fell inside a string makes the decode fail; the run then
+   goes through a slower tolerant path (cheap whole-run repairs, then event by event with repairs) and any
+   trailing incomplete piece is carried into the next buffer.
+4. At the end of the file the array's closing ``]`` is located and the *tail* keys (``baseTimeNanoseconds``,
+   ``traceName``, ... in torch <= 2.6) are decoded; ``TraceMeta`` is complete after the last batch.
+
+Times: ``ts``/``dur`` are microseconds written as decimal text; they are converted to integer ns from the
+text itself (never via float64), rounding half away from zero past the third fractional digit. ``ts_ns`` is
+relative to ``TraceMeta.base_time_ns`` exactly as the file writes it.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import math
+import re
+import zlib
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pyarrow as pa
+
+from kernelscope.errors import ParseError
+from kernelscope.parsers.schema import RAW_EVENTS, TraceMeta
+from kernelscope.units import us_text_to_ns
+
+#: Decompressed bytes read per block.
+BLOCK_BYTES = 4 << 20
+#: How far into the file ``"traceEvents"`` must appear.
+HEAD_LIMIT = 64 << 20
+#: How many boundary pieces one event may span before the tolerant path gives up on it.
+MAX_MERGE = 64
+
+_Raw = msgspec.Raw
+
+
+def _f(name: str) -> Any:
+    return msgspec.field(default=None, name=name)
+
+
+def _raw(name: str) -> Any:
+    return msgspec.field(default=_Raw(), name=name)
+
+
+class _Args(msgspec.Struct, gc=False):
+    """The ``args`` keys we keep. Numeric ones are ``Any`` so that "inf"/"N/A" never break a decode."""
+
+    correlation: Any = None
+    external_id: Any = _f("External id")
+    device: Any = None
+    stream: Any = None
+    grid: Any = None
+    block: Any = None
+    registers: Any = _f("registers per thread")
+    shared_memory: Any = _f("shared memory")
+    blocks_per_sm: Any = _f("blocks per SM")
+    warps_per_sm: Any = _f("warps per SM")
+    occupancy: Any = _f("est. achieved occupancy %")
+    nbytes: Any = _f("bytes")
+    seq_number: Any = _f("Sequence number")
+    fwd_thread_id: Any = _f("Fwd thread id")
+    ev_idx: Any = _f("Ev Idx")
+    ev_idx_old: Any = _f("Profiler Event Index")
+    input_dims: _Raw = _raw("Input Dims")
+    input_types: _Raw = _raw("Input type")
+    input_strides: _Raw = _raw("Input Strides")
+    concrete_inputs: _Raw = _raw("Concrete Inputs")
+    name: Any = None  # meta events
+    labels: Any = None  # process_labels meta events
+    sort_index: Any = None
+    # Collectives (record_param_comms, NCCL kernels).
+    coll_name: Any = _f("Collective name")
+    in_nelems: Any = _f("In msg nelems")
+    out_nelems: Any = _f("Out msg nelems")
+    group_size: Any = _f("Group size")
+    dtype: Any = None
+    pg_name: Any = _f("Process Group Name")
+    pg_desc: Any = _f("Process Group Description")
+    pg_ranks: Any = _f("Process Group Ranks")
+    in_split: Any = _f("In split size")
+    out_split: Any = _f("Out split size")
+    rank: Any = _f("Rank")
+
+
+class _Event(msgspec.Struct, gc=False):
+    ph: Any = None
+    cat: Any = None
+    name: Any = None
+    pid: Any = None
+    tid: Any = None
+    ts: _Raw = _Raw()
+    dur: _Raw = _Raw()
+    id: Any = None
+    args: Any = None  # _Args | None, see _ARGS_DEC
+
+
+class _EventTyped(_Event, gc=False):
+    args: _Args | None = None
+
+
+_RUN_DEC = msgspec.json.Decoder(list[_EventTyped])
+_ONE_DEC = msgspec.json.Decoder(_EventTyped)
+_ANY_DEC = msgspec.json.Decoder()
+_NO_ARGS = _Args()
+_DECODE_ERRORS = (msgspec.DecodeError, UnicodeDecodeError)
+
+_COLLECTIVE_KEYS = (
+    ("coll_name", "Collective name"),
+    ("in_nelems", "In msg nelems"),
+    ("out_nelems", "Out msg nelems"),
+    ("group_size", "Group size"),
+    ("dtype", "dtype"),
+    ("pg_name", "Process Group Name"),
+    ("pg_desc", "Process Group Description"),
+    ("pg_ranks", "Process Group Ranks"),
+    ("in_split", "In split size"),
+    ("out_split", "Out split size"),
+    ("rank", "Rank"),
+)
+
+#: Kineto ``cat`` -> ``kind`` (schema.py's table); pre-1.12 names included.
+CAT_KIND = {
+    "cpu_op": "cpu_op",
+    "operator": "cpu_op",
+    "user_annotation": "annotation",
+    "python_function": "python",
+    "cuda_runtime": "runtime",
+    "runtime": "runtime",
+    "cuda_driver": "driver",
+    "kernel": "kernel",
+    "gpu_memcpy": "memcpy",
+    "memcpy": "memcpy",
+    "gpu_memset": "memset",
+    "memset": "memset",
+    "gpu_user_annotation": "gpu_annotation",
+    "cuda_sync": "sync",
+    "cpu_instant_event": "instant",
+}
+GPU_KINDS = frozenset({"kernel", "memcpy", "memset", "gpu_annotation", "sync"})
+_PH_KIND = {"M": "meta", "s": "flow", "f": "flow", "t": "flow", "i": "instant", "I": "instant"}
+
+_BOUNDARY_BACK = re.compile(rb"\}\s*,\s*\Z")
+_BOUNDARY = re.compile(rb"\}\s*,\s*\{")
+_TRACE_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*')
+_BAD_ESCAPE = re.compile(rb'\\(["\\/bfnrt]|u[0-9a-fA-F]{4})?')
+_COMMA_DECIMAL = re.compile(rb"(:\s*-?\d+),(\d+)(?=\s*[,}\]])")
+_NAN_TIME = re.compile(rb'"(?:ts|dur)"\s*:\s*-?(?:NaN|Infinity|nan|inf)')
+_NULL_KEY = re.compile(rb'"([^"\\]{1,40})"\s*:\s*null')
+_DROPPED = re.compile(rb"drop|lost|overflow", re.I)
+_DROPPED_TEXT = re.compile(r"(dropp?ed|lost)\b.*\b(record|event|activit)|(record|event|activit)\w*\s+(were\s+)?(dropp?ed|lost)|overflow", re.I)
+
+_NUMERIC_ARG_KEYS = {
+    b"correlation", b"External id", b"device", b"stream", b"registers per thread", b"shared memory",
+    b"blocks per SM", b"warps per SM", b"est. achieved occupancy %", b"bytes", b"Sequence number",
+    b"Fwd thread id", b"Ev Idx", b"Profiler Event Index",
+}  # fmt: skip
+_BAD_NUMBER_TEXT = {"", "inf", "-inf", "+inf", "infinity", "-infinity", "nan", "n/a", "na", "none", "null"}
+
+
+# --------------------------------------------------------------------------------------------- reading
+
+
+class _Source:
+    """Decompressed byte blocks of a file (gzip detected by magic bytes), hashing as it reads."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.sha = hashlib.sha256()
+        self.offset = 0  # decompressed bytes handed out so far
+        try:
+            raw = open(path, "rb")  # noqa: SIM115 - closed in close()
+        except OSError as exc:
+            raise ParseError(f"cannot open the file ({exc.strerror}); check the path and permissions") from None
+        magic = raw.read(2)
+        raw.seek(0)
+        self.gz = magic == b"\x1f\x8b"
+        self._raw = raw
+        self._f = gzip.GzipFile(fileobj=raw, mode="rb") if self.gz else raw
+        if not magic:
+            self.close()
+            raise ParseError("the file is empty (0 bytes); it holds no trace")
+
+    def read(self, n: int = BLOCK_BYTES) -> bytes:
+        try:
+            block = self._f.read(n)
+        except EOFError:
+            raise ParseError(
+                f"the gzip stream is truncated (ends after {self.offset} decompressed bytes, before its "
+                "end marker); copy the file again"
+            ) from None
+        except gzip.BadGzipFile as exc:
+            raise ParseError(f"not a valid gzip file ({exc}); re-compress or copy the file again") from None
+        except zlib.error as exc:
+            raise ParseError(
+                f"the gzip data is corrupt at about byte {self.offset} of its content ({exc}); copy the file again"
+            ) from None
+        except OSError as exc:
+            raise ParseError(f"cannot read the file ({exc}); check the file") from None
+        self.sha.update(block)
+        self.offset += len(block)
+        return block
+
+    def close(self) -> None:
+        try:
+            if self._f is not self._raw:
+                self._f.close()
+        finally:
+            self._raw.close()
+
+
+# --------------------------------------------------------------------------------------------- repairs
+
+
+def _repair_run(run: bytes, fixes: Counter) -> bytes | None:
+    """Cheap whole-run repairs: invalid UTF-8, invalid backslash escapes, comma decimals. None: no change."""
+    out = run
+    try:
+        out.decode("utf-8")
+    except UnicodeDecodeError:
+        text = out.decode("utf-8", "replace")
+        fixes["invalid UTF-8 byte sequences replaced by U+FFFD"] += text.count("\ufffd") - run.decode(
+            "utf-8", "ignore"
+        ).count("\ufffd")
+        out = text.encode("utf-8")
+    n = 0
+
+    def esc(m: re.Match) -> bytes:
+        nonlocal n
+        if m.group(1) is None:
+            n += 1
+            return b"\\\\"
+        return m.group(0)
+
+    if b"\\" in out:
+        out = _BAD_ESCAPE.sub(esc, out)
+        if n:
+            fixes["invalid backslash escapes (e.g. Windows paths) doubled"] += n
+    out, k = _COMMA_DECIMAL.subn(rb"\1.\2", out)
+    if k:
+        fixes["comma decimal separators read as points"] += k
+    return None if out == run else out
+
+
+_VALID_AFTER_COMMA = frozenset(b'"{[-0123456789tfn')
+
+
+def _repair_event(text: bytes, fixes: Counter) -> bytes:
+    """Thorough repair of ONE event's text: string-aware rewrite of unescaped quotes, raw control
+    characters and invalid escapes inside strings; then the whole-run repairs."""
+    try:
+        s = text.decode("utf-8")
+    except UnicodeDecodeError:
+        s = text.decode("utf-8", "replace")
+        fixes["invalid UTF-8 byte sequences replaced by U+FFFD"] += max(1, s.count("\ufffd"))
+    out: list[str] = []
+    i, n, in_str = 0, len(s), False
+    while i < n:
+        c = s[i]
+        if not in_str:
+            out.append(c)
+            in_str = c == '"'
+            i += 1
+            continue
+        if c == "\\":
+            nxt = s[i + 1 : i + 2]
+            if nxt and nxt in '"\\/bfnrt':
+                out.append(s[i : i + 2])
+                i += 2
+                continue
+            if nxt == "u" and re.fullmatch(r"[0-9a-fA-F]{4}", s[i + 2 : i + 6] or ""):
+                out.append(s[i : i + 6])
+                i += 6
+                continue
+            fixes["invalid backslash escapes (e.g. Windows paths) doubled"] += 1
+            out.append("\\\\")
+            i += 1
+            continue
+        if c == '"':
+            j = i + 1
+            while j < n and s[j] in " \t\r\n":
+                j += 1
+            nxt = s[j : j + 1]
+            closes = nxt in (":", "}", "]", "")
+            if nxt == ",":
+                k = j + 1
+                while k < n and s[k] in " \t\r\n":
+                    k += 1
+                closes = k >= n or ord(s[k]) in _VALID_AFTER_COMMA
+            if closes:
+                out.append(c)
+                in_str = False
+            else:
+                fixes["unescaped quotes inside strings escaped"] += 1
+                out.append('\\"')
+            i += 1
+            continue
+        if ord(c) < 0x20:
+            fixes["raw control characters inside strings escaped"] += 1
+            out.append({"\n": "\\n", "\r": "\\r", "\t": "\\t"}.get(c, f"\\u{ord(c):04x}"))
+            i += 1
+            continue
+        out.append(c)
+        i += 1
+    fixed = "".join(out).encode("utf-8")
+    fixed2, k = _COMMA_DECIMAL.subn(rb"\1.\2", fixed)
+    if k:
+        fixes["comma decimal separators read as points"] += k
+    return fixed2
+
+
+# --------------------------------------------------------------------------------------------- values
+
+
+def _us_to_ns(b: bytes) -> int:
+    """Decimal µs text -> int ns, exact. Fast path for the common 3-digit fraction."""
+    whole, _, frac = b.partition(b".")
+    if len(frac) == 3 and whole and frac.isdigit():
+        return int(whole + frac)
+    if not frac and whole.lstrip(b"-").isdigit():
+        return int(whole) * 1000
+    return us_text_to_ns(b)
+
+
+def _clean_number(v: Any, as_int: bool, bad: Counter, col: str) -> int | float | None:
+    if v is None:
+        return None
+    if isinstance(v, bool):
+        bad[col] += 1
+        return None
+    if isinstance(v, str):
+        t = v.strip()
+        if t.lower() in _BAD_NUMBER_TEXT:
+            bad[col] += 1
+            return None
+        try:
+            v = int(t, 0) if as_int else float(t)
+        except ValueError:
+            try:
+                v = float(t)
+            except ValueError:
+                bad[col] += 1
+                return None
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            bad[col] += 1
+            return None
+        if as_int:
+            if not v.is_integer():
+                bad[col] += 1
+                return None
+            return int(v)
+        return v
+    if isinstance(v, int):
+        return v if not as_int or -(2**63) <= v < 2**63 else None
+    bad[col] += 1
+    return None
+
+
+def _num_array(vals: list, typ: pa.DataType, bad: Counter, col: str) -> pa.Array:
+    try:
+        return pa.array(vals, typ)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError, ValueError):
+        as_int = pa.types.is_integer(typ)
+        cleaned = [_clean_number(v, as_int, bad, col) for v in vals]
+        try:
+            return pa.array(cleaned, typ)
+        except (pa.ArrowInvalid, OverflowError):  # out of int32 range
+            bad[col] += sum(1 for v in cleaned if v is not None)
+            return pa.nulls(len(vals), typ)
+
+
+def _raw_text(r: _Raw) -> str | None:
+    return bytes(r).decode("utf-8", "replace") if r else None
+
+
+def _dim(v: Any, i: int) -> Any:
+    if isinstance(v, list) and len(v) > i:
+        return v[i]
+    return None
+
+
+# --------------------------------------------------------------------------------------------- reader
+
+
+class KinetoReader:
+    """Iterate a Kineto trace as ``RAW_EVENTS`` record batches; ``meta`` is complete after iteration.
+
+    ``python_functions=False`` drops ``python_function`` events (counted in ``meta.warnings``).
+    ``batch_rows`` caps the rows per yielded batch.
+    """
+
+    def __init__(self, path: str | Path, *, python_functions: bool = True, batch_rows: int = 65536):
+        self.path = Path(path)
+        self.python_functions = python_functions
+        self.batch_rows = max(1, int(batch_rows))
+        self.meta = TraceMeta(format="kineto")
+        self._seq = 0
+        self._fixes: Counter = Counter()
+        self._bad_numbers: Counter = Counter()
+        self._skipped_python = 0
+        self._missing_dur = 0
+        self._started = False
+
+    # -- public
+
+    def __iter__(self) -> Iterator[pa.RecordBatch]:
+        if self._started:
+            raise RuntimeError("a KinetoReader can be iterated once")
+        self._started = True
+        src = _Source(self.path)
+        try:
+            yield from self._read(src)
+        finally:
+            src.close()
+
+    # -- head / tail
+
+    def _read(self, src: _Source) -> Iterator[pa.RecordBatch]:
+        buf = b""
+        eof = False
+        first_checked = False
+        while True:
+            if not eof:
+                block = src.read()
+                if not block:
+                    eof = True
+                buf += block
+            if not first_checked:
+                stripped = buf.lstrip()
+                if stripped.startswith(b"\xef\xbb\xbf"):  # UTF-8 BOM
+                    buf = stripped[3:]
+                    stripped = buf.lstrip()
+                if stripped:
+                    first_checked = True
+                    c = stripped[:1]
+                    if c == b"[":
+                        raise ParseError(
+                            "the top-level JSON value is an array, not an object with a traceEvents key; "
+                            "this is not a torch.profiler trace"
+                        )
+                    if c != b"{":
+                        raise ParseError(
+                            "not JSON: the file does not start with '{' (binary or another format); "
+                            "give a torch.profiler .json or .json.gz trace"
+                        )
+                elif eof:
+                    raise ParseError(
+                        "the file is empty" + (" after decompression" if src.gz else "") + "; it holds no trace"
+                    )
+            m = self._find_trace_events(buf)
+            if m is not None:
+                head, after = m
+                self._apply_top(head, "before traceEvents")
+                buf = after
+                break
+            if eof:
+                self._no_trace_events(buf)
+            if len(buf) > HEAD_LIMIT:
+                raise ParseError(
+                    f"no \"traceEvents\" key in the first {HEAD_LIMIT >> 20} MB; this is not a torch.profiler trace"
+                )
+        # buf now starts just after "traceEvents": ; expect '['
+        while not buf.lstrip() and not eof:
+            block = src.read()
+            eof = not block
+            buf += block
+        body = buf.lstrip()
+        if not body.startswith(b"["):
+            if not body:
+                raise ParseError(
+                    f"the file ends right after the traceEvents key at byte {src.offset} (truncated); "
+                    "re-export the trace"
+                )
+            raise ParseError('"traceEvents" is not an array; this is not a torch.profiler trace')
+        base = src.offset - len(buf) + (len(buf) - len(body)) + 1  # absolute offset of buf[0]
+        buf = body[1:]
+        while True:
+            if not eof:
+                block = src.read()
+                if not block:
+                    eof = True
+                buf += block
+            if eof:
+                yield from self._finish(buf, base, src)
+                break
+            cut = self._last_boundary(buf)
+            if cut is None:
+                continue  # one event longer than the buffer: read more
+            run, rest = buf[: cut + 1], buf[cut + 1 :]
+            rest = rest[rest.index(b"{") :]
+            consumed = yield from self._decode_run(run, base, final=False)
+            leftover = run[consumed:]
+            if leftover.strip():
+                # carry: the tolerant path could not finish the last pieces yet
+                sep = buf[len(run) : len(buf) - len(rest)]
+                rest = leftover + sep + rest
+            base += len(buf) - len(rest)
+            buf = rest
+        self._finalise(src)
+
+    def _find_trace_events(self, buf: bytes) -> tuple[bytes, bytes] | None:
+        for m in _TRACE_EVENTS_KEY.finditer(buf):
+            head = buf[: m.start()].strip()
+            # head is '{' + keys + ',' : check it decodes, so a match inside a string is skipped
+            if head == b"{":
+                return b"{}", buf[m.end() :]
+            if head.endswith(b","):
+                try:
+                    _ANY_DEC.decode(head[:-1] + b"}")
+                except _DECODE_ERRORS:
+                    obj = self._tolerant_object(head[:-1] + b"}")
+                    if obj is None:
+                        continue
+                return head[:-1] + b"}", buf[m.end() :]
+        return None
+
+    def _no_trace_events(self, buf: bytes) -> None:
+        try:
+            obj = _ANY_DEC.decode(buf)
+        except _DECODE_ERRORS:
+            raise ParseError(
+                f"the file ends at byte {len(buf)} before any \"traceEvents\" key (truncated or not a "
+                "torch.profiler trace); re-export the trace"
+            ) from None
+        if isinstance(obj, dict):
+            raise ParseError('the JSON object has no "traceEvents" key; this is not a torch.profiler trace')
+        raise ParseError("the top-level JSON value is not an object; this is not a torch.profiler trace")
+
+    def _tolerant_object(self, text: bytes) -> dict | None:
+        fixes: Counter = Counter()
+        try:
+            obj = _ANY_DEC.decode(_repair_event(text, fixes))
+        except _DECODE_ERRORS:
+            return None
+        if not isinstance(obj, dict):
+            return None
+        self._fixes.update(fixes)
+        return obj
+
+    def _apply_top(self, text: bytes, where: str) -> None:
+        try:
+            obj = _ANY_DEC.decode(text)
+        except _DECODE_ERRORS:
+            obj = self._tolerant_object(text)
+            if obj is None:
+                raise ParseError(f"the keys {where} are not valid JSON; re-export the trace") from None
+        if not isinstance(obj, dict):
+            raise ParseError(f"the keys {where} are not a JSON object; re-export the trace")
+        meta = self.meta
+        for key, value in obj.items():
+            if key == "traceEvents":
+                continue
+            if key == "baseTimeNanoseconds":
+                try:
+                    meta.base_time_ns = int(value) if not isinstance(value, str) else int(value.strip())
+                except (TypeError, ValueError):
+                    raise ParseError(
+                        f"baseTimeNanoseconds is not an integer ({value!r}); fix or remove the key"
+                    ) from None
+            elif key == "deviceProperties":
+                meta.device_properties = [d for d in value if isinstance(d, dict)] if isinstance(value, list) else []
+            elif key == "distributedInfo":
+                if isinstance(value, dict):
+                    meta.distributed_info = value
+                    meta.rank = _opt_int(value.get("rank"))
+                    meta.world_size = _opt_int(value.get("world_size"))
+            else:
+                meta.extra[key] = value
+                if _DROPPED.search(key.encode()):
+                    meta.dropped_notes.append(f"{key}: {msgspec.json.encode(value).decode()}")
+
+    def _last_boundary(self, buf: bytes) -> int | None:
+        """Index of the '}' of the last ``} , {`` in buf, or None."""
+        pos = len(buf)
+        while True:
+            pos = buf.rfind(b"{", 0, pos)
+            if pos <= 0:
+                return None
+            if _BOUNDARY_BACK.search(buf, max(0, pos - 256), pos):
+                j = buf.rfind(b"}", 0, pos)
+                return j
+            # fall through: this '{' was inside an event
+
+    # -- events
+
+    def _decode_run(self, run: bytes, base: int, *, final: bool) -> Iterator[pa.RecordBatch]:
+        """Decode a run of whole events (text between '[' and ']' without them); yield batches.
+
+        Returns how many bytes of ``run`` were consumed (the rest is carried when not final).
+        """
+        if not run.strip():
+            return len(run)
+        try:
+            events = _RUN_DEC.decode(b"[" + run + b"]")
+        except _DECODE_ERRORS:
+            fixes: Counter = Counter()
+            fixed = _repair_run(run, fixes)
+            events = None
+            if fixed is not None:
+                try:
+                    events = _RUN_DEC.decode(b"[" + fixed + b"]")
+                    self._fixes.update(fixes)
+                except _DECODE_ERRORS:
+                    events = None
+            if events is None:
+                return (yield from self._decode_pieces(run, base, final=final))
+        self._count_nulls(run)
+        yield from self._emit(events, base)
+        return len(run)
+
+    def _decode_pieces(self, run: bytes, base: int, *, final: bool) -> Iterator[pa.RecordBatch]:
+        starts = [0] + [m.end() - 1 for m in _BOUNDARY.finditer(run)]
+        ends = [m.start() + 1 for m in _BOUNDARY.finditer(run)] + [len(run)]
+        good: list[_EventTyped] = []
+        i = 0
+        while i < len(starts):
+            ev = None
+            for j in range(i, min(len(starts), i + MAX_MERGE)):
+                piece = run[starts[i] : ends[j]].strip()
+                fixes: Counter = Counter()
+                try:
+                    ev = _ONE_DEC.decode(piece)
+                except _DECODE_ERRORS:
+                    try:
+                        ev = _ONE_DEC.decode(_repair_event(piece, fixes))
+                    except _DECODE_ERRORS:
+                        ev = None
+                if ev is not None:
+                    self._fixes.update(fixes)
+                    self._count_nulls(piece)
+                    good.append(ev)
+                    i = j + 1
+                    break
+            if ev is None:
+                at = base + starts[i]
+                piece = run[starts[i] : ends[min(len(ends) - 1, i)]]
+                if not final and len(starts) - i < MAX_MERGE:
+                    yield from self._emit(good, base)
+                    return starts[i]
+                if _NAN_TIME.search(piece):
+                    raise ParseError(
+                        f"event {self._seq + len(good)} at byte {at} has a NaN or Infinity time; "
+                        "times must be numbers, re-export the trace"
+                    )
+                raise ParseError(
+                    f"event {self._seq + len(good)} at byte {at} is not valid JSON and could not be repaired; "
+                    "re-export the trace"
+                )
+        yield from self._emit(good, base)
+        return len(run)
+
+    def _finish(self, buf: bytes, base: int, src: _Source) -> Iterator[pa.RecordBatch]:
+        """At EOF: buf holds the last events, ']', the tail keys and the closing '}'."""
+        bad_events_at = None  # a ']' followed by a valid tail, but the events before it do not decode
+        truncated_tail = False
+        for k in _positions(buf, b"]"):
+            left = buf[:k].rstrip()
+            if left and not left.endswith(b"}"):
+                continue
+            right = buf[k + 1 :].strip()
+            if not right.endswith(b"}"):
+                truncated_tail = truncated_tail or self._events_ok(left)
+                continue
+            if right == b"}":
+                tail = b"{}"
+            elif right.startswith(b","):
+                tail = b"{" + right[1:]
+            else:
+                continue
+            if not self._events_ok(left):
+                bad_events_at = left if _tail_ok(tail) else bad_events_at
+                continue
+            yield from self._decode_run(left, base, final=True)
+            self._apply_top(tail, "after traceEvents")
+            return
+        if bad_events_at is not None:  # raises the precise error for the bad event
+            yield from self._decode_pieces(bad_events_at, base, final=True)
+        if truncated_tail:
+            raise ParseError(
+                f"the file ends at byte {src.offset} before the closing brace of the top-level object "
+                "(truncated); re-export the trace"
+            )
+        m = _NAN_TIME.search(buf)
+        if m:
+            raise ParseError(
+                f"an event near byte {base + m.start()} has a NaN or Infinity time; times must be numbers, "
+                "re-export the trace"
+            )
+        raise ParseError(
+            f"the file ends inside the traceEvents array at byte {src.offset} (truncated); re-export the trace"
+        )
+
+    def _events_ok(self, left: bytes) -> bool:
+        """Whether ``[left]`` decodes (perhaps after repairs): then the ']' candidate closes the array."""
+        if not left:
+            return True
+        try:
+            _RUN_DEC.decode(b"[" + left + b"]")
+            return True
+        except _DECODE_ERRORS:
+            pass
+        fixed = _repair_run(left, Counter())
+        if fixed is not None:
+            try:
+                _RUN_DEC.decode(b"[" + fixed + b"]")
+                return True
+            except _DECODE_ERRORS:
+                pass
+        # tolerant: some suffix of whole pieces must decode as one (repaired) event, and the rest
+        # is checked when it is decoded for real
+        starts = [0] + [m.end() - 1 for m in _BOUNDARY.finditer(left)]
+        for s in reversed(starts[-MAX_MERGE:]):
+            try:
+                _ONE_DEC.decode(_repair_event(left[s:].strip(), Counter()))
+                return True
+            except _DECODE_ERRORS:
+                continue
+        return False
+
+    def _count_nulls(self, text: bytes) -> None:
+        if b"null" not in text:
+            return
+        for m in _NULL_KEY.finditer(text):
+            if m.group(1) in _NUMERIC_ARG_KEYS:
+                self._bad_numbers[m.group(1).decode()] += 1
+
+    def _emit(self, events: list[_EventTyped], base: int) -> Iterator[pa.RecordBatch]:
+        if not events:
+            return
+        if not self.python_functions:
+            n = len(events)
+            events = [e for e in events if e.cat != "python_function"]
+            self._skipped_python += n - len(events)
+        for lo in range(0, len(events), self.batch_rows):
+            batch = self._to_batch(events[lo : lo + self.batch_rows])
+            self.meta.events += batch.num_rows
+            yield batch
+
+    def _to_batch(self, evs: list[_EventTyped]) -> pa.RecordBatch:
+        n = len(evs)
+        seq0 = self._seq
+        self._seq += n
+        bad = self._bad_numbers
+        ph = [e.ph for e in evs]
+        cat = [e.cat for e in evs]
+        name = [e.name for e in evs]
+        kind = [_kind(p, c, nm) for p, c, nm in zip(ph, cat, name)]
+        A = [e.args or _NO_ARGS for e in evs]
+
+        # times
+        ts_ns: list[int | None] = []
+        dur_ns: list[int | None] = []
+        for i, e in enumerate(evs):
+            t = e.ts
+            d = e.dur
+            try:
+                ts_ns.append(_us_to_ns(bytes(t)) if t else None)
+                dur_ns.append(_us_to_ns(bytes(d)) if d else None)
+            except (ValueError, ArithmeticError, UnicodeDecodeError):
+                bad_t = bytes(t) if t else b""
+                which = "ts" if not _is_number(bad_t) else "dur"
+                raise ParseError(
+                    f"event {seq0 + i} has a {which} that is not a number "
+                    f"({(bytes(t) if which == 'ts' else bytes(d)).decode('utf-8', 'replace')[:40]}); "
+                    "times must be numbers in microseconds, re-export the trace"
+                ) from None
+            if ph[i] == "X":
+                if ts_ns[-1] is None:
+                    raise ParseError(
+                        f"event {seq0 + i} ('X' {str(name[i])[:60]!r}) has no ts; a complete event needs a "
+                        "start time, re-export the trace"
+                    )
+                if dur_ns[-1] is None:
+                    dur_ns[-1] = 0
+                    self._missing_dur += 1
+
+        # pid / tid
+        pid: list = []
+        pid_text: list = []
+        for p in (e.pid for e in evs):
+            if isinstance(p, int) and not isinstance(p, bool):
+                pid.append(p)
+                pid_text.append(None)
+            elif isinstance(p, str):
+                t = p.strip()
+                if t.lstrip("-").isdigit():
+                    pid.append(int(t))
+                    pid_text.append(None)
+                else:
+                    pid.append(None)
+                    pid_text.append(p)
+            else:
+                pid.append(None)
+                pid_text.append(None if p is None else str(p))
+        tid = [_int_or_none(e.tid) for e in evs]
+
+        # GPU placement
+        device: list = []
+        stream: list = []
+        for k, a, p, t in zip(kind, A, pid, tid):
+            if k in GPU_KINDS:
+                device.append(a.device if a.device is not None else p)
+                s = a.stream
+                if isinstance(s, str):
+                    try:
+                        s = int(s.strip(), 0)
+                    except ValueError:
+                        bad["stream"] += 1
+                        s = None
+                stream.append(s if s is not None else t)
+            else:
+                device.append(None)
+                stream.append(None)
+
+        # flows / meta / collectives
+        flow_id: list = []
+        flow_phase: list = []
+        text: list = []
+        for k, e, a, p in zip(kind, evs, A, ph):
+            if k == "flow":
+                flow_id.append(_int_or_none(e.id))
+                flow_phase.append(p)
+            else:
+                flow_id.append(None)
+                flow_phase.append(None)
+            if k == "meta":
+                v = a.name if a.name is not None else (a.labels if a.labels is not None else a.sort_index)
+                text.append(v if isinstance(v, str) or v is None else msgspec.json.encode(v).decode())
+            elif a.coll_name is not None or a.pg_name is not None:
+                text.append(
+                    msgspec.json.encode(
+                        {key: getattr(a, attr) for attr, key in _COLLECTIVE_KEYS if getattr(a, attr) is not None}
+                    ).decode()
+                )
+            else:
+                text.append(None)
+
+        # profiler's own notes about lost data
+        for k, nm, a in zip(kind, name, A):
+            if k in ("instant", "other", "meta") and isinstance(nm, str) and _DROPPED_TEXT.search(nm):
+                note = nm if a is _NO_ARGS else f"{nm} {msgspec.json.encode(a).decode()}"
+                self.meta.dropped_notes.append(note)
+
+        i32, i64, f64, s = pa.int32(), pa.int64(), pa.float64(), pa.string()
+        cols = {
+            "seq": pa.array(range(seq0, seq0 + n), i64),
+            "kind": pa.array(kind, s),
+            "cat": _str_array(cat),
+            "ph": _str_array(ph),
+            "name": _str_array(name),
+            "pid": _num_array(pid, i64, bad, "pid"),
+            "tid": pa.array(tid, i64),
+            "pid_text": pa.array(pid_text, s),
+            "ts_ns": pa.array(ts_ns, i64),
+            "dur_ns": pa.array(dur_ns, i64),
+            "correlation": _num_array([a.correlation for a in A], i64, bad, "correlation"),
+            "external_id": _num_array([a.external_id for a in A], i64, bad, "External id"),
+            "device": _num_array(device, i32, bad, "device"),
+            "stream": _num_array(stream, i64, bad, "stream"),
+            "grid_x": _num_array([_dim(a.grid, 0) for a in A], i32, bad, "grid"),
+            "grid_y": _num_array([_dim(a.grid, 1) for a in A], i32, bad, "grid"),
+            "grid_z": _num_array([_dim(a.grid, 2) for a in A], i32, bad, "grid"),
+            "block_x": _num_array([_dim(a.block, 0) for a in A], i32, bad, "block"),
+            "block_y": _num_array([_dim(a.block, 1) for a in A], i32, bad, "block"),
+            "block_z": _num_array([_dim(a.block, 2) for a in A], i32, bad, "block"),
+            "registers_per_thread": _num_array([a.registers for a in A], i32, bad, "registers per thread"),
+            "shared_memory_bytes": _num_array([a.shared_memory for a in A], i64, bad, "shared memory"),
+            "blocks_per_sm": _num_array([a.blocks_per_sm for a in A], f64, bad, "blocks per SM"),
+            "warps_per_sm": _num_array([a.warps_per_sm for a in A], f64, bad, "warps per SM"),
+            "est_occupancy_pct": _num_array([a.occupancy for a in A], f64, bad, "est. achieved occupancy %"),
+            "bytes": _num_array([a.nbytes for a in A], i64, bad, "bytes"),
+            "seq_number": _num_array([a.seq_number for a in A], i64, bad, "Sequence number"),
+            "fwd_thread_id": _num_array([a.fwd_thread_id for a in A], i64, bad, "Fwd thread id"),
+            "ev_idx": _num_array(
+                [a.ev_idx if a.ev_idx is not None else a.ev_idx_old for a in A], i64, bad, "Ev Idx"
+            ),
+            "input_dims": pa.array([_raw_text(a.input_dims) for a in A], s),
+            "input_types": pa.array([_raw_text(a.input_types) for a in A], s),
+            "input_strides": pa.array([_raw_text(a.input_strides) for a in A], s),
+            "concrete_inputs": pa.array([_raw_text(a.concrete_inputs) for a in A], s),
+            "flow_id": _num_array(flow_id, i64, bad, "flow id"),
+            "flow_phase": pa.array(flow_phase, s),
+            "text": pa.array(text, s),
+        }
+        return pa.RecordBatch.from_arrays(list(cols.values()), schema=RAW_EVENTS)
+
+    def _finalise(self, src: _Source) -> None:
+        meta = self.meta
+        meta.content_hash = src.sha.hexdigest()
+        w = meta.warnings
+        for what, count in sorted(self._fixes.items()):
+            if count:
+                w.append(f"repaired invalid JSON: {count} {what}")
+        for key, count in sorted(self._bad_numbers.items()):
+            w.append(f"{count} non-numeric values (inf, N/A, null, empty) in {key!r} read as null")
+        if self._missing_dur:
+            w.append(f"{self._missing_dur} complete ('X') events without dur read as dur 0")
+        if self._skipped_python:
+            w.append(f"skipped {self._skipped_python} python_function events (python_functions=False)")
+
+
+def _positions(buf: bytes, ch: bytes) -> Iterator[int]:
+    i = buf.find(ch)
+    while i >= 0:
+        yield i
+        i = buf.find(ch, i + 1)
+
+
+def _tail_ok(tail: bytes) -> bool:
+    try:
+        return isinstance(_ANY_DEC.decode(tail), dict)
+    except _DECODE_ERRORS:
+        return False
+
+
+def _is_number(b: bytes) -> bool:
+    try:
+        us_text_to_ns(b)
+        return True
+    except (ValueError, ArithmeticError, UnicodeDecodeError):
+        return False
+
+
+def _kind(ph: Any, cat: Any, name: Any) -> str:
+    k = _PH_KIND.get(ph)
+    if k is not None:
+        return k
+    k = CAT_KIND.get(cat)
+    if k is None:
+        k = CAT_KIND.get(cat.lower(), "other") if isinstance(cat, str) else "other"
+    if k == "cpu_op" and isinstance(name, str) and name.startswith("ProfilerStep#"):
+        return "annotation"
+    return k
+
+
+def _int_or_none(v: Any) -> int | None:
+    if isinstance(v, int) and not isinstance(v, bool):
+        return v if -(2**63) <= v < 2**63 else None
+    if isinstance(v, str):
+        try:
+            return int(v.strip(), 0)
+        except ValueError:
+            return None
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    return None
+
+
+def _opt_int(v: Any) -> int | None:
+    try:
+        return None if v is None or isinstance(v, bool) else int(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def _str_array(vals: list) -> pa.Array:
+    try:
+        return pa.array(vals, pa.string())
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
+        return pa.array([v if v is None or isinstance(v, str) else msgspec.json.encode(v).decode() for v in vals])
+
+
+def read_kineto(path: str | Path, **opts: Any) -> KinetoReader:
+    """A reader for one Kineto trace; iterate it for batches, then read ``.meta``."""
+    return KinetoReader(path, **opts)
