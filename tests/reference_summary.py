@@ -14,6 +14,8 @@ Definitions (docs/metrics.md):
 - cpu_ops: ph 'X' events of cat cpu_op (pre-1.12: Operator), except ProfilerStep#N (a phase).
 - launches: host runtime/driver calls (cuda_runtime/cuda_driver/Runtime) whose args.correlation equals
   the correlation of at least one GPU activity.
+- kernels_with_launch: kernels whose correlation equals a host runtime/driver call's correlation.
+- top_kernels: the 10 kernel names with the largest summed duration (ties: by name), with count and total.
 - kernel_time_ns: sum of kernel durations. busy_ns: length of the union of GPU activity intervals, per
   device, summed over devices. gpu_span_ns: first GPU activity start to last GPU activity end (overall).
   idle_ns: per device gpu_span - busy, summed over devices (= gpu_span_ns - busy_ns on one device).
@@ -95,6 +97,8 @@ def reference_summary(path: str) -> dict:
     kernel_time = 0
     gpu = {}  # device -> list of (start, end)
     gpu_corr = set()
+    kernel_corrs = []  # correlation of every kernel
+    by_name = {}  # kernel name -> [count, total_ns]
     host_calls = []  # correlations of runtime/driver calls
     cpu_op_starts = []
     for ev in doc["traceEvents"]:
@@ -107,13 +111,17 @@ def reference_summary(path: str) -> dict:
             start = base + _ns(ev["ts"])
             dur = _ns(ev.get("dur", 0))
             counts[kind] += 1
+            corr = _int_or_none(args.get("correlation"))
             if kind == "kernel":
                 kernel_time += dur
+                kernel_corrs.append(corr)
+                agg = by_name.setdefault(ev.get("name"), [0, 0])
+                agg[0] += 1
+                agg[1] += dur
             device = _int_or_none(args.get("device"))
             if device is None:
                 device = _int_or_none(ev.get("pid"))
             gpu.setdefault(device, []).append((start, start + dur))
-            corr = _int_or_none(args.get("correlation"))
             if corr is not None:
                 gpu_corr.add(corr)
         elif cat in _CPU_OP_CATS:
@@ -124,6 +132,8 @@ def reference_summary(path: str) -> dict:
             host_calls.append(_int_or_none(args.get("correlation")))
 
     launches = sum(1 for c in host_calls if c is not None and c in gpu_corr)
+    host_corr = {c for c in host_calls if c is not None}
+    top = sorted(by_name.items(), key=lambda kv: (-kv[1][1], kv[0]))[:10]
     per_device = {}
     for device, ivs in gpu.items():
         first = min(s for s, _ in ivs)
@@ -142,6 +152,8 @@ def reference_summary(path: str) -> dict:
         "idle_ns": None,
         "latency_ns": None,
         "exposed_host_ns": None,
+        "kernels_with_launch": sum(1 for c in kernel_corrs if c is not None and c in host_corr),
+        "top_kernels": [{"name": n, "count": c, "total_ns": t} for n, (c, t) in top],
     }
     if gpu:
         all_ivs = [iv for ivs in gpu.values() for iv in ivs]

@@ -1,0 +1,308 @@
+"""The CLI: output formats, trace references, labels, rm, read-only sql, analyze, and exit codes for user
+mistakes (one `kernelscope: ...` line on stderr, never a traceback). In-process through click's
+CliRunner, and through a real subprocess where the exit code and stderr of the process matter."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import hashlib
+import io
+import json
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from kernelscope import __version__
+from kernelscope.cli import cli
+from kernelscope.errors import TraceNotFound
+
+BASE_NS = 1_700_000_000_000_000_000
+
+
+def tiny_trace(variant: str = "a") -> dict:
+    """Two operators, each launching one kernel on stream 7 of device 0 (times in us, 3 decimals).
+
+    aten::mm   [10.000, 30.000]  cudaLaunchKernel [12.000, 15.000] corr 1 -> kernel [16.500, 20.750]
+    aten::add  [40.000, 50.000]  cudaLaunchKernel [41.000, 43.000] corr 2 -> kernel [44.000, 45.234]
+    """
+
+    def x(cat, name, ts, dur, pid=11, tid=11, **args):
+        return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args}
+
+    return {
+        "schemaVersion": 1,
+        "traceName": f"tiny-{variant}",
+        "baseTimeNanoseconds": BASE_NS,
+        "traceEvents": [
+            x("cpu_op", "aten::mm", 10.000, 20.000, **{"External id": 1}),
+            x("cuda_runtime", "cudaLaunchKernel", 12.000, 3.000, correlation=1, **{"External id": 1}),
+            x("kernel", "gemm_kernel", 16.500, 4.250, pid=0, tid=7, device=0, stream=7, correlation=1,
+              **{"External id": 1}),
+            x("cpu_op", "aten::add", 40.000, 10.000, **{"External id": 2}),
+            x("cuda_runtime", "cudaLaunchKernel", 41.000, 2.000, correlation=2, **{"External id": 2}),
+            x("kernel", "add_kernel", 44.000, 1.234, pid=0, tid=7, device=0, stream=7, correlation=2,
+              **{"External id": 2}),
+        ],
+    }
+
+
+def write_trace(path, doc) -> str:
+    text = json.dumps(doc)
+    if str(path).endswith(".gz"):
+        path.write_bytes(gzip.compress(text.encode()))
+    else:
+        path.write_text(text)
+    return str(path)
+
+
+def invoke(*args, db=None):
+    argv = [str(a) for a in args] + (["--db", str(db)] if db is not None else [])
+    return CliRunner().invoke(cli, argv)
+
+
+def run_cli(*args, db=None, env=None):
+    """The CLI as a real process: its exit code and stderr as a user sees them."""
+    argv = [sys.executable, "-m", "kernelscope.cli", *map(str, args)]
+    if db is not None:
+        argv += ["--db", str(db)]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
+
+
+def assert_one_line_error(proc, code=None):
+    assert proc.returncode != 0
+    if code is not None:
+        assert proc.returncode == code, (proc.returncode, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("kernelscope: ")
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.fixture()
+def store(tmp_path):
+    """A fresh store holding the tiny trace (labelled batch=8); returns (db, trace_id, trace_path)."""
+    db = tmp_path / "ks.duckdb"
+    path = write_trace(tmp_path / "tiny.json", tiny_trace())
+    res = invoke("ingest", path, "--label", "batch=8", "--label", "model=mlp", db=db)
+    assert res.exit_code == 0, res.output + res.stderr
+    fields = res.stdout.split()
+    assert fields[0] == "ingested"
+    return db, fields[1], path
+
+
+def test_version():
+    proc = run_cli("--version")
+    assert proc.returncode == 0
+    assert proc.stdout.strip() == f"kernelscope {__version__}"
+
+
+def test_ingest_again_is_skipped_with_the_same_id(store, tmp_path):
+    db, trace_id, path = store
+    res = invoke("ingest", path, db=db)
+    assert res.exit_code == 0
+    assert res.stdout.split()[:2] == ["skipped", trace_id]
+    # the .json.gz twin of the same content is the same trace
+    gz = write_trace(tmp_path / "tiny_twin.json.gz", tiny_trace())
+    res = invoke("ingest", gz, db=db)
+    assert res.stdout.split()[:2] == ["skipped", trace_id]
+
+
+def test_summary_numbers_of_the_tiny_trace(store):
+    db, trace_id, _ = store
+    res = invoke("summary", trace_id, "--json", db=db)
+    assert res.exit_code == 0, res.stderr
+    s = json.loads(res.stdout)
+    assert s["trace_id"] == trace_id
+    assert (s["kernels"], s["launches"], s["cpu_ops"], s["memcpys"]) == (2, 2, 2, 0)
+    assert s["kernel_time_ns"] == 4250 + 1234
+    assert s["busy_ns"] == 5484
+    assert s["gpu_span_ns"] == 45234 - 16500
+    assert s["idle_ns"] == 28734 - 5484
+    assert s["latency_ns"] == 45234 - 10000
+    assert s["exposed_host_ns"] == 35234 - 5484
+    assert [(k["name"], k["count"], k["total_ns"]) for k in s["top_kernels"]] == [
+        ("gemm_kernel", 1, 4250), ("add_kernel", 1, 1234)]
+    assert s["top_kernels"][0]["share"] == pytest.approx(4250 / 5484)
+    assert [(o["name"], o["kernel_time_ns"]) for o in s["top_operators"]] == [("aten::mm", 4250),
+                                                                              ("aten::add", 1234)]
+    assert s["trust"]["kernels_with_launch"] == {"count": 2, "pct": 100.0}
+    assert s["trust"]["nongraph_kernels_with_leaf_op"]["pct"] == 100.0
+    assert s["trust"]["negative_launch_times"] == 0
+    assert s["trust"]["same_stream_overlaps"] == 0
+    assert s["labels"] == {"batch": 8, "model": "mlp"}
+
+
+def test_trace_reference_by_prefix_and_by_file_name(store):
+    db, trace_id, path = store
+    by_prefix = invoke("summary", trace_id[:6], "--json", db=db)
+    by_name = invoke("summary", "tiny.json", "--json", db=db)
+    assert by_prefix.exit_code == 0 and by_name.exit_code == 0, by_prefix.stderr + by_name.stderr
+    assert json.loads(by_prefix.stdout)["trace_id"] == trace_id
+    assert json.loads(by_name.stdout)["trace_id"] == trace_id
+
+
+def test_traces_json_and_csv(store):
+    db, trace_id, path = store
+    rows = json.loads(invoke("traces", "--json", db=db).stdout)
+    assert len(rows) == 1
+    assert rows[0]["id"] == trace_id
+    assert rows[0]["source"].endswith("tiny.json")
+    assert rows[0]["labels"] == {"batch": 8, "model": "mlp"}
+    # --format json is the same as --json
+    assert json.loads(invoke("traces", "--format", "json", db=db).stdout) == rows
+    table = list(csv.DictReader(io.StringIO(invoke("traces", "--format", "csv", db=db).stdout)))
+    assert [r["id"] for r in table] == [trace_id]
+    text = invoke("traces", db=db).stdout
+    assert trace_id in text and "batch=8" in text
+
+
+def test_summary_csv_table_and_scalars(store):
+    db, trace_id, _ = store
+    res = invoke("summary", trace_id, "--format", "csv", "--table", "top_kernels", db=db)
+    rows = list(csv.DictReader(io.StringIO(res.stdout)))
+    assert [(r["name"], int(r["total_ns"])) for r in rows] == [("gemm_kernel", 4250), ("add_kernel", 1234)]
+    scalars = dict(csv.reader(io.StringIO(invoke("summary", trace_id, "--format", "csv", db=db).stdout)))
+    assert scalars["busy_ns"] == "5484"
+    assert scalars["trust.kernels_with_launch.count"] == "2"
+    bad = run_cli("summary", trace_id, "--table", "nope", db=db)
+    assert_one_line_error(bad)
+    assert "top_kernels" in bad.stderr
+
+
+def test_label_then_relabel(store):
+    db, trace_id, _ = store
+    res = invoke("label", trace_id, "batch=16", "phase=prefill", db=db)
+    assert res.exit_code == 0, res.stderr
+    rows = json.loads(invoke("traces", "--json", db=db).stdout)
+    assert rows[0]["labels"] == {"batch": 16, "model": "mlp", "phase": "prefill"}
+
+
+def test_rm_removes_every_row(store):
+    db, trace_id, _ = store
+    assert invoke("rm", trace_id, db=db).exit_code == 0
+    assert json.loads(invoke("traces", "--json", db=db).stdout) == []
+    n = json.loads(invoke("sql", "SELECT (SELECT count(*) FROM gpu_activities) + (SELECT count(*) FROM "
+                                 "cpu_ops) + (SELECT count(*) FROM labels) AS n", "--json", db=db).stdout)
+    assert n == [{"n": 0}]
+    assert_one_line_error(run_cli("summary", trace_id, db=db), TraceNotFound.exit_code)
+
+
+def test_bad_trace_reference(store):
+    db, _, _ = store
+    proc = run_cli("summary", "doesnotexist", db=db)
+    assert_one_line_error(proc, TraceNotFound.exit_code)
+    assert "doesnotexist" in proc.stderr
+
+
+def test_ambiguous_prefix(tmp_path):
+    """Two traces whose ids share their first hex digit: that digit alone is ambiguous."""
+    db = tmp_path / "ks.duckdb"
+    seen: dict[str, str] = {}
+    pair = None
+    for i in range(100):
+        doc = tiny_trace(f"v{i}")
+        digit = hashlib.sha256(json.dumps(doc).encode()).hexdigest()[0]
+        path = write_trace(tmp_path / f"v{i}.json", doc)
+        if digit in seen:
+            pair = (seen[digit], path)
+            break
+        seen[digit] = path
+    res = invoke("ingest", *pair, db=db)
+    assert res.exit_code == 0, res.stderr
+    ids = [line.split()[1] for line in res.stdout.splitlines()]
+    common = ids[0][0]
+    if ids[1][0] != common:  # the store hashes something other than the file bytes: find the shared prefix
+        pytest.skip(f"ids {ids} share no first digit")
+    proc = run_cli("summary", common, db=db)
+    assert_one_line_error(proc)
+    assert "ambiguous" in proc.stderr.lower() or all(i in proc.stderr for i in ids), proc.stderr
+    # a longer unique prefix resolves
+    assert invoke("summary", ids[0][:12], "--json", db=db).exit_code == 0
+
+
+@pytest.mark.parametrize("bad", ["batch", "=8", "batch=", ""])
+def test_bad_label(store, bad):
+    db, trace_id, path = store
+    assert_one_line_error(run_cli("label", trace_id, bad, db=db))
+    assert_one_line_error(run_cli("ingest", path, "--label", bad, db=db))
+    # nothing changed
+    rows = json.loads(invoke("traces", "--json", db=db).stdout)
+    assert rows[0]["labels"] == {"batch": 8, "model": "mlp"}
+
+
+@pytest.mark.parametrize("statement", [
+    "DELETE FROM traces",
+    "DROP TABLE cpu_ops",
+    "INSERT INTO labels VALUES ('x', 'k', 'v', NULL)",
+    "CREATE TABLE t AS SELECT 1",
+    "COPY traces TO '/tmp/kernelscope_leak.csv'",
+    "SET threads = 1",
+])
+def test_sql_refuses_writes_and_outside_access(store, statement):
+    db, trace_id, _ = store
+    assert_one_line_error(run_cli("sql", statement, db=db))
+    rows = json.loads(invoke("sql", "SELECT trace_id FROM traces", "--json", db=db).stdout)
+    assert rows == [{"trace_id": trace_id}]
+    assert json.loads(invoke("sql", "SELECT count(*) AS n FROM labels", "--json", db=db).stdout) == [{"n": 2}]
+
+
+def test_sql_select_formats(store):
+    db, _, _ = store
+    q = "SELECT name, dur_ns FROM gpu_activities ORDER BY start_ns"
+    assert json.loads(invoke("sql", q, "--json", db=db).stdout) == [
+        {"name": "gemm_kernel", "dur_ns": 4250}, {"name": "add_kernel", "dur_ns": 1234}]
+    rows = list(csv.DictReader(io.StringIO(invoke("sql", q, "--format", "csv", db=db).stdout)))
+    assert [(r["name"], r["dur_ns"]) for r in rows] == [("gemm_kernel", "4250"), ("add_kernel", "1234")]
+
+
+def test_analyze_list_and_run(store):
+    db, trace_id, _ = store
+    listing = json.loads(invoke("analyze", "--list", "--json").stdout)
+    assert {"name": "summary", "description": listing[0]["description"]} in listing
+    assert all(row["description"] for row in listing)
+    via_analyze = json.loads(invoke("analyze", "summary", trace_id, "--json", db=db).stdout)
+    via_summary = json.loads(invoke("summary", trace_id, "--json", db=db).stdout)
+    assert via_analyze == via_summary
+    proc = run_cli("analyze", "nosuchanalysis", trace_id, db=db)
+    assert_one_line_error(proc)
+    assert "summary" in proc.stderr  # says which analyses exist
+
+
+def test_ingest_failure_is_one_line_and_others_land(tmp_path):
+    db = tmp_path / "ks.duckdb"
+    good = write_trace(tmp_path / "good.json", tiny_trace())
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"traceEvents": [{"ph": "X", "cat": "kernel", "ts": 1')  # truncated
+    proc = run_cli("ingest", str(bad), good, db=db)
+    assert proc.returncode != 0
+    err = proc.stderr.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"kernelscope: {bad}: "), proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert proc.stdout.split()[0] == "ingested"
+    rows = json.loads(invoke("traces", "--json", db=db).stdout)
+    assert [r["source"].endswith("good.json") for r in rows] == [True]
+
+
+def test_missing_store_is_one_line(tmp_path):
+    db = tmp_path / "nothing.duckdb"
+    for args in (["traces"], ["summary", "abc"], ["sql", "SELECT 1"]):
+        assert_one_line_error(run_cli(*args, db=db))
+    assert not db.exists()
+
+
+def test_db_from_environment(store, tmp_path):
+    import os
+
+    db, trace_id, _ = store
+    proc = run_cli("traces", "--json", env={**os.environ, "KERNELSCOPE_DB": str(db)})
+    assert proc.returncode == 0, proc.stderr
+    assert [r["id"] for r in json.loads(proc.stdout)] == [trace_id]
+
+
+def test_profile_needs_a_command():
+    proc = run_cli("profile", "--")
+    assert proc.returncode == 2  # click's usage error: the usage line and what is missing
+    assert "Missing argument" in proc.stderr and "Traceback" not in proc.stderr
