@@ -89,7 +89,8 @@ CREATE TABLE launches (
     leaf_op_id   BIGINT,                   -- deepest cpu_op on (pid, tid) enclosing the call
     top_op_id    BIGINT,
     ext_op_id    BIGINT,                   -- cpu_op whose External id equals ours (modern traces)
-    ext_agrees   BOOLEAN                   -- ext_op_id = leaf_op_id; null when not comparable
+    ext_agrees   BOOLEAN,                  -- ext_op_id = leaf_op_id; null when not comparable
+    phase_id     BIGINT                    -- innermost enclosing annotation (ann_id) on the thread
 );
 
 -- GPU activities: kernels, memcpy, memset.

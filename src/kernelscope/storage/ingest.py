@@ -1,0 +1,534 @@
+"""Ingest: trace files -> the store, one transaction per file, links derived on the way in.
+
+A file is parsed as a stream of Arrow batches (``kernelscope.parsers.open_trace``) into a TEMP staging
+table, then split and linked by ``derive`` with SQL and one per-thread sweep, and inserted sorted into the
+event tables. Any failure rolls the whole file back: no rows of it remain in any table.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import pathlib
+import re
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from .. import __version__
+from ..errors import KernelscopeError, ParseError, StoreError, UsageError
+from ..parsers.schema import RAW_EVENTS, TraceMeta
+from . import derive
+
+#: DuckDB memory cap while ingesting (env KERNELSCOPE_MEMORY_LIMIT overrides); spills beyond it.
+DEFAULT_MEMORY_LIMIT = "1GB"
+
+_NUM_RE = re.compile(r"^\s*[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?\s*$")
+
+
+@dataclass
+class IngestResult:
+    path: str
+    status: str  # 'ingested' | 'skipped' | 'failed'
+    trace_id: str | None
+    message: str
+    events: int = 0
+    seconds: float = 0.0
+
+
+def label_number(text: str) -> float | None:
+    """The numeric value of a label's text: a finite decimal number, else None ("8" -> 8.0)."""
+    if not _NUM_RE.match(text):
+        return None
+    v = float(text)
+    return v if math.isfinite(v) else None
+
+
+# ---------------------------------------------------------------------------------------------- progress
+
+
+class _Progress:
+    """A one-line progress indicator on stderr: only on a terminal, only after the first second."""
+
+    def __init__(self, enabled: bool | None, total_files: int):
+        if enabled is None:
+            enabled = sys.stderr.isatty()
+        self.enabled = bool(enabled)
+        self.total = total_files
+        self.t0 = time.monotonic()
+        self.last = 0.0
+        self.shown = False
+
+    def update(self, index: int, path, events: int) -> None:
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if now - self.t0 < 1.0 or now - self.last < 0.2:
+            return
+        self.last = now
+        name = pathlib.Path(path).name
+        sys.stderr.write(
+            f"\ringesting [{index + 1}/{self.total}] {name[:40]:<40} {events:>12,} events "
+            f"{now - self.t0:7.1f} s"
+        )
+        sys.stderr.flush()
+        self.shown = True
+
+    def done(self) -> None:
+        if self.shown:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+
+
+# ------------------------------------------------------------------------------------------------ helpers
+
+
+@contextmanager
+def ingest_settings(con):
+    """DuckDB settings for bulk loading, restored afterwards."""
+    limit = os.environ.get("KERNELSCOPE_MEMORY_LIMIT", DEFAULT_MEMORY_LIMIT)
+    threads = max(1, min(os.cpu_count() or 1, 8))
+    try:
+        con.execute(f"SET memory_limit = '{_safe_setting(limit)}'")
+    except Exception as exc:
+        raise UsageError(
+            f"KERNELSCOPE_MEMORY_LIMIT={limit!r} is not a memory size DuckDB accepts (e.g. 1GB): "
+            f"{str(exc).splitlines()[0]}"
+        ) from None
+    con.execute(f"SET threads = {threads}")
+    con.execute("SET preserve_insertion_order = false")
+    try:
+        yield
+    finally:
+        for name in ("memory_limit", "threads", "preserve_insertion_order"):
+            try:
+                con.execute(f"RESET {name}")
+            except Exception:
+                pass
+
+
+def _safe_setting(text: str) -> str:
+    return re.sub(r"[^0-9A-Za-z. ]", "", text)
+
+
+def _hash_file(path: pathlib.Path) -> str:
+    """sha256 of the decompressed content (fallback when the parser gives no content hash)."""
+    import gzip
+
+    h = hashlib.sha256()
+    opener = gzip.open if path.name.endswith(".gz") else open
+    with opener(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _trace_name(path: pathlib.Path) -> str:
+    name = path.name
+    for suffix in (".json.gz", ".json", ".gz", ".sqlite", ".parquet"):
+        if name.endswith(suffix):
+            return name[: -len(suffix)] or name
+    return name
+
+
+def _new_trace_id(con, content_hash: str) -> str:
+    """First 12 hex digits of the content hash, 4 more per collision with another content."""
+    n = 12
+    while n < len(content_hash):
+        cand = content_hash[:n]
+        rows = con.execute("SELECT content_hash FROM traces WHERE trace_id = ?", [cand]).fetchall()
+        row = rows[0] if rows else None
+        if row is None or row[0] == content_hash:
+            return cand
+        n += 4
+    return content_hash
+
+
+def _stored_id(con, content_hash: str) -> str | None:
+    row = con.execute(
+        "SELECT trace_id FROM traces WHERE content_hash = ? LIMIT 1", [content_hash]
+    ).fetchall()
+    return row[0][0] if row else None
+
+
+def _json(value) -> str | None:
+    if value is None:
+        return None
+    return json.dumps(value, default=str, allow_nan=False)
+
+
+def insert_labels(con, trace_id: str, labels: dict | None) -> None:
+    """Replace the given keys' labels on a trace: value_text always, value_num when numeric."""
+    if not labels:
+        return
+    rows = []
+    for key, value in labels.items():
+        key = str(key).strip()
+        if not key:
+            raise UsageError("a label needs a non-empty key, as key=value")
+        text = value if isinstance(value, str) else json.dumps(value) if value is not None else ""
+        if isinstance(value, bool):
+            text = "true" if value else "false"
+        rows.append((trace_id, key, text, label_number(text)))
+    con.executemany("DELETE FROM labels WHERE trace_id = ? AND key = ?", [r[:2] for r in rows])
+    con.executemany("INSERT INTO labels VALUES (?, ?, ?, ?)", rows)
+
+
+def _stage(con, reader, on_batch=None) -> int:
+    """Copy every batch of ``reader`` into TEMP ``ks_raw`` (RAW_EVENTS columns); returns rows."""
+    con.execute("DROP TABLE IF EXISTS ks_raw")
+    con.register("ks_empty", pa.Table.from_batches([], schema=RAW_EVENTS))
+    con.execute("CREATE TEMP TABLE ks_raw AS SELECT * FROM ks_empty")
+    con.unregister("ks_empty")
+    rows = 0
+    for batch in reader:
+        if batch.num_rows == 0:
+            continue
+        if batch.schema != RAW_EVENTS:
+            batch = _conform(batch)
+        con.register("ks_batch", batch)
+        con.execute("INSERT INTO ks_raw SELECT * FROM ks_batch")
+        con.unregister("ks_batch")
+        rows += batch.num_rows
+        if on_batch is not None:
+            on_batch(rows)
+    return rows
+
+
+def _conform(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """Reorder/cast a batch to RAW_EVENTS (missing nullable columns become null)."""
+    cols = []
+    for f in RAW_EVENTS:
+        idx = batch.schema.get_field_index(f.name)
+        if idx < 0:
+            if not f.nullable:
+                raise ParseError(f"parser batch lacks the required column {f.name!r}")
+            cols.append(pa.nulls(batch.num_rows, f.type))
+        else:
+            cols.append(batch.column(idx).cast(f.type))
+    return pa.RecordBatch.from_arrays(cols, schema=RAW_EVENTS)
+
+
+def _drop_staging(con) -> None:
+    for t in ("ks_raw", "ks_links", "ks_launch", "ks_sweep"):
+        try:
+            con.execute(f"DROP TABLE IF EXISTS {t}")
+        except Exception:
+            pass
+
+
+# ------------------------------------------------------------------------------------------------- ingest
+
+
+def ingest_reader(
+    store,
+    reader,
+    path,
+    *,
+    labels=None,
+    name=None,
+    run_id=None,
+    provenance=None,
+    extra=None,
+    on_batch=None,
+) -> IngestResult:
+    """Ingest one parsed trace (an iterable of RAW_EVENTS batches with ``.meta``) in one transaction.
+
+    ``extra(con, trace_id)``, when given, runs inside the same transaction (telemetry, timings).
+    """
+    path = pathlib.Path(path)
+    t0 = time.perf_counter()
+    con = store.con
+    if store.read_only:
+        raise StoreError(f"store {store.path} is open read-only; cannot ingest")
+    con.execute("BEGIN TRANSACTION")
+    try:
+        rows = _stage(con, reader, on_batch)
+        meta: TraceMeta = reader.meta
+        content_hash = meta.content_hash or _hash_file(path)
+        existing = _stored_id(con, content_hash)
+        if existing is not None:
+            con.execute("ROLLBACK")
+            _drop_staging(con)
+            return IngestResult(
+                str(path), "skipped", existing, f"already stored as {existing}", rows,
+                time.perf_counter() - t0,
+            )
+        derive.check_correlations(con, str(path))
+        trace_id = _new_trace_id(con, content_hash)
+        base = int(meta.base_time_ns or 0)
+        derive.sweep_links(con)
+        derive.build_launch_table(con)
+        derive.insert_events(con, trace_id, base)
+        warnings = list(meta.warnings or [])
+        missing_ts = derive.untimed_count(con)
+        if missing_ts:
+            warnings.append(f"{missing_ts} timed events had no timestamp; kept in other_events only")
+        offset, note = derive.clock_offset(con, base)
+        if note:
+            warnings.append(note)
+        start_ns, end_ns = derive.trace_span(con, base)
+        rank = meta.rank if meta.rank is not None else 0
+        rank_source = "distributedInfo" if meta.rank is not None else "default"
+        con.execute(
+            """INSERT INTO traces (trace_id, name, source, content_hash, format, run_id, rank,
+                   world_size, rank_source, base_time_ns, start_ns, end_ns, device_properties,
+                   distributed_info, provenance, meta, warnings, dropped_notes, clock_offset_ns,
+                   events, ingested_ns, kernelscope_version)
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+            [
+                trace_id,
+                name or _trace_name(path),
+                str(path.resolve()),
+                content_hash,
+                meta.format,
+                run_id,
+                int(rank),
+                meta.world_size,
+                rank_source,
+                base,
+                start_ns,
+                end_ns,
+                _json(meta.device_properties or []),
+                _json(meta.distributed_info),
+                _json(provenance),
+                _json(meta.extra or {}),
+                _json(warnings),
+                _json(list(meta.dropped_notes or [])),
+                offset,
+                int(meta.events or rows),
+                time.time_ns(),
+                __version__,
+            ],
+        )
+        insert_labels(con, trace_id, labels)
+        if extra is not None:
+            extra(con, trace_id)
+        _drop_staging(con)
+        con.execute("COMMIT")
+    except BaseException:
+        try:
+            con.execute("ROLLBACK")
+        except Exception:
+            pass
+        _drop_staging(con)
+        raise
+    return IngestResult(
+        str(path), "ingested", trace_id, f"ingested as {trace_id}", rows, time.perf_counter() - t0
+    )
+
+
+def _fail(path, exc: BaseException, t0: float) -> IngestResult:
+    msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    src = str(path)
+    if msg.startswith(src + ": "):
+        msg = msg[len(src) + 2 :]
+    return IngestResult(str(path), "failed", None, msg, 0, time.perf_counter() - t0)
+
+
+def ingest_file(
+    store,
+    path,
+    *,
+    labels=None,
+    name=None,
+    run_id=None,
+    provenance=None,
+    python_functions=True,
+    _on_batch=None,
+    _extra=None,
+) -> IngestResult:
+    """Parse and ingest one trace file; failures come back as a 'failed' result, never half-stored."""
+    from ..parsers import open_trace
+
+    path = pathlib.Path(path)
+    t0 = time.perf_counter()
+    with ingest_settings(store.con):
+        try:
+            reader = open_trace(path, python_functions=python_functions)
+            return ingest_reader(
+                store, reader, path, labels=labels, name=name, run_id=run_id,
+                provenance=provenance, extra=_extra, on_batch=_on_batch,
+            )
+        except KernelscopeError as exc:
+            return _fail(path, exc, t0)
+        except OSError as exc:
+            reason = exc.strerror or str(exc)
+            return _fail(path, ParseError(f"cannot read the file: {reason}"), t0)
+
+
+def _trace_suffixes() -> tuple[str, ...]:
+    try:
+        from ..parsers import TRACE_SUFFIXES
+
+        return tuple(TRACE_SUFFIXES)
+    except ImportError:
+        return (".json", ".json.gz")
+
+
+def expand_paths(paths) -> list[pathlib.Path]:
+    """Files as given; directories walked recursively for names ending in a trace suffix, sorted."""
+    suffixes = _trace_suffixes()
+    out: list[pathlib.Path] = []
+    for p in paths:
+        p = pathlib.Path(p)
+        if p.is_dir():
+            found = sorted(
+                f for f in p.rglob("*") if f.is_file() and f.name.endswith(suffixes)
+            )
+            out.extend(found)
+        else:
+            out.append(p)
+    return out
+
+
+def ingest_paths(
+    store, paths, *, labels=None, name=None, python_functions=True, progress=None
+) -> list[IngestResult]:
+    """Ingest files and directories (recursive), each file in its own transaction.
+
+    A file that fails leaves no rows and the rest still land; content already stored (same sha256 of
+    the decompressed bytes) is 'skipped'. ``progress``: None = a progress line on a terminal only,
+    after one second; True/False force it on/off.
+    """
+    files = []
+    results: list[IngestResult] = []
+    for p in expand_paths(paths):
+        if not p.exists():
+            results.append(IngestResult(str(p), "failed", None, "no such file or directory"))
+        elif p.is_dir():
+            continue
+        else:
+            files.append(p)
+    if name is not None and len(files) > 1:
+        raise UsageError("--name applies to one file; give one file or leave --name out")
+    bar = _Progress(progress, len(files))
+    try:
+        for i, f in enumerate(files):
+            results.append(
+                ingest_file(
+                    store, f, labels=labels, name=name, python_functions=python_functions,
+                    _on_batch=lambda n, i=i, f=f: bar.update(i, f, n),
+                )
+            )
+            bar.update(i, f, results[-1].events)
+    finally:
+        bar.done()
+    return results
+
+
+# ---------------------------------------------------------------------------------------------- runs
+
+_TELEMETRY_COLUMNS = {
+    "device_uuid": pa.string(),
+    "device_index": pa.int32(),
+    "ts_ns": pa.int64(),
+    "power_mw": pa.int64(),
+    "power_instant_mw": pa.int64(),
+    "energy_mj": pa.int64(),
+    "sm_clock_mhz": pa.int32(),
+    "mem_clock_mhz": pa.int32(),
+    "gpu_util_pct": pa.int32(),
+    "mem_util_pct": pa.int32(),
+    "mem_used_bytes": pa.int64(),
+    "temperature_c": pa.int32(),
+    "throttle_reasons": pa.int64(),
+}
+
+
+def _read_telemetry(path: pathlib.Path) -> pa.Table:
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(path)
+    except Exception as exc:
+        raise ParseError(f"{path}: not a readable Parquet file: {str(exc).splitlines()[0]}") from None
+    if "ts_ns" not in table.column_names:
+        raise ParseError(f"{path}: telemetry has no ts_ns column; it was not written by kernelscope")
+    cols = {}
+    for col, typ in _TELEMETRY_COLUMNS.items():
+        if col in table.column_names:
+            try:
+                cols[col] = table.column(col).cast(typ)
+            except Exception:
+                raise ParseError(f"{path}: telemetry column {col} cannot be read as {typ}") from None
+        else:
+            cols[col] = pa.nulls(table.num_rows, typ)
+    return pa.table(cols)
+
+
+def _read_run_json(path: pathlib.Path) -> dict:
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ParseError(f"{path}: not valid JSON ({exc}); fix or remove run.json") from None
+    if not isinstance(data, dict):
+        raise ParseError(f"{path}: run.json must hold a JSON object")
+    return data
+
+
+def _timing_rows(trace_id: str, timings, path) -> list[tuple]:
+    rows = []
+    for t in timings or []:
+        if not isinstance(t, dict) or "kind" not in t:
+            raise ParseError(f"{path}: each timings entry needs a 'kind'")
+        rows.append(
+            (
+                trace_id,
+                str(t["kind"]),
+                None if t.get("iteration") is None else int(t["iteration"]),
+                None if t.get("dur_ns") is None else int(t["dur_ns"]),
+                None if t.get("energy_mj") is None else float(t["energy_mj"]),
+            )
+        )
+    return rows
+
+
+def ingest_run(store, run_dir, *, name=None, labels=None) -> IngestResult:
+    """Ingest a collector run directory (trace.json.gz [+ telemetry.parquet] [+ run.json]) as one trace,
+    with its telemetry, provenance, timings and labels, in ONE transaction."""
+    run_dir = pathlib.Path(run_dir)
+    t0 = time.perf_counter()
+    trace = next(
+        (run_dir / n for n in ("trace.json.gz", "trace.json") if (run_dir / n).exists()), None
+    )
+    if not run_dir.is_dir() or trace is None:
+        return _fail(run_dir, ParseError("not a run directory: no trace.json.gz in it"), t0)
+    try:
+        meta = _read_run_json(run_dir / "run.json")
+        telemetry_path = run_dir / "telemetry.parquet"
+        telemetry = _read_telemetry(telemetry_path) if telemetry_path.exists() else None
+    except KernelscopeError as exc:
+        return _fail(run_dir, exc, t0)
+    merged = dict(meta.get("labels") or {})
+    merged.update(labels or {})
+
+    def extra(con, trace_id):
+        if telemetry is not None and telemetry.num_rows:
+            tbl = telemetry.add_column(0, "trace_id", pa.array([trace_id] * telemetry.num_rows))
+            con.register("ks_telemetry", tbl)
+            con.execute(
+                "INSERT INTO telemetry SELECT * FROM ks_telemetry ORDER BY device_index, ts_ns"
+            )
+            con.unregister("ks_telemetry")
+        rows = _timing_rows(trace_id, meta.get("timings"), run_dir / "run.json")
+        if rows:
+            con.executemany("INSERT INTO timings VALUES (?, ?, ?, ?, ?)", rows)
+
+    result = ingest_file(
+        store,
+        trace,
+        labels=merged,
+        name=name or meta.get("name"),
+        run_id=meta.get("run_id"),
+        provenance=meta.get("provenance"),
+        _extra=extra,
+    )
+    return result

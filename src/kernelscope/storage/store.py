@@ -1,0 +1,199 @@
+"""The DuckDB store: opening, locking, versioned schema migrations.
+
+This module (with ``ingest`` and ``queries``) is the only code that calls ``duckdb.connect``.
+
+One process may write *or* many may read. A second writer fails within a few seconds with
+``StoreLockedError`` naming the process that holds the lock (DuckDB's own lock message carries it).
+
+Schema: ``schema/NNN_name.sql`` files applied in order; ``schema_version`` records each applied number.
+A store whose newest version is higher than the newest file here was written by a newer kernelscope.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import re
+import time
+from importlib import resources
+
+from ..errors import StoreError, StoreLockedError
+
+#: Seconds a writer keeps retrying while another process holds the lock (must stay well under 5 s).
+LOCK_WAIT_S = 2.0
+
+_MIGRATION_RE = re.compile(r"^(\d{3})_[A-Za-z0-9_]+\.sql$")
+
+
+def default_db_path() -> pathlib.Path:
+    """``$KERNELSCOPE_DB`` when set and non-empty, else ``./kernelscope.duckdb``."""
+    env = os.environ.get("KERNELSCOPE_DB")
+    return pathlib.Path(env) if env else pathlib.Path("kernelscope.duckdb")
+
+
+def migrations() -> list[tuple[int, str, str]]:
+    """(version, file name, SQL text) of every migration shipped with this package, in order."""
+    out = []
+    for entry in resources.files("kernelscope.storage").joinpath("schema").iterdir():
+        m = _MIGRATION_RE.match(entry.name)
+        if m:
+            out.append((int(m.group(1)), entry.name, entry.read_text(encoding="utf-8")))
+    out.sort()
+    return out
+
+
+def code_schema_version() -> int:
+    return migrations()[-1][0]
+
+
+def _lock_holder(message: str) -> str:
+    """'PID 123 (/usr/bin/python3)' from DuckDB's 'Conflicting lock is held in X (PID N)' text."""
+    m = re.search(r"held in (.*?) \(PID (\d+)\)", message)
+    if m:
+        return f"PID {m.group(2)} ({m.group(1)})"
+    return "another process"
+
+
+def _is_lock_error(exc: Exception) -> bool:
+    text = str(exc)
+    return "Could not set lock" in text or "Conflicting lock" in text
+
+
+def _connect(path: pathlib.Path, read_only: bool, config: dict | None = None):
+    import duckdb
+
+    deadline = time.monotonic() + LOCK_WAIT_S
+    delay = 0.05
+    while True:
+        try:
+            return duckdb.connect(str(path), read_only=read_only, config=config or {})
+        except duckdb.Error as exc:
+            if _is_lock_error(exc):
+                if time.monotonic() < deadline:
+                    time.sleep(delay)
+                    delay = min(delay * 2, 0.4)
+                    continue
+                raise StoreLockedError(
+                    f"store {path} is locked by {_lock_holder(str(exc))}, which is writing to it; "
+                    "wait for it to finish or use another --db"
+                ) from None
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            if "not a valid DuckDB database file" in first:
+                raise StoreError(
+                    f"{path} is not a kernelscope store (not a DuckDB file); choose another --db"
+                ) from None
+            raise StoreError(f"cannot open store {path}: {first}") from None
+
+
+class Store:
+    """An open store. Use as a context manager; ``.con`` is the DuckDB connection."""
+
+    def __init__(self, path: pathlib.Path, con, read_only: bool):
+        self.path = path
+        self.con = con
+        self.read_only = read_only
+
+    def query(self, sql: str, params=None):
+        """Run SQL and return a pandas DataFrame."""
+        return self.con.execute(sql, params or []).df()
+
+    def query_arrow(self, sql: str, params=None):
+        """Run SQL and return a pyarrow Table."""
+        rel = self.con.sql(sql, params=params) if params else self.con.sql(sql)
+        return rel.to_arrow_table()
+
+    def schema_version(self) -> int:
+        return int(self.con.execute("SELECT max(version) FROM schema_version").fetchall()[0][0])
+
+    def close(self) -> None:
+        if self.con is not None:
+            self.con.close()
+            self.con = None
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Store({str(self.path)!r}, read_only={self.read_only})"
+
+
+def _table_names(con) -> set[str]:
+    rows = con.execute(
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main'"
+    ).fetchall()
+    return {r[0] for r in rows}
+
+
+def _stored_version(con, path) -> int | None:
+    """Highest applied migration, None for an empty database; StoreError when not a kernelscope store."""
+    tables = _table_names(con)
+    if not tables:
+        return None
+    if "schema_version" not in tables:
+        raise StoreError(
+            f"{path} is a DuckDB file but not a kernelscope store (no schema_version table); "
+            "choose another --db"
+        )
+    v = con.execute("SELECT max(version) FROM schema_version").fetchall()[0][0]
+    return int(v) if v is not None else 0
+
+
+def _migrate(con, path, current: int | None) -> None:
+    """Apply every shipped migration newer than ``current``, each in its own transaction."""
+    for version, fname, sql in migrations():
+        if current is not None and version <= current:
+            continue
+        con.execute("BEGIN TRANSACTION")
+        try:
+            if version == 1:
+                con.execute(
+                    "CREATE TABLE IF NOT EXISTS schema_version "
+                    "(version INTEGER NOT NULL, name VARCHAR, applied_ns BIGINT)"
+                )
+            con.execute(sql)
+            con.execute(
+                "INSERT INTO schema_version VALUES (?, ?, ?)", [version, fname, time.time_ns()]
+            )
+            con.execute("COMMIT")
+        except Exception as exc:
+            con.execute("ROLLBACK")
+            raise StoreError(f"cannot migrate store {path} to schema {fname}: {exc}") from None
+
+
+def open_store(path=None, read_only: bool = False) -> Store:
+    """Open (and, when writable, create and migrate) the store at ``path`` (default: default_db_path()).
+
+    Raises StoreError for a missing store in read-only mode, a file that is not a kernelscope store,
+    or a store written by a newer kernelscope; StoreLockedError when another process is writing it.
+    """
+    path = pathlib.Path(path) if path is not None else default_db_path()
+    path = path.expanduser()
+    if read_only and not path.exists():
+        raise StoreError(f"no store at {path}; run `kernelscope ingest` first")
+    if path.exists() and path.is_dir():
+        raise StoreError(f"{path} is a directory, not a store file; give a file path with --db")
+    if not read_only and not path.parent.exists():
+        raise StoreError(f"cannot create store {path}: folder {path.parent} does not exist")
+    con = _connect(path, read_only)
+    try:
+        current = _stored_version(con, path)
+        newest = code_schema_version()
+        if current is not None and current > newest:
+            raise StoreError(
+                f"store {path} has schema version {current} but this kernelscope knows only up to "
+                f"{newest}; upgrade kernelscope"
+            )
+        if current is None or current < newest:
+            if read_only:
+                raise StoreError(
+                    f"store {path} has an older schema ({current or 0} < {newest}); open it once "
+                    "without read-only (e.g. `kernelscope ingest`) to migrate it"
+                )
+            _migrate(con, path, current)
+    except BaseException:
+        con.close()
+        raise
+    return Store(path, con, read_only)
