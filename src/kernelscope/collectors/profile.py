@@ -1,0 +1,250 @@
+"""``kernelscope.profile``: torch.profiler + NVML telemetry + provenance + un-profiled timing -> run dir.
+
+A run directory holds:
+
+- ``trace.json.gz``: the Kineto trace, gzipped (further schedule cycles: ``trace_<k>.json.gz``);
+- ``telemetry.parquet``: NVML samples (schema in ``collectors/nvml.py``), when there are any;
+- ``run.json``: ``{"name", "labels", "provenance", "run_id", "timings": [{"kind", "iteration",
+  "dur_ns", "energy_mj"}], "timing": {...}, "clock": {...}, "sampler": {...}, "traces": [...]}``.
+
+Clock marker: every trace contains ``record_function`` ranges named exactly
+``kernelscope::clock_sync <epoch_ns>``, where ``epoch_ns`` is ``time.time_ns()`` read immediately before
+the range is entered. The store derives ``clock_offset_ns = epoch_ns - marker start (trace clock)``.
+Markers are placed after the profiler starts, around every ``step()`` and before it stops, so a
+scheduled trace (which keeps only its active steps) still holds some.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import gzip
+import json
+import os
+import shutil
+import time
+import uuid
+import warnings
+from pathlib import Path
+
+CLOCK_MARKER = "kernelscope::clock_sync"
+
+
+def _torch():
+    import torch
+
+    return torch
+
+
+def _marker() -> int:
+    """Emit one clock-sync range into the trace; returns the epoch ns it carries."""
+    torch = _torch()
+    epoch_ns = time.time_ns()
+    with torch.profiler.record_function(f"{CLOCK_MARKER} {epoch_ns}"):
+        pass
+    return epoch_ns
+
+
+@contextlib.contextmanager
+def range(name: str):  # noqa: A001 - mirrors torch naming
+    """Mark a phase: a ``record_function`` (user_annotation in the trace) and an NVTX range on CUDA."""
+    torch = _torch()
+    nvtx = torch.cuda.is_available()
+    if nvtx:
+        torch.cuda.nvtx.range_push(name)
+    try:
+        with torch.profiler.record_function(name):
+            yield
+    finally:
+        if nvtx:
+            torch.cuda.nvtx.range_pop()
+
+
+def _experimental_config(torch):
+    """CUDA sync events where this torch supports them, else None."""
+    try:
+        from torch._C._profiler import _ExperimentalConfig
+    except ImportError:
+        return None
+    try:
+        return _ExperimentalConfig(enable_cuda_sync_events=True)
+    except TypeError:
+        return None
+
+
+def ingest_run_dir(run_dir, *, name=None, labels=None, db=None):
+    """Ingest a written run dir into the store at ``db`` (the collector's one call into storage)."""
+    import importlib
+
+    from kernelscope.storage.ingest import ingest_run
+
+    # open_store lives in storage.store; imported by name so collectors do not depend on it statically.
+    open_store = importlib.import_module("kernelscope.storage.store").open_store
+    with open_store(db) as store:
+        return ingest_run(store, Path(run_dir), name=name, labels=labels)
+
+
+def _default_run_dir(name) -> Path:
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S_%fZ")
+    return Path("runs") / f"{name or 'run'}-{stamp}"
+
+
+class profile:  # noqa: N801 - used like torch.profiler.profile
+    """Profile a workload: ``with kernelscope.profile(name="x", labels={"batch": 8}): model(x)``.
+
+    Also ``p = profile(...); p.start(); ...; p.step(); ...; p.stop()``.
+
+    - ``schedule``: a ``torch.profiler.schedule``; call ``step()`` once per iteration.
+    - ``telemetry``: run the NVML sampler while profiling (a null sampler without NVML/GPU).
+    - ``unprofiled``: a callable (or ``{"fn": callable, **timing.measure options}``) timed un-profiled
+      in ``start()`` before the profiler starts (``collectors/timing.py`` defines the numbers).
+    - ``ingest``: on stop, put the run into the store at ``db``; ``self.result``/``self.trace_id``.
+    - ``profiler_options``: ``with_stack``, ``profile_memory``, ``with_flops``, ``with_modules``,
+      ``record_shapes`` (default True) -- passed to ``torch.profiler.profile``.
+    """
+
+    def __init__(self, name=None, labels=None, db=None, schedule=None, run_dir=None, telemetry=True,
+                 ingest=True, unprofiled=None, **profiler_options):
+        self.name = name
+        self.labels = dict(labels or {})
+        self.db = db
+        self.schedule = schedule
+        self.run_dir = Path(run_dir) if run_dir is not None else _default_run_dir(name)
+        self.telemetry = telemetry
+        self.ingest = ingest
+        self.unprofiled = unprofiled
+        self.profiler_options = profiler_options
+        self.run_id = uuid.uuid4().hex
+        self.result = None
+        self.trace_id = None
+        self.timings: list[dict] = []
+        self.timing_details: dict = {}
+        self.markers: list[int] = []
+        self.trace_files: list[str] = []
+        self._prof = None
+        self._sampler = None
+        self._cuda = False
+        self._started = False
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> "profile":
+        from . import nvml, provenance, timing
+
+        torch = _torch()
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._cuda = torch.cuda.is_available()
+        provenance.warn_launch_blocking()
+        if not self._cuda:
+            warnings.warn("kernelscope: no CUDA device: profiling CPU ops only, no GPU telemetry",
+                          stacklevel=2)
+        self.provenance = provenance.collect()
+        if self.unprofiled is not None:
+            spec = dict(self.unprofiled) if isinstance(self.unprofiled, dict) else {"fn": self.unprofiled}
+            fn = spec.pop("fn")
+            energy_dev = None
+            if self._cuda:
+                devs, _ = nvml.open_devices([torch.cuda.current_device()])
+                energy_dev = devs[0] if devs else None
+            self.timings, self.timing_details = timing.measure(fn, energy_device=energy_dev, **spec)
+        if self.telemetry:
+            self._sampler = nvml.make_sampler(quiet=not self._cuda)
+            self._sampler.start()
+        self._prof = self._make_profiler(torch)
+        if self._cuda:
+            torch.cuda.synchronize()
+        self._prof.start()
+        self._started = True
+        self.markers.append(_marker())
+        return self
+
+    def _make_profiler(self, torch):
+        from torch.profiler import ProfilerActivity
+
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self._cuda else [])
+        opts = {"record_shapes": True}
+        opts.update(self.profiler_options)
+        import inspect
+
+        params = inspect.signature(torch.profiler.profile.__init__).parameters
+        if "acc_events" in params and self.schedule is not None:
+            opts.setdefault("acc_events", True)  # keep events of every active cycle
+        if self._cuda and "experimental_config" not in opts:
+            cfg = _experimental_config(torch)
+            if cfg is not None:
+                opts["experimental_config"] = cfg
+        kwargs = {"activities": acts, "on_trace_ready": self._on_trace_ready}
+        if self.schedule is not None:
+            kwargs["schedule"] = self.schedule
+        return torch.profiler.profile(**kwargs, **opts)
+
+    def _on_trace_ready(self, prof) -> None:
+        k = len(self.trace_files)
+        out = self.run_dir / ("trace.json.gz" if k == 0 else f"trace_{k}.json.gz")
+        tmp = self.run_dir / f".trace_{k}.json"
+        prof.export_chrome_trace(str(tmp))
+        with open(tmp, "rb") as src, gzip.open(out, "wb", compresslevel=6) as dst:
+            shutil.copyfileobj(src, dst)
+        tmp.unlink()
+        self.trace_files.append(out.name)
+
+    def step(self) -> None:
+        """Mark the end of one iteration (advances the schedule)."""
+        if self._prof is None:
+            return
+        self.markers.append(_marker())
+        self._prof.step()
+        self.markers.append(_marker())
+
+    def stop(self):
+        if not self._started:
+            return self.result
+        self._started = False
+        torch = _torch()
+        try:
+            if self._cuda:
+                torch.cuda.synchronize()
+            self.markers.append(_marker())
+            self._prof.stop()
+        finally:
+            telemetry = self._sampler.stop() if self._sampler is not None else None
+        if len(self.trace_files) > 1:
+            warnings.warn(f"kernelscope: the schedule produced {len(self.trace_files)} traces in "
+                          f"{self.run_dir}; only trace.json.gz is ingested (use repeat=1)", stacklevel=2)
+        if telemetry is not None and telemetry.num_rows:
+            import pyarrow.parquet as pq
+
+            pq.write_table(telemetry, self.run_dir / "telemetry.parquet")
+        self._write_run_json()
+        if self.ingest and self.trace_files:
+            self.result = ingest_run_dir(self.run_dir, name=self.name, labels=self.labels, db=self.db)
+            self.trace_id = getattr(self.result, "trace_id", None) or (
+                self.result if isinstance(self.result, str) else None)
+        return self.result
+
+    def _write_run_json(self) -> None:
+        sampler = self._sampler.info() if self._sampler is not None else {"kind": None,
+                                                                           "achieved_period_ms": None}
+        doc = {
+            "name": self.name,
+            "labels": self.labels,
+            "provenance": self.provenance,
+            "run_id": self.run_id,
+            "timings": self.timings,
+            "timing": self.timing_details,
+            "clock": {"marker": CLOCK_MARKER, "host_clock": "time.time_ns", "markers_epoch_ns": self.markers},
+            "sampler": sampler,
+            "traces": self.trace_files,
+        }
+        tmp = self.run_dir / ".run.json.tmp"
+        tmp.write_text(json.dumps(doc, indent=1, default=str))
+        os.replace(tmp, self.run_dir / "run.json")
+
+    # -- context manager -------------------------------------------------------------------------
+    def __enter__(self) -> "profile":
+        return self.start()
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if exc_type is not None:
+            self.ingest = self.ingest and exc_type in (SystemExit,)  # keep files, skip ingest on error
+        self.stop()
+        return False
