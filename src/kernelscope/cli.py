@@ -10,7 +10,6 @@ torch) are imported inside the commands so ``kernelscope --help`` stays fast. Ev
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import Any
 
@@ -68,11 +67,26 @@ def _fmt(fmt: str, as_json: bool) -> str:
 def _label_pairs(values) -> dict[str, Any]:
     from .storage.queries import parse_label
 
-    labels: dict[str, Any] = {}
+    labels: dict[str, str] = {}
     for text in values:
-        key, value = parse_label(text)
+        key, value, _number = parse_label(text)
+        if not value.strip():
+            raise UsageError(f"label {text!r} has an empty value; write it as key=value (e.g. batch=8)")
         labels[key] = value
     return labels
+
+
+def typed_label(text: str) -> Any:
+    """A label's text as JSON shows it: an integer or a finite float when it reads as one, else the text."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        value = float(text)
+    except ValueError:
+        return text
+    return value if value == value and value not in (float("inf"), float("-inf")) else text
 
 
 def _db_path(db: str | None) -> str:
@@ -84,13 +98,7 @@ def _db_path(db: str | None) -> str:
 def _open(db: str | None, read_only: bool):
     from .storage.store import open_store
 
-    path = _db_path(db)
-    if read_only and not os.path.exists(path):
-        raise UsageError(
-            f"no store at {path}; ingest a trace first (`kernelscope ingest TRACE.json.gz`) "
-            "or point --db / $KERNELSCOPE_DB at an existing store."
-        )
-    return open_store(path, read_only=read_only)
+    return open_store(_db_path(db), read_only=read_only)
 
 
 def _resolve(store, refs) -> list[str]:
@@ -237,7 +245,8 @@ def ingest(paths, labels, name, no_python, db):
 
     label_map = _label_pairs(labels)
     with _open(db, read_only=False) as store:
-        results = ingest_paths(store, list(paths), labels=label_map, name=name, python=not no_python)
+        results = ingest_paths(store, list(paths), labels=label_map, name=name,
+                               python_functions=not no_python)
     failed = 0
     for r in results:
         if r.status == "failed":
@@ -255,18 +264,22 @@ def ingest(paths, labels, name, no_python, db):
 @_format_options
 @_db_option
 def traces(fmt, as_json, db):
-    """List stored traces: id, name, source, labels and headline counts."""
+    """List stored traces: id, name, source, labels and headline counts.
+
+    Columns: id, name, source, format, rank, labels, devices, kernels, gpu_span_ns (first to last GPU
+    activity over all devices), ingested_ns (JSON and CSV only).
+    """
     from .storage.queries import list_traces
 
     fmt = _fmt(fmt, as_json)
     with _open(db, read_only=True) as store:
-        df = list_traces(store)
-    if fmt == "table" and "labels" in df.columns:
-        df = df.copy()
-        df["labels"] = [
-            " ".join(f"{k}={v}" for k, v in (lab or {}).items()) if isinstance(lab, dict) else lab
-            for lab in df["labels"]
-        ]
+        df = list_traces(store).rename(columns={"trace_id": "id"})
+    if fmt == "table":
+        df["labels"] = [" ".join(f"{k}={v}" for k, v in lab.items()) for lab in df["labels"]]
+        df["devices"] = [",".join(map(str, d)) for d in df["devices"]]
+        df = df.drop(columns=["ingested_ns"])
+    else:
+        df["labels"] = [{k: typed_label(v) for k, v in lab.items()} for lab in df["labels"]]
     _emit_frame(df, fmt)
 
 
@@ -334,11 +347,8 @@ def sql(query, timeout_s, fmt, as_json, db):
     """
     from .storage.queries import run_readonly_sql
 
+    df = run_readonly_sql(_db_path(db), query, timeout_s=timeout_s)
     fmt = _fmt(fmt, as_json)
-    path = _db_path(db)
-    if not os.path.exists(path):
-        raise UsageError(f"no store at {path}; ingest a trace first or point --db at an existing store.")
-    df = run_readonly_sql(path, query, timeout_s)
     _emit_frame(df, fmt)
 
 

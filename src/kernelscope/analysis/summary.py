@@ -212,8 +212,8 @@ def summary(store, trace_id: str) -> Result:
         "trace_id": meta.get("trace_id", t),
         "name": meta.get("name"),
         "source": meta.get("source"),
-        "labels": {r["key"]: (r["value_num"] if r["value_num"] is not None and _is_num(r["value_text"])
-                              else r["value_text"]) for r in _rows(store, _SQL_LABELS, t=t)},
+        "labels": {r["key"]: _label_value(r["value_text"], r["value_num"])
+                   for r in _rows(store, _SQL_LABELS, t=t)},
         "kernels": c["kernels"],
         "memcpys": c["memcpys"],
         "memsets": c["memsets"],
@@ -295,9 +295,11 @@ def summary(store, trace_id: str) -> Result:
     )
 
 
-def _is_num(text: Any) -> bool:
+def _label_value(text: str, num: float | None) -> Any:
+    """A label as JSON shows it: numeric labels as numbers (integers stay integers), others as text."""
+    if num is None:
+        return text
     try:
-        float(text)
-    except (TypeError, ValueError):
-        return False
-    return True
+        return int(text)
+    except ValueError:
+        return num
