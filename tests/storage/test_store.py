@@ -1,0 +1,115 @@
+"""Store opening, migrations, locking, and the locked-down read-only SQL connection."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import duckdb
+import pytest
+
+from kernelscope.errors import KernelscopeError, StoreError, StoreLockedError
+from kernelscope.storage.queries import run_readonly_sql
+from kernelscope.storage.store import code_schema_version, default_db_path, open_store
+
+
+def test_default_path(monkeypatch, tmp_path):
+    monkeypatch.delenv("KERNELSCOPE_DB", raising=False)
+    assert str(default_db_path()) == "kernelscope.duckdb"
+    monkeypatch.setenv("KERNELSCOPE_DB", str(tmp_path / "x.duckdb"))
+    assert default_db_path() == tmp_path / "x.duckdb"
+
+
+def test_create_migrate_and_reopen(tmp_path):
+    p = tmp_path / "s.duckdb"
+    with pytest.raises(StoreError, match="no store at .*kernelscope ingest"):
+        open_store(p, read_only=True)
+    with open_store(p) as s:
+        assert s.schema_version() == code_schema_version() >= 1
+        assert s.query("SELECT count(*) AS n FROM traces").n[0] == 0
+    with open_store(p, read_only=True) as s:
+        assert s.read_only and s.query_arrow("SELECT count(*) AS n FROM cpu_ops").num_rows == 1
+        with pytest.raises(duckdb.Error):
+            s.con.execute("DELETE FROM traces")
+
+
+def test_not_a_store_and_newer_schema(tmp_path):
+    junk = tmp_path / "junk.duckdb"
+    junk.write_bytes(b"hello" * 1000)
+    with pytest.raises(StoreError, match="not a kernelscope store"):
+        open_store(junk)
+    other = tmp_path / "other.duckdb"
+    duckdb.connect(str(other)).execute("CREATE TABLE t (a INT)").close()
+    with pytest.raises(StoreError, match="not a kernelscope store"):
+        open_store(other)
+    newer = tmp_path / "newer.duckdb"
+    open_store(newer).close()
+    con = duckdb.connect(str(newer))
+    con.execute("INSERT INTO schema_version VALUES (999, '999_future.sql', 0)")
+    con.close()
+    with pytest.raises(StoreError, match="upgrade kernelscope"):
+        open_store(newer)
+
+
+def test_second_writer_fails_fast(tmp_path):
+    p = tmp_path / "s.duckdb"
+    open_store(p).close()
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys, time, duckdb; c = duckdb.connect(sys.argv[1]); print('ready', flush=True); time.sleep(60)",
+         str(p)],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        t0 = time.monotonic()
+        with pytest.raises(StoreLockedError) as info:
+            open_store(p)
+        assert time.monotonic() - t0 < 5.0
+        msg = str(info.value)
+        assert f"PID {holder.pid}" in msg and "locked" in msg and "\n" not in msg
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+@pytest.fixture
+def db(tmp_path):
+    p = tmp_path / "s.duckdb"
+    open_store(p).close()
+    return p
+
+
+def test_readonly_sql_reads(db):
+    df = run_readonly_sql(db, "SELECT count(*) AS n FROM traces")
+    assert df.n[0] == 0
+    df = run_readonly_sql(db, "SELECT range AS i FROM range(100)", max_rows=7)
+    assert list(df.i) == list(range(7))
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "DELETE FROM traces",
+        "CREATE TABLE x (a INT)",
+        "COPY (SELECT 1) TO '{tmp}/out.csv'",
+        "SELECT * FROM read_csv('/etc/hostname')",
+        "INSTALL httpfs",
+        "LOAD httpfs",
+        "SET threads = 1",
+        "SET enable_external_access = true",
+        "ATTACH '{tmp}/other.duckdb' AS o",
+    ],
+)
+def test_readonly_sql_refuses(db, tmp_path, sql):
+    with pytest.raises(KernelscopeError) as info:
+        run_readonly_sql(db, sql.format(tmp=tmp_path))
+    assert "\n" not in str(info.value)
+    assert not (tmp_path / "out.csv").exists() and not (tmp_path / "other.duckdb").exists()
+
+
+def test_readonly_sql_times_out(db):
+    t0 = time.monotonic()
+    with pytest.raises(KernelscopeError, match="time limit"):
+        run_readonly_sql(db, "SELECT count(*) FROM range(100000000000) a, range(1000) b", timeout_s=0.5)
+    assert time.monotonic() - t0 < 10
