@@ -27,6 +27,8 @@ import uuid
 import warnings
 from pathlib import Path
 
+from kernelscope.errors import KernelscopeError
+
 CLOCK_MARKER = "kernelscope::clock_sync"
 
 
@@ -81,7 +83,11 @@ def ingest_run_dir(run_dir, *, name=None, labels=None, db=None):
     # open_store lives in storage.store; imported by name so collectors do not depend on it statically.
     open_store = importlib.import_module("kernelscope.storage.store").open_store
     with open_store(db) as store:
-        return ingest_run(store, Path(run_dir), name=name, labels=labels)
+        result = ingest_run(store, Path(run_dir), name=name, labels=labels)
+    if getattr(result, "status", None) == "failed":
+        raise KernelscopeError(f"could not ingest run {run_dir}: {result.message}; the run dir is kept, "
+                               "ingest it later with `kernelscope ingest`.")
+    return result
 
 
 def _default_run_dir(name) -> Path:

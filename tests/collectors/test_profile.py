@@ -1,0 +1,240 @@
+"""profile(), range(), sweep(), timing and the script runner on the CPU build of torch."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from fake_pynvml import FakeNVML  # noqa: E402
+
+import kernelscope  # noqa: E402
+from kernelscope.collectors import nvml, timing  # noqa: E402
+from kernelscope.collectors.profile import CLOCK_MARKER, profile  # noqa: E402
+from kernelscope.collectors.runner import run_script  # noqa: E402
+from kernelscope.errors import UsageError  # noqa: E402
+
+needs_cpu_torch = pytest.mark.skipif(torch.cuda.is_available(), reason="asserts the CPU-only behaviour")
+
+
+def _events(run_dir):
+    return json.loads(gzip.decompress((Path(run_dir) / "trace.json.gz").read_bytes()))["traceEvents"]
+
+
+def _has_ingest():
+    try:
+        from kernelscope.storage.ingest import ingest_run  # noqa: F401
+        from kernelscope.storage.store import open_store  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+needs_store = pytest.mark.skipif(not _has_ingest(), reason="kernelscope.storage.ingest.ingest_run not there yet")
+
+
+@needs_cpu_torch
+def test_schedule_gives_exactly_two_profiler_steps_and_clock_markers(tmp_path):
+    x = torch.randn(32, 32)
+    run_dir = tmp_path / "run"
+    sched = torch.profiler.schedule(wait=1, warmup=1, active=2)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        t_before = time.time_ns()
+        with profile(name="sched", labels={"batch": 8}, schedule=sched, run_dir=run_dir, ingest=False) as p:
+            for _ in range(5):
+                x @ x
+                p.step()
+        t_after = time.time_ns()
+    ours = [str(m.message) for m in w if "kernelscope" in str(m.message)]
+    assert len(ours) == 1 and "CPU ops only" in ours[0]  # one warning, no crash
+    ev = _events(run_dir)
+    steps = sorted(e["name"] for e in ev if e.get("ph") == "X" and e["name"].startswith("ProfilerStep#"))
+    assert steps == ["ProfilerStep#2", "ProfilerStep#3"]
+    markers = [e for e in ev if e.get("name", "").startswith(CLOCK_MARKER + " ")]
+    assert markers and all(e["cat"] == "user_annotation" for e in markers)
+    epochs = [int(e["name"].split()[1]) for e in markers]
+    assert all(t_before <= v <= t_after for v in epochs)
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["name"] == "sched" and run["labels"] == {"batch": 8}
+    assert set(epochs) <= set(run["clock"]["markers_epoch_ns"])
+    assert run["provenance"]["torch"] == torch.__version__
+    assert run["sampler"]["kind"] == "null" and run["sampler"]["achieved_period_ms"] is None
+    assert len(run["run_id"]) == 32 and run["traces"] == ["trace.json.gz"]
+    assert not (run_dir / "telemetry.parquet").exists()  # no samples, no file
+    assert any(e.get("cat") == "cpu_op" and e["name"] == "aten::mm" for e in ev)
+    assert any("Input Dims" in e.get("args", {}) for e in ev if e.get("cat") == "cpu_op")  # record_shapes
+
+
+def test_start_stop_without_with_and_range_is_a_user_annotation(tmp_path):
+    p = profile(name="plain", run_dir=tmp_path / "r", ingest=False, telemetry=False)
+    p.start()
+    with kernelscope.range("my_phase"):
+        torch.ones(8).sum()
+    p.stop()
+    ev = _events(tmp_path / "r")
+    phase = [e for e in ev if e.get("name") == "my_phase"]
+    assert len(phase) == 1 and phase[0]["cat"] == "user_annotation"
+    inner = [e for e in ev if e.get("cat") == "cpu_op" and e["name"] == "aten::sum"]
+    assert inner and phase[0]["ts"] <= inner[0]["ts"] <= phase[0]["ts"] + phase[0]["dur"]
+    # markers bracket the run: one after start, one before stop
+    m = sorted((e["ts"], e["name"]) for e in ev if e.get("name", "").startswith(CLOCK_MARKER))
+    assert len(m) == 2 and m[0][0] <= phase[0]["ts"] and m[1][0] >= phase[0]["ts"] + phase[0]["dur"]
+
+
+def test_default_run_dir_is_under_runs(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    p = profile(name="dflt", ingest=False, telemetry=False)
+    assert p.run_dir.parent == Path("runs") and p.run_dir.name.startswith("dflt-")
+
+
+def test_unprofiled_timing_rows(tmp_path):
+    calls = []
+    fn = lambda: calls.append(1) or torch.ones(64, 64) @ torch.ones(64, 64)  # noqa: E731
+    with profile(name="t", run_dir=tmp_path / "r", ingest=False, telemetry=False, unprofiled=fn):
+        fn()
+    run = json.loads((tmp_path / "r" / "run.json").read_text())
+    walls = [t for t in run["timings"] if t["kind"] == "wall"]
+    assert [t["iteration"] for t in walls] == list(range(20))
+    assert all(isinstance(t["dur_ns"], int) and t["dur_ns"] > 0 for t in walls)
+    assert len(calls) == 5 + 20 + 1  # warm-up, timed, profiled; no energy loop without NVML
+    assert run["timing"] == {"warmup": 5, "iters": 20}
+
+
+def test_timing_refuses_too_few_iterations():
+    with pytest.raises(ValueError):
+        timing.measure(lambda: None, warmup=2)
+
+
+class _FakeEnergy:
+    """Energy counter that steps every 20 ms at a constant 50 W (like NVML's refresh)."""
+
+    def __init__(self, watts=50.0, refresh_s=0.02):
+        self.t0, self.w, self.r = time.perf_counter(), watts, refresh_s
+
+    def energy_mj(self):
+        t = time.perf_counter() - self.t0
+        return int((t // self.r) * self.r * self.w * 1e3)
+
+
+def test_energy_loop_gives_power_times_iteration_time():
+    rows, details = timing.measure(lambda: time.sleep(0.002), energy_device=_FakeEnergy(),
+                                   energy_min_s=0.3, min_energy_steps=10)
+    (e,) = [r for r in rows if r["kind"] == "energy_loop"]
+    info = details["energy_loop"]
+    assert info["counter_steps"] >= 10 and 45 <= info["avg_power_w"] <= 55
+    # 50 W x one iteration's wall time (~2.1 ms) in mJ
+    assert e["energy_mj"] == pytest.approx(50.0 * e["dur_ns"] / 1e6, rel=0.1)
+    assert e["iteration"] == info["iterations"] and e["dur_ns"] >= 2_000_000
+
+
+def test_sweep_labels_and_run_dirs(tmp_path):
+    seen = []
+
+    def setup(batch, width):
+        return {"x": torch.randn(batch, width)}
+
+    def step(x):
+        seen.append(tuple(x.shape))
+        return x.relu().sum()
+
+    res = kernelscope.sweep(step, {"batch": [1, 4], "width": [16]}, setup=setup, steps=2, name="sw",
+                            run_root=tmp_path, ingest=False, telemetry=False)
+    assert [r["point"] for r in res] == [{"batch": 1, "width": 16}, {"batch": 4, "width": 16}]
+    for r, b in zip(res, [1, 4]):
+        assert r["run_dir"] == tmp_path / f"sw_batch{b}_width16"
+        run = json.loads((r["run_dir"] / "run.json").read_text())
+        assert run["labels"] == {"batch": b, "width": 16, "sweep": "sw"}  # numbers stay numbers
+        assert len([t for t in run["timings"] if t["kind"] == "wall"]) == 20
+        steps = [e for e in _events(r["run_dir"]) if e.get("name", "").startswith("ProfilerStep#")]
+        assert len(steps) == 2
+    # per point: 5 warm-up + 20 timed + 1 profiler warm-up + 2 active
+    assert seen.count((1, 16)) == 28 and seen.count((4, 16)) == 28
+
+
+def test_runner_profiles_a_script_that_never_imports_kernelscope(tmp_path):
+    script = tmp_path / "s.py"
+    script.write_text(
+        "import sys, torch\n"
+        "assert 'kernelscope' not in sys.modules or True\n"
+        "a = torch.ones(16, 16)\n"
+        "b = (a @ a).sum()\n"
+        "open(sys.argv[1], 'w').write(str(float(b)) + ' ' + __name__)\n"
+        "sys.exit(3)\n")
+    out = tmp_path / "out.txt"
+    rc = run_script(["python", str(script), str(out)], name="scr", labels={"k": "v"},
+                    run_dir=tmp_path / "run", ingest=False)
+    assert rc == 3
+    assert out.read_text() == "4096.0 __main__"
+    ev = _events(tmp_path / "run")
+    assert any(e.get("cat") == "cpu_op" and e["name"] == "aten::mm" for e in ev)
+    run = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert run["name"] == "scr" and run["labels"] == {"k": "v"}
+
+
+def test_runner_usage_errors(tmp_path):
+    with pytest.raises(UsageError):
+        run_script([])
+    with pytest.raises(UsageError, match="not found"):
+        run_script(["python", str(tmp_path / "missing.py")])
+    with pytest.raises(UsageError, match="not a Python script"):
+        run_script(["ls", "-l"])
+
+
+def test_launch_blocking_warns_loudly(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUDA_LAUNCH_BLOCKING", "1")
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        with profile(name="lb", run_dir=tmp_path / "r", ingest=False, telemetry=False):
+            pass
+    assert any("CUDA_LAUNCH_BLOCKING=1" in str(m.message) for m in w)
+    run = json.loads((tmp_path / "r" / "run.json").read_text())
+    assert run["provenance"]["env"]["CUDA_LAUNCH_BLOCKING"] == "1"
+
+
+def test_telemetry_written_as_parquet_when_sampler_has_rows(tmp_path, monkeypatch):
+    """With a (fake) GPU sampler the run dir gets telemetry.parquet with the documented schema."""
+    import pyarrow.parquet as pq
+
+    fake = FakeNVML(["GPU-aaaa"])
+    monkeypatch.setattr(nvml, "pynvml", fake)
+    monkeypatch.setattr(nvml, "make_sampler",
+                        lambda quiet=False, _m=nvml.make_sampler: _m(devices=["GPU-aaaa"], period_ms=5))
+    with profile(name="tel", run_dir=tmp_path / "r", ingest=False):
+        time.sleep(0.1)
+    t = pq.read_table(tmp_path / "r" / "telemetry.parquet")
+    assert t.schema == nvml.TELEMETRY_SCHEMA and t.num_rows >= 5
+    run = json.loads((tmp_path / "r" / "run.json").read_text())
+    assert run["sampler"]["samples"] == t.num_rows and 4.5 <= run["sampler"]["achieved_period_ms"] <= 15
+
+
+@needs_store
+def test_profile_ingests_into_the_store(tmp_path):
+    db = tmp_path / "ks.duckdb"
+    sched = torch.profiler.schedule(wait=1, warmup=1, active=2)
+    x = torch.randn(32, 32)
+    with profile(name="x", labels={"batch": 8}, db=db, schedule=sched, run_dir=tmp_path / "r",
+                 unprofiled=lambda: x @ x) as p:
+        for _ in range(5):
+            x @ x
+            p.step()
+    assert p.trace_id
+    with kernelscope.open_store(db, read_only=True) as s:
+        con = getattr(s, "con", None) or getattr(s, "connection", None)
+        q = lambda sql: con.execute(sql, [p.trace_id]).fetchall()  # noqa: E731
+        assert q("SELECT name, run_id FROM traces WHERE trace_id = ?") == [("x", p.run_id)]
+        labels = dict((k, (t, n)) for k, t, n in q("SELECT key, value_text, value_num FROM labels WHERE trace_id = ?"))
+        assert labels["batch"] == ("8", 8.0)
+        assert q("SELECT count(*) FROM annotations WHERE trace_id = ? AND kind = 'step'") == [(2,)]
+        assert q("SELECT count(*) FROM timings WHERE trace_id = ? AND kind = 'wall'") == [(20,)]
+        (prov,) = q("SELECT provenance FROM traces WHERE trace_id = ?")[0]
+        assert json.loads(prov)["torch"] == torch.__version__
