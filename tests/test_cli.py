@@ -306,3 +306,15 @@ def test_profile_needs_a_command():
     proc = run_cli("profile", "--")
     assert proc.returncode == 2  # click's usage error: the usage line and what is missing
     assert "Missing argument" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_sql_json_handles_duckdb_types(store):
+    """Lists, NULLs, NaN, decimals, huge sums and timestamps all become plain JSON values."""
+    db, _, _ = store
+    q = ("SELECT sum(dur_ns) AS total, [1, 2] AS l, NULL::INTEGER AS n, 'nan'::DOUBLE AS f, "
+         "1.5::DECIMAL(10, 2) AS d, max(start_ns) AS last_start, TIMESTAMP '2024-01-02 03:04:05' AS ts "
+         "FROM gpu_activities")
+    res = invoke("sql", q, "--json", db=db)
+    assert res.exit_code == 0, res.stderr
+    assert json.loads(res.stdout) == [{"total": 5484, "l": [1, 2], "n": None, "f": None, "d": 1.5,
+                                       "last_start": BASE_NS + 44000, "ts": "2024-01-02T03:04:05"}]

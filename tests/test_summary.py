@@ -4,6 +4,7 @@ nanosecond, on every trace file the repo ships; plus the summary's own invariant
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from click.testing import CliRunner
@@ -72,3 +73,17 @@ def test_summary_invariants(session_store, path):
     if got["trust"]["ops_with_kernels"]["top_level_ops"] <= 10:
         attributed = sum(r["kernel_time_ns"] for r in got["top_operators"])
         assert attributed + trust["kernel_time_without_operator_ns"] == got["kernel_time_ns"]
+
+
+def test_every_summary_key_is_documented(session_store):
+    """Each key the summary emits (top level, trust, tables' columns) is named in docs/metrics.md."""
+    doc = (ROOT / "docs" / "metrics.md").read_text(encoding="utf-8")
+    documented = set(re.findall(r"`([A-Za-z_][A-Za-z0-9_.]*)`", doc))
+    path = next(iter(session_store.ids))
+    got = _summary(session_store, path)
+    keys = set(got) | set(got["trust"]) | {f"phases.{k}" for k in got["phases"]}
+    for table in ("top_kernels", "top_operators", "top_leaf_operators", "devices"):
+        for row in got[table][:1]:
+            keys |= set(row)
+    missing = sorted(k for k in keys if k not in documented)
+    assert not missing, f"undocumented summary keys: {missing}"

@@ -129,7 +129,7 @@ def _flatten(prefix: str, value: Any, out: list[tuple[str, Any]]) -> None:
             _flatten(f"{prefix}.{k}" if prefix else str(k), v, out)
     elif isinstance(value, list):
         if not value:
-            out.append((prefix, ""))
+            out.append((prefix, "none"))
         for i, v in enumerate(value):
             _flatten(f"{prefix}[{i}]", v, out)
     else:

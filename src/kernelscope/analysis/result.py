@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 import pandas as pd
@@ -36,16 +37,16 @@ def json_safe(value: Any) -> Any:
         return [json_safe(v) for v in value]
     if isinstance(value, pd.DataFrame):
         return table_records(value)
-    # numpy scalars and pandas NA
-    try:
-        if pd.isna(value):
-            return None
-    except (TypeError, ValueError):
-        pass
-    if hasattr(value, "item"):
-        return json_safe(value.item())
-    if hasattr(value, "isoformat"):
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    if hasattr(value, "tolist"):  # numpy arrays and numpy scalars
+        return json_safe(value.tolist())
+    if value is pd.NaT or value is pd.NA:
+        return None
+    if hasattr(value, "isoformat"):  # datetime, date, pandas Timestamp
         return value.isoformat()
+    if isinstance(value, (set, frozenset)):
+        return [json_safe(v) for v in sorted(value, key=str)]
     return str(value)
 
 

@@ -30,7 +30,7 @@ import pandas as pd
 
 from .result import Result
 
-DESCRIPTION = "Counts, kernel time, GPU busy/idle/span, latency, top kernels and operators, trust."
+DESCRIPTION = "Counts, GPU busy/idle/span, latency, top kernels and operators, trust."
 TOP_N = 10
 
 # Scalar numbers over the whole trace, one row. Every BIGINT sum is cast back to BIGINT so that ns stay
