@@ -139,3 +139,12 @@ def test_device_info_for_provenance(fake):
     assert i["pci_bus_id"] == "00000000:02:00.0" and i["power_limit_mw"] == 700_000
     assert i["mig_mode"] is None and i["ecc_mode"] == [1, 1] and i["sm_clock_max_mhz"] == 1980
     assert nvml.driver_info() == {"driver_version": "580.00.01", "driver_cuda_version": "13.0"}
+
+
+def test_pci_fallback_when_uuids_differ(fake, monkeypatch):
+    """A CUDA UUID NVML does not know (e.g. MIG) is matched by the PCI address instead."""
+    fake()
+    monkeypatch.setattr(nvml, "_cuda_device_uuids", lambda devices=None: ["11111111-0000"])
+    monkeypatch.setattr(nvml, "_cuda_device_pci", lambda devices=None: [(0, 3, 0)])  # NVML index 2
+    s = nvml.make_sampler(quiet=True)
+    assert [d.index for d in s.devices] == [2]

@@ -112,6 +112,32 @@ def _cuda_device_uuids(devices=None) -> list[str] | None:
 _VALUE_ATTR = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
 
 
+def _cuda_device_pci(devices=None) -> list[tuple | None] | None:
+    """(domain, bus, device) PCI ids of the CUDA devices in use, in the same order as their UUIDs."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    ordinals = range(torch.cuda.device_count()) if devices is None else devices
+    out = []
+    for i in ordinals:
+        p = torch.cuda.get_device_properties(i)
+        ids = tuple(getattr(p, a, None) for a in ("pci_domain_id", "pci_bus_id", "pci_device_id"))
+        out.append(None if None in ids else ids)
+    return out
+
+
+def _parse_bus_id(bus_id) -> tuple | None:
+    """NVML ``"00000000:19:00.0"`` -> (0, 0x19, 0)."""
+    try:
+        dom, bus, rest = _text(bus_id).split(":")
+        return int(dom, 16), int(bus, 16), int(rest.split(".")[0], 16)
+    except ValueError:
+        return None
+
+
 def _field_value(fv):
     """Value of one c_nvmlFieldValue_t by its valueType; None when the field failed."""
     if getattr(fv, "nvmlReturn", 0) != 0 or fv.valueType not in _VALUE_ATTR:
@@ -194,14 +220,24 @@ def open_devices(devices=None) -> tuple[list[_Device], str | None]:
         want = _cuda_device_uuids(devices)
         if want is None:
             return [], "no CUDA device is visible to torch"
-    by_uuid = {}
+    by_uuid, by_pci = {}, {}
     for i in range(nv.nvmlDeviceGetCount()):
         h = nv.nvmlDeviceGetHandleByIndex(i)
         u = _text(nv.nvmlDeviceGetUUID(h))
         by_uuid[normalize_uuid(u)] = (i, h, u)
+        try:
+            by_pci[_parse_bus_id(nv.nvmlDeviceGetPciInfo(h).busId)] = (i, h, u)
+        except Exception:
+            pass
+    pci = None
     out, missing = [], []
-    for u in want:
+    for k, u in enumerate(want):
         hit = by_uuid.get(normalize_uuid(u))
+        if hit is None and not (devices and isinstance(devices[0], str)):
+            # UUIDs differ (e.g. a MIG instance): fall back to the PCI address of the CUDA device
+            pci = _cuda_device_pci(devices) if pci is None else pci
+            if pci and k < len(pci) and pci[k] is not None:
+                hit = by_pci.get(pci[k])
         if hit is None:
             missing.append(u)
         else:
