@@ -318,3 +318,28 @@ def test_sql_json_handles_duckdb_types(store):
     assert res.exit_code == 0, res.stderr
     assert json.loads(res.stdout) == [{"total": 5484, "l": [1, 2], "n": None, "f": None, "d": 1.5,
                                        "last_start": BASE_NS + 44000, "ts": "2024-01-02T03:04:05"}]
+
+
+def test_profile_runs_an_unmodified_script_and_ingests_it(tmp_path):
+    pytest.importorskip("torch")
+    script = tmp_path / "work.py"
+    script.write_text("import sys, torch\nx = torch.ones(8, 8)\n(x @ x).sum()\nsys.exit(3)\n")
+    db = tmp_path / "ks.duckdb"
+    proc = run_cli("profile", "--name", "work", "--label", "batch=2", "--run-dir", tmp_path / "run",
+                   "--db", db, "--", "python", script)
+    assert proc.returncode == 3, proc.stderr  # the script's own exit code
+    rows = json.loads(invoke("traces", "--json", db=db).stdout)
+    assert [(r["name"], r["labels"]["batch"]) for r in rows] == [("work", 2)]
+    ops = json.loads(invoke("sql", "SELECT count(*) AS n FROM cpu_ops WHERE name = 'aten::matmul'", "--json",
+                            db=db).stdout)
+    assert ops[0]["n"] >= 1
+
+
+def test_profile_without_torch_is_one_line(tmp_path):
+    script = tmp_path / "work.py"
+    script.write_text("print('hi')\n")
+    code = "import sys; sys.modules['torch'] = None; from kernelscope.cli import main; main()"
+    proc = subprocess.run([sys.executable, "-c", code, "profile", "--db", str(tmp_path / "ks.duckdb"),
+                           "--", "python", str(script)], capture_output=True, text=True, timeout=60)
+    assert_one_line_error(proc)
+    assert "PyTorch" in proc.stderr

@@ -421,14 +421,15 @@ def profile(name, labels, run_dir, db, command):
 
     Usage: kernelscope profile [OPTIONS] -- python script.py ARGS...  The script needs no changes.
     """
-    try:
-        from .collectors.runner import run_script
-    except ModuleNotFoundError as exc:
-        if exc.name and exc.name.split(".")[0] == "torch":
-            raise UsageError(
-                "`kernelscope profile` needs PyTorch; install it with `pip install 'kernelscope[collect]'`."
-            ) from None
-        raise
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        raise UsageError(
+            "`kernelscope profile` needs PyTorch, which is not installed; install it with "
+            "`pip install 'kernelscope[collect]'` (or a torch build for your machine)."
+        )
+    from .collectors.runner import run_script
+
     argv = list(command)
     if argv and argv[0] == "--":
         argv = argv[1:]
