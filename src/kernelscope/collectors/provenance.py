@@ -37,10 +37,12 @@ def warn_launch_blocking() -> str | None:
 
 def collect(devices=None, nvml: bool = True) -> dict:
     """A JSON-able dict of host, GPU, driver, CUDA, torch and flag facts."""
-    from kernelscope import __version__
-
+    # The root package is always loaded before this module; reading its attribute (rather than
+    # `from kernelscope import ...`) keeps collectors free of an import edge to the root, which
+    # re-exports the upper layers.
+    version = getattr(sys.modules.get("kernelscope"), "__version__", None)
     prov: dict = {
-        "kernelscope_version": __version__,
+        "kernelscope_version": version,
         "hostname": socket.gethostname(),
         "cpu_model": _cpu_model(),
         "cpu_count": os.cpu_count(),
