@@ -39,7 +39,8 @@ def detect_format(path: str | Path) -> str:
     if not head:
         raise ParseError("the file is empty after decompression; it holds no trace")
     raise ParseError(
-        "not a trace: the file is not JSON (binary or another format); give a torch.profiler .json or .json.gz trace"
+        "not a trace: the file does not start with '{' (binary, another format, or JSON that is not an object); "
+        "give a torch.profiler .json or .json.gz trace"
     )
 
 

@@ -31,7 +31,9 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from kernelscope.errors import ParseError
 from kernelscope.parsers.schema import RAW_EVENTS, TraceMeta
@@ -150,6 +152,8 @@ CAT_KIND = {
     "cpu_instant_event": "instant",
 }
 GPU_KINDS = frozenset({"kernel", "memcpy", "memset", "gpu_annotation", "sync"})
+_GPU_KINDS_ARR = pa.array(sorted(GPU_KINDS))
+_NOTE_KINDS_ARR = pa.array(["instant", "other", "meta"])
 _PH_KIND = {"M": "meta", "s": "flow", "f": "flow", "t": "flow", "i": "instant", "I": "instant"}
 
 _BOUNDARY_BACK = re.compile(rb"\}\s*,\s*\Z")
@@ -197,16 +201,11 @@ class _Source:
         try:
             block = self._f.read(n)
         except EOFError:
-            raise ParseError(
-                f"the gzip stream is truncated (ends after {self.offset} decompressed bytes, before its "
-                "end marker); copy the file again"
-            ) from None
+            raise ParseError("the gzip stream is truncated (it ends before its end marker); copy the file again") from None
         except gzip.BadGzipFile as exc:
-            raise ParseError(f"not a valid gzip file ({exc}); re-compress or copy the file again") from None
+            raise ParseError(f"the gzip file is damaged ({exc}); copy the file again") from None
         except zlib.error as exc:
-            raise ParseError(
-                f"the gzip data is corrupt at about byte {self.offset} of its content ({exc}); copy the file again"
-            ) from None
+            raise ParseError(f"the gzip data is corrupt ({exc}); copy the file again") from None
         except OSError as exc:
             raise ParseError(f"cannot read the file ({exc}); check the file") from None
         self.sha.update(block)
@@ -324,16 +323,6 @@ def _repair_event(text: bytes, fixes: Counter) -> bytes:
 # --------------------------------------------------------------------------------------------- values
 
 
-def _us_to_ns(b: bytes) -> int:
-    """Decimal µs text -> int ns, exact. Fast path for the common 3-digit fraction."""
-    whole, _, frac = b.partition(b".")
-    if len(frac) == 3 and whole and frac.isdigit():
-        return int(whole + frac)
-    if not frac and whole.lstrip(b"-").isdigit():
-        return int(whole) * 1000
-    return us_text_to_ns(b)
-
-
 def _clean_number(v: Any, as_int: bool, bad: Counter, col: str) -> int | float | None:
     if v is None:
         return None
@@ -382,14 +371,46 @@ def _num_array(vals: list, typ: pa.DataType, bad: Counter, col: str) -> pa.Array
             return pa.nulls(len(vals), typ)
 
 
-def _raw_text(r: _Raw) -> str | None:
-    return bytes(r).decode("utf-8", "replace") if r else None
+def _raw_strings(raws: list[_Raw]) -> pa.Array:
+    """Raw JSON texts -> a string array (null where the key was absent), without a Python call per row."""
+    n = len(raws)
+    lens = np.array(list(map(len, raws)), dtype=np.int64)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    data = b"".join(raws)
+    valid = lens > 0
+    binary = pa.LargeBinaryArray.from_buffers(
+        pa.large_binary(), n, [pa.array(valid).buffers()[1], pa.py_buffer(offsets), pa.py_buffer(data)]
+    )
+    try:
+        return binary.cast(pa.large_string()).cast(pa.string())
+    except pa.ArrowInvalid:  # invalid UTF-8 (only reachable through repaired runs)
+        return pa.array([bytes(r).decode("utf-8", "replace") if r else None for r in raws], pa.string())
 
 
-def _dim(v: Any, i: int) -> Any:
-    if isinstance(v, list) and len(v) > i:
-        return v[i]
-    return None
+def _dims(vals: list, bad: Counter, col: str) -> tuple[pa.Array, pa.Array, pa.Array]:
+    """``[x, y, z]`` lists -> three int32 columns (only rows that have the key are visited)."""
+    n = len(vals)
+    out: list[list] = [[None] * n, [None] * n, [None] * n]
+    for i in [i for i, v in enumerate(vals) if v is not None]:
+        v = vals[i]
+        if isinstance(v, list):
+            for d in range(min(3, len(v))):
+                out[d][i] = v[d]
+        else:
+            bad[col] += 1
+    return tuple(_num_array(o, pa.int32(), bad, col) for o in out)  # type: ignore[return-value]
+
+
+def _cast_or_null(arr: pa.Array, typ: pa.DataType) -> pa.Array:
+    try:
+        return arr.cast(typ)
+    except pa.ArrowInvalid:
+        return pa.array([v if v is not None and -(2**31) <= v < 2**31 else None for v in arr.to_pylist()], typ)
+
+
+def _other_kind(cat: Any) -> str:
+    return CAT_KIND.get(cat.lower(), "other") if isinstance(cat, str) else "other"
 
 
 # --------------------------------------------------------------------------------------------- reader
@@ -528,6 +549,8 @@ class KinetoReader:
         return None
 
     def _no_trace_events(self, buf: bytes) -> None:
+        if _TRACE_EVENTS_KEY.search(buf):
+            raise ParseError('the keys before "traceEvents" are not valid JSON; re-export the trace')
         try:
             obj = _ANY_DEC.decode(buf)
         except _DECODE_ERRORS:
@@ -672,6 +695,14 @@ class KinetoReader:
                 continue
             right = buf[k + 1 :].strip()
             if not right.endswith(b"}"):
+                end = right.rfind(b"}")
+                if end >= 0 and self._events_ok(left):
+                    head = right[: end + 1]
+                    if head == b"}" or (head.startswith(b",") and _tail_ok(b"{" + head[1:])):
+                        raise ParseError(
+                            f"unexpected text after the end of the top-level JSON object (near byte "
+                            f"{base + k + 1 + len(head)}); remove it or re-export the trace"
+                        )
                 truncated_tail = truncated_tail or self._events_ok(left)
                 continue
             if right == b"}":
@@ -750,152 +781,170 @@ class KinetoReader:
             yield batch
 
     def _to_batch(self, evs: list[_EventTyped]) -> pa.RecordBatch:
+        """One Arrow batch from decoded events: column by column, vectorised where Arrow can do it."""
         n = len(evs)
         seq0 = self._seq
         self._seq += n
         bad = self._bad_numbers
-        ph = [e.ph for e in evs]
-        cat = [e.cat for e in evs]
-        name = [e.name for e in evs]
-        kind = [_kind(p, c, nm) for p, c, nm in zip(ph, cat, name)]
+        i32, i64, f64, s = pa.int32(), pa.int64(), pa.float64(), pa.string()
+        ph = _str_array([e.ph for e in evs])
+        cat_list = [e.cat for e in evs]
+        cat = _str_array(cat_list)
+        name = _str_array([e.name for e in evs])
+        ph_list = [e.ph for e in evs]
+        kind_list = [_PH_KIND.get(p) or CAT_KIND.get(c) or _other_kind(c) for p, c in zip(ph_list, cat_list)]
+        kind = pa.array(kind_list, s)
+        step = pc.and_(pc.equal(kind, "cpu_op"), pc.fill_null(pc.starts_with(name, "ProfilerStep#"), False))
+        if pc.any(step).as_py():
+            kind = pc.if_else(step, "annotation", kind)
         A = [e.args or _NO_ARGS for e in evs]
 
-        # times
-        ts_ns: list[int | None] = []
-        dur_ns: list[int | None] = []
-        for i, e in enumerate(evs):
-            t = e.ts
-            d = e.dur
-            try:
-                ts_ns.append(_us_to_ns(bytes(t)) if t else None)
-                dur_ns.append(_us_to_ns(bytes(d)) if d else None)
-            except (ValueError, ArithmeticError, UnicodeDecodeError):
-                bad_t = bytes(t) if t else b""
-                which = "ts" if not _is_number(bad_t) else "dur"
+        # times: decimal text -> exact ns
+        ts_ns = self._times([e.ts for e in evs], "ts", seq0)
+        dur_ns = self._times([e.dur for e in evs], "dur", seq0)
+        is_x = pc.fill_null(pc.equal(ph, "X"), False)
+        if ts_ns.null_count:
+            missing = pc.and_(is_x, pc.is_null(ts_ns))
+            if pc.any(missing).as_py():
+                i = pc.index(missing, True).as_py()
                 raise ParseError(
-                    f"event {seq0 + i} has a {which} that is not a number "
-                    f"({(bytes(t) if which == 'ts' else bytes(d)).decode('utf-8', 'replace')[:40]}); "
-                    "times must be numbers in microseconds, re-export the trace"
-                ) from None
-            if ph[i] == "X":
-                if ts_ns[-1] is None:
-                    raise ParseError(
-                        f"event {seq0 + i} ('X' {str(name[i])[:60]!r}) has no ts; a complete event needs a "
-                        "start time, re-export the trace"
-                    )
-                if dur_ns[-1] is None:
-                    dur_ns[-1] = 0
-                    self._missing_dur += 1
-
-        # pid / tid
-        pid: list = []
-        pid_text: list = []
-        for p in (e.pid for e in evs):
-            if isinstance(p, int) and not isinstance(p, bool):
-                pid.append(p)
-                pid_text.append(None)
-            elif isinstance(p, str):
-                t = p.strip()
-                if t.lstrip("-").isdigit():
-                    pid.append(int(t))
-                    pid_text.append(None)
-                else:
-                    pid.append(None)
-                    pid_text.append(p)
-            else:
-                pid.append(None)
-                pid_text.append(None if p is None else str(p))
-        tid = [_int_or_none(e.tid) for e in evs]
-
-        # GPU placement
-        device: list = []
-        stream: list = []
-        for k, a, p, t in zip(kind, A, pid, tid):
-            if k in GPU_KINDS:
-                device.append(a.device if a.device is not None else p)
-                s = a.stream
-                if isinstance(s, str):
-                    try:
-                        s = int(s.strip(), 0)
-                    except ValueError:
-                        bad["stream"] += 1
-                        s = None
-                stream.append(s if s is not None else t)
-            else:
-                device.append(None)
-                stream.append(None)
-
-        # flows / meta / collectives
-        flow_id: list = []
-        flow_phase: list = []
-        text: list = []
-        for k, e, a, p in zip(kind, evs, A, ph):
-            if k == "flow":
-                flow_id.append(_int_or_none(e.id))
-                flow_phase.append(p)
-            else:
-                flow_id.append(None)
-                flow_phase.append(None)
-            if k == "meta":
-                v = a.name if a.name is not None else (a.labels if a.labels is not None else a.sort_index)
-                text.append(v if isinstance(v, str) or v is None else msgspec.json.encode(v).decode())
-            elif a.coll_name is not None or a.pg_name is not None:
-                text.append(
-                    msgspec.json.encode(
-                        {key: getattr(a, attr) for attr, key in _COLLECTIVE_KEYS if getattr(a, attr) is not None}
-                    ).decode()
+                    f"event {seq0 + i} (a complete 'X' event, {str(name[i].as_py())[:60]!r}) has no ts; "
+                    "every complete event needs a start time, re-export the trace"
                 )
-            else:
-                text.append(None)
+        if dur_ns.null_count:
+            missing = pc.and_(is_x, pc.is_null(dur_ns))
+            k = pc.sum(missing).as_py() or 0
+            if k:
+                self._missing_dur += k
+                dur_ns = pc.if_else(missing, 0, dur_ns)
 
-        # profiler's own notes about lost data
-        for k, nm, a in zip(kind, name, A):
-            if k in ("instant", "other", "meta") and isinstance(nm, str) and _DROPPED_TEXT.search(nm):
-                note = nm if a is _NO_ARGS else f"{nm} {msgspec.json.encode(a).decode()}"
-                self.meta.dropped_notes.append(note)
+        # pid / tid: integers, or text ("Spans", "Traces") kept in pid_text
+        pid_list = [e.pid for e in evs]
+        try:
+            pid = pa.array(pid_list, i64)
+            pid_text = pa.nulls(n, s)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
+            pid_text = pa.array(
+                [None if type(p) is int else _text_pid(p) for p in pid_list], s  # noqa: E721
+            )
+            pid = pa.array([p if type(p) is int else _int_or_none(p) for p in pid_list], i64)  # noqa: E721
+        tid_list = [e.tid for e in evs]
+        try:
+            tid = pa.array(tid_list, i64)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
+            tid = pa.array([t if type(t) is int else _int_or_none(t) for t in tid_list], i64)  # noqa: E721
 
-        i32, i64, f64, s = pa.int32(), pa.int64(), pa.float64(), pa.string()
-        cols = {
-            "seq": pa.array(range(seq0, seq0 + n), i64),
-            "kind": pa.array(kind, s),
-            "cat": _str_array(cat),
-            "ph": _str_array(ph),
-            "name": _str_array(name),
-            "pid": _num_array(pid, i64, bad, "pid"),
-            "tid": pa.array(tid, i64),
-            "pid_text": pa.array(pid_text, s),
-            "ts_ns": pa.array(ts_ns, i64),
-            "dur_ns": pa.array(dur_ns, i64),
-            "correlation": _num_array([a.correlation for a in A], i64, bad, "correlation"),
-            "external_id": _num_array([a.external_id for a in A], i64, bad, "External id"),
-            "device": _num_array(device, i32, bad, "device"),
-            "stream": _num_array(stream, i64, bad, "stream"),
-            "grid_x": _num_array([_dim(a.grid, 0) for a in A], i32, bad, "grid"),
-            "grid_y": _num_array([_dim(a.grid, 1) for a in A], i32, bad, "grid"),
-            "grid_z": _num_array([_dim(a.grid, 2) for a in A], i32, bad, "grid"),
-            "block_x": _num_array([_dim(a.block, 0) for a in A], i32, bad, "block"),
-            "block_y": _num_array([_dim(a.block, 1) for a in A], i32, bad, "block"),
-            "block_z": _num_array([_dim(a.block, 2) for a in A], i32, bad, "block"),
-            "registers_per_thread": _num_array([a.registers for a in A], i32, bad, "registers per thread"),
-            "shared_memory_bytes": _num_array([a.shared_memory for a in A], i64, bad, "shared memory"),
-            "blocks_per_sm": _num_array([a.blocks_per_sm for a in A], f64, bad, "blocks per SM"),
-            "warps_per_sm": _num_array([a.warps_per_sm for a in A], f64, bad, "warps per SM"),
-            "est_occupancy_pct": _num_array([a.occupancy for a in A], f64, bad, "est. achieved occupancy %"),
-            "bytes": _num_array([a.nbytes for a in A], i64, bad, "bytes"),
-            "seq_number": _num_array([a.seq_number for a in A], i64, bad, "Sequence number"),
-            "fwd_thread_id": _num_array([a.fwd_thread_id for a in A], i64, bad, "Fwd thread id"),
-            "ev_idx": _num_array(
-                [a.ev_idx if a.ev_idx is not None else a.ev_idx_old for a in A], i64, bad, "Ev Idx"
-            ),
-            "input_dims": pa.array([_raw_text(a.input_dims) for a in A], s),
-            "input_types": pa.array([_raw_text(a.input_types) for a in A], s),
-            "input_strides": pa.array([_raw_text(a.input_strides) for a in A], s),
-            "concrete_inputs": pa.array([_raw_text(a.concrete_inputs) for a in A], s),
-            "flow_id": _num_array(flow_id, i64, bad, "flow id"),
-            "flow_phase": pa.array(flow_phase, s),
-            "text": pa.array(text, s),
-        }
-        return pa.RecordBatch.from_arrays(list(cols.values()), schema=RAW_EVENTS)
+        # GPU placement: args.device / args.stream, else pid / tid
+        gpu = pc.is_in(kind, value_set=_GPU_KINDS_ARR)
+        none_i32 = pa.scalar(None, i32)
+        none_i64 = pa.scalar(None, i64)
+        device = pc.if_else(
+            gpu,
+            pc.coalesce(_num_array([a.device for a in A], i32, bad, "device"), _cast_or_null(pid, i32)),
+            none_i32,
+        )
+        stream = pc.if_else(gpu, pc.coalesce(_num_array([a.stream for a in A], i64, bad, "stream"), tid), none_i64)
+
+        # flows
+        is_flow = pc.equal(kind, "flow")
+        any_flow = pc.any(is_flow).as_py()
+        if any_flow:
+            flow_id = pc.if_else(is_flow, _num_array([e.id for e in evs], i64, bad, "flow id"), none_i64)
+            flow_phase = pc.if_else(is_flow, ph, pa.scalar(None, s))
+        else:
+            flow_id, flow_phase = pa.nulls(n, i64), pa.nulls(n, s)
+
+        # text: meta values, collective args
+        text: list = [None] * n
+        for i in pc.indices_nonzero(pc.equal(kind, "meta")).to_pylist():
+            a = A[i]
+            v = a.name if a.name is not None else (a.labels if a.labels is not None else a.sort_index)
+            text[i] = v if isinstance(v, str) or v is None else msgspec.json.encode(v).decode()
+        for i in [i for i, a in enumerate(A) if a.coll_name is not None or a.pg_name is not None]:
+            a = A[i]
+            text[i] = msgspec.json.encode(
+                {key: getattr(a, attr) for attr, key in _COLLECTIVE_KEYS if getattr(a, attr) is not None}
+            ).decode()
+
+        # the profiler's own notes about lost data
+        for i in pc.indices_nonzero(pc.is_in(kind, value_set=_NOTE_KINDS_ARR)).to_pylist():
+            nm = evs[i].name
+            if isinstance(nm, str) and _DROPPED_TEXT.search(nm):
+                a = A[i]
+                self.meta.dropped_notes.append(nm if a is _NO_ARGS else f"{nm} {msgspec.json.encode(a).decode()}")
+
+        gx, gy, gz = _dims([a.grid for a in A], bad, "grid")
+        bx, by, bz = _dims([a.block for a in A], bad, "block")
+        cols = [
+            pa.array(range(seq0, seq0 + n), i64),
+            kind,
+            cat,
+            ph,
+            name,
+            pid,
+            tid,
+            pid_text,
+            ts_ns,
+            dur_ns,
+            _num_array([a.correlation for a in A], i64, bad, "correlation"),
+            _num_array([a.external_id for a in A], i64, bad, "External id"),
+            device,
+            stream,
+            gx,
+            gy,
+            gz,
+            bx,
+            by,
+            bz,
+            _num_array([a.registers for a in A], i32, bad, "registers per thread"),
+            _num_array([a.shared_memory for a in A], i64, bad, "shared memory"),
+            _num_array([a.blocks_per_sm for a in A], f64, bad, "blocks per SM"),
+            _num_array([a.warps_per_sm for a in A], f64, bad, "warps per SM"),
+            _num_array([a.occupancy for a in A], f64, bad, "est. achieved occupancy %"),
+            _num_array([a.nbytes for a in A], i64, bad, "bytes"),
+            _num_array([a.seq_number for a in A], i64, bad, "Sequence number"),
+            _num_array([a.fwd_thread_id for a in A], i64, bad, "Fwd thread id"),
+            _num_array([a.ev_idx if a.ev_idx is not None else a.ev_idx_old for a in A], i64, bad, "Ev Idx"),
+            _raw_strings([a.input_dims for a in A]),
+            _raw_strings([a.input_types for a in A]),
+            _raw_strings([a.input_strides for a in A]),
+            _raw_strings([a.concrete_inputs for a in A]),
+            flow_id,
+            flow_phase,
+            pa.array(text, s),
+        ]
+        return pa.RecordBatch.from_arrays(cols, schema=RAW_EVENTS)
+
+    def _times(self, raws: list[_Raw], which: str, seq0: int) -> pa.Array:
+        """Decimal µs texts -> exact int64 ns (null where absent). Vectorised for ``-?digits(.d{0,3})?``;
+        other spellings (exponents, more digits) go through ``units.us_text_to_ns`` one by one."""
+        text = _raw_strings(raws)
+        ok = pc.match_substring_regex(text, r"^-?[0-9]{1,16}(\.[0-9]{0,3})?$")
+        if not pc.all(pc.or_kleene(ok, pc.is_null(text))).as_py():
+            out = []
+            for i, t in enumerate(text.to_pylist()):
+                if t is None:
+                    out.append(None)
+                    continue
+                try:
+                    out.append(us_text_to_ns(t))
+                except (ValueError, ArithmeticError):
+                    raise ParseError(
+                        f"event {seq0 + i} has a {which} that is not a number ({t[:40]}); "
+                        "times must be numbers in microseconds, re-export the trace"
+                    ) from None
+            try:
+                return pa.array(out, pa.int64())
+            except OverflowError:
+                raise ParseError(
+                    f"a {which} near event {seq0} is too large for int64 nanoseconds; re-export the trace"
+                ) from None
+        pos = pc.find_substring(text, ".")
+        length = pc.utf8_length(text)
+        frac = pc.if_else(pc.less(pos, 0), 0, pc.subtract(pc.subtract(length, pos), 1))
+        pad = pc.choose(pc.subtract(3, frac), "", "0", "00", "000")
+        digits = pc.binary_join_element_wise(pc.replace_substring(text, ".", ""), pad, "")
+        return pc.cast(digits, pa.int64())
 
     def _finalise(self, src: _Source) -> None:
         meta = self.meta
@@ -926,26 +975,6 @@ def _tail_ok(tail: bytes) -> bool:
         return False
 
 
-def _is_number(b: bytes) -> bool:
-    try:
-        us_text_to_ns(b)
-        return True
-    except (ValueError, ArithmeticError, UnicodeDecodeError):
-        return False
-
-
-def _kind(ph: Any, cat: Any, name: Any) -> str:
-    k = _PH_KIND.get(ph)
-    if k is not None:
-        return k
-    k = CAT_KIND.get(cat)
-    if k is None:
-        k = CAT_KIND.get(cat.lower(), "other") if isinstance(cat, str) else "other"
-    if k == "cpu_op" and isinstance(name, str) and name.startswith("ProfilerStep#"):
-        return "annotation"
-    return k
-
-
 def _int_or_none(v: Any) -> int | None:
     if isinstance(v, int) and not isinstance(v, bool):
         return v if -(2**63) <= v < 2**63 else None
@@ -957,6 +986,15 @@ def _int_or_none(v: Any) -> int | None:
     if isinstance(v, float) and v.is_integer():
         return int(v)
     return None
+
+
+def _text_pid(p: Any) -> str | None:
+    """pid_text: a pid that is not an integer ("Spans", "Traces", ""), as written."""
+    if p is None:
+        return None
+    if isinstance(p, str):
+        return None if p.strip().lstrip("-").isdigit() else p
+    return str(p)
 
 
 def _opt_int(v: Any) -> int | None:
