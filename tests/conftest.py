@@ -61,3 +61,16 @@ def session_store(tmp_path_factory) -> SessionStore:
             reason = (res.stderr or res.stdout or repr(res.exception)).strip()
             out.failures[path] = reason
     return out
+
+
+def kineto_event(cat, name, ts, dur, pid=11, tid=11, **args) -> dict:
+    """One Kineto 'X' event (ts/dur in us, as torch.profiler writes them)."""
+    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args}
+
+
+def write_kineto(path: Path, events: list[dict], base_ns: int = 1_700_000_000_000_000_000) -> Path:
+    """A minimal Kineto file of ``events`` relative to ``baseTimeNanoseconds = base_ns``."""
+    import json
+
+    path.write_text(json.dumps({"schemaVersion": 1, "baseTimeNanoseconds": base_ns, "traceEvents": events}))
+    return path

@@ -8,7 +8,7 @@ import re
 
 import pytest
 from click.testing import CliRunner
-from conftest import ROOT, trace_files
+from conftest import ROOT, kineto_event, trace_files, write_kineto
 
 from kernelscope.cli import cli
 from reference_summary import reference_summary
@@ -87,3 +87,51 @@ def test_every_summary_key_is_documented(session_store):
             keys |= set(row)
     missing = sorted(k for k in keys if k not in documented)
     assert not missing, f"undocumented summary keys: {missing}"
+
+
+def _ingest_and_summarise(tmp_path, path) -> dict:
+    db = str(tmp_path / "edge.duckdb")
+    runner = CliRunner()
+    res = runner.invoke(cli, ["ingest", str(path), "--db", db])
+    assert res.exit_code == 0, res.stderr
+    res = runner.invoke(cli, ["summary", path.name, "--json", "--db", db])
+    assert res.exit_code == 0, res.stderr
+    return json.loads(res.stdout)
+
+
+def test_two_devices_overlap_and_skew(tmp_path):
+    """Device 0 runs k1 [10, 14] us and k2 [12, 13] us on one stream (a same-stream overlap); device 1 runs
+    k3 [20, 25] us, which starts 1 us before its launch call (clock skew)."""
+    ev = kineto_event
+    path = write_kineto(tmp_path / "two_devices.json", [
+        ev("cpu_op", "aten::foo", 1.0, 29.0, **{"External id": 1}),
+        ev("cuda_runtime", "cudaLaunchKernel", 2.0, 1.0, correlation=1, **{"External id": 1}),
+        ev("cuda_runtime", "cudaLaunchKernel", 4.0, 1.0, correlation=2, **{"External id": 1}),
+        ev("cuda_runtime", "cudaLaunchKernel", 21.0, 1.0, correlation=3, **{"External id": 1}),
+        ev("kernel", "k1", 10.0, 4.0, pid=0, tid=7, device=0, stream=7, correlation=1),
+        ev("kernel", "k2", 12.0, 1.0, pid=0, tid=7, device=0, stream=7, correlation=2),
+        ev("kernel", "k3", 20.0, 5.0, pid=1, tid=9, device=1, stream=9, correlation=3),
+    ])
+    got = _ingest_and_summarise(tmp_path, path)
+    want = reference_summary(str(path))
+    assert {k: got[k] for k in EXACT_KEYS} == {k: want[k] for k in EXACT_KEYS}
+    assert (got["kernel_time_ns"], got["busy_ns"], got["gpu_span_ns"], got["idle_ns"]) == (10000, 9000, 15000, 0)
+    assert (got["latency_ns"], got["exposed_host_ns"]) == (24000, 15000)
+    assert got["per_device"] == {
+        "0": {"kernels": 2, "kernel_time_ns": 5000, "busy_ns": 4000, "gpu_span_ns": 4000, "idle_ns": 0},
+        "1": {"kernels": 1, "kernel_time_ns": 5000, "busy_ns": 5000, "gpu_span_ns": 5000, "idle_ns": 0},
+    }
+    assert "sums over devices" in got["totals"]
+    assert got["trust"]["same_stream_overlaps"] == 1
+    assert got["trust"]["negative_launch_times"] == 1
+    assert any("before their launch call" in w for w in got["warnings"])
+
+
+def test_cpu_only_trace_has_null_spans(tmp_path):
+    path = write_kineto(tmp_path / "cpu_only.json", [kineto_event("cpu_op", "aten::add", 1.0, 2.0)])
+    got = _ingest_and_summarise(tmp_path, path)
+    assert (got["kernels"], got["cpu_ops"], got["busy_ns"], got["kernel_time_ns"]) == (0, 1, 0, 0)
+    assert got["gpu_span_ns"] is got["idle_ns"] is got["latency_ns"] is got["exposed_host_ns"] is None
+    assert got["trust"]["kernels_with_launch"]["pct"] is None
+    assert {k: got[k] for k in EXACT_KEYS} == {k: v for k, v in reference_summary(str(path)).items()
+                                               if k in EXACT_KEYS}
