@@ -105,6 +105,7 @@ class profile:  # noqa: N801 - used like torch.profiler.profile
     - ``unprofiled``: a callable (or ``{"fn": callable, **timing.measure options}``) timed un-profiled
       in ``start()`` before the profiler starts (``collectors/timing.py`` defines the numbers).
     - ``ingest``: on stop, put the run into the store at ``db``; ``self.result``/``self.trace_id``.
+    - If the body raises, the trace and run.json are still written but nothing is ingested.
     - ``profiler_options``: ``with_stack``, ``profile_memory``, ``with_flops``, ``with_modules``,
       ``record_shapes`` (default True) -- passed to ``torch.profiler.profile``.
     """
