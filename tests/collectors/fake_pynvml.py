@@ -19,8 +19,9 @@ class NVMLError(Exception):
 
 
 class _FieldValue:
-    def __init__(self, field_id, ret, value_type=0, value=0):
+    def __init__(self, field_id, ret, value_type=0, value=0, timestamp=0):
         self.fieldId = field_id
+        self.timestamp = timestamp
         self.nvmlReturn = ret
         self.valueType = value_type
         self.value = SimpleNamespace(dVal=0.0, uiVal=0, ulVal=0, ullVal=0, sllVal=0, siVal=0, usVal=0)
@@ -35,12 +36,15 @@ class FakeNVML:
     NOT_SUPPORTED), ``unsupported_calls`` (function names raising NVMLError), ``stall`` = (function name,
     call number, seconds) to block one call."""
 
-    def __init__(self, uuids, unsupported_fields=(), unsupported_calls=(), stall=None, init_error=None):
+    def __init__(self, uuids, unsupported_fields=(), unsupported_calls=(), stall=None, init_error=None,
+                 stamp=None):
         self.uuids = list(uuids)
         self.unsupported_fields = set(unsupported_fields)
         self.unsupported_calls = set(unsupported_calls)
         self.stall = stall
         self.init_error = init_error
+        self.stamp = stamp  # None: no NVML timestamps; "read": read time in us; "bogus": 12345 us
+        self.stamps_us: list[int] = []
         self.calls: dict[str, int] = {}
         self.stall_end_ns = None
         self.energy = {i: 1_000_000 for i in range(len(uuids))}
@@ -87,19 +91,23 @@ class FakeNVML:
     def nvmlDeviceGetFieldValues(self, h, field_ids):
         self._enter("nvmlDeviceGetFieldValues")
         i = h[1]
+        ts = {None: 0, "bogus": 12345}.get(self.stamp, time.time_ns() // 1000)
+        if self.stamp == "read":
+            self.stamps_us.append(ts)
+            time.sleep(0.002)  # the call returns 2 ms after NVML read the values
         out = []
         for f in field_ids:
             if f in self.unsupported_fields:
                 out.append(_FieldValue(f, 3))
             elif f == 185:
-                out.append(_FieldValue(f, 0, 1, 1000 * (i + 1)))
+                out.append(_FieldValue(f, 0, 1, 1000 * (i + 1), ts))
             elif f == 186:
-                out.append(_FieldValue(f, 0, 1, 1000 * (i + 1) + 1))
+                out.append(_FieldValue(f, 0, 1, 1000 * (i + 1) + 1, ts))
             elif f == 83:
                 with self.lock:
                     self.energy[i] += 10
                     e = self.energy[i]
-                out.append(_FieldValue(f, 0, 3, e))
+                out.append(_FieldValue(f, 0, 3, e, ts))
             else:
                 out.append(_FieldValue(f, 2))
         return out

@@ -148,3 +148,20 @@ def test_pci_fallback_when_uuids_differ(fake, monkeypatch):
     monkeypatch.setattr(nvml, "_cuda_device_pci", lambda devices=None: [(0, 3, 0)])  # NVML index 2
     s = nvml.make_sampler(quiet=True)
     assert [d.index for d in s.devices] == [2]
+
+
+def test_nvml_own_timestamps_are_used_when_plausible(fake):
+    f = fake(stamp="read")
+    s = nvml.make_sampler(devices=[UUIDS[0]], period_ms=5)
+    t = _run(s, 0.1)
+    assert t.column("ts_ns").to_pylist() == [u * 1000 for u in f.stamps_us[: t.num_rows]]
+    assert s.info()["nvml_stamped"] == t.num_rows
+
+
+def test_implausible_nvml_timestamps_fall_back_to_host_clock(fake):
+    fake(stamp="bogus")
+    s = nvml.make_sampler(devices=[UUIDS[0]], period_ms=5)
+    t0 = time.time_ns()
+    t = _run(s, 0.1)
+    assert all(x >= t0 for x in t.column("ts_ns").to_pylist())
+    assert s.info()["nvml_stamped"] == 0

@@ -10,7 +10,7 @@ column            type     meaning
 ================  =======  ==============================================================
 device_uuid       string   NVML UUID, e.g. ``GPU-0f3c...``
 device_index      int32    NVML index at capture time
-ts_ns             int64    epoch ns (``time.time_ns()``) taken right after the fast fields were read
+ts_ns             int64    epoch ns of the fast-field read (see below)
 power_mw          int64    averaged power, mW (``NVML_FI_DEV_POWER_AVERAGE``; else nvmlDeviceGetPowerUsage)
 power_instant_mw  int64    instantaneous power, mW (``NVML_FI_DEV_POWER_INSTANT``)
 energy_mj         int64    total energy counter since driver load, mJ
@@ -22,6 +22,10 @@ mem_used_bytes    int64    device memory used, bytes
 temperature_c     int32    GPU temperature, deg C
 throttle_reasons  int64    bit mask of nvmlClocksEventReason* (clock throttle reasons)
 ================  =======  ==============================================================
+
+``ts_ns`` is NVML's own timestamp of the field values (epoch us, x 1000) when it lies within the
+call (1 ms slack), else ``time.time_ns()`` right after the call returns: NVML's stamp does not move
+when this thread waits for the GIL after the call (up to the 5 ms switch interval on a busy host).
 
 A field a device does not support is null; the first NVMLError for a field marks it unsupported for
 that device and it is not asked again. Any other failure of one sample is counted and skipped.
@@ -177,6 +181,9 @@ class _Device:
                         self.unsupported.add(col)
                     else:
                         row[col] = int(v)
+                        stamp = getattr(fv, "timestamp", 0)  # NVML's own read time, epoch us
+                        if stamp and "_ts_ns" not in row:
+                            row["_ts_ns"] = int(stamp) * 1000
         if "field_values" in self.unsupported or "power_mw" in self.unsupported:
             if row["power_mw"] is None:
                 row["power_mw"] = self._call("power_usage", self.nv.nvmlDeviceGetPowerUsage)
@@ -268,6 +275,7 @@ class Sampler:
         self.period_ms, self.slow_period_ms = period_ms, slow_period_ms
         self.rows: list[tuple] = []
         self.errors = 0
+        self.nvml_stamped = 0
         self.achieved_period_ms = None
         self.max_gap_ms = None
         self._stop = threading.Event()
@@ -282,8 +290,17 @@ class Sampler:
     def _sample(self, slow: bool) -> None:
         for d in self.devices:
             try:
+                before = time.time_ns()
                 row = d.fast()
-                ts = time.time_ns()
+                after = time.time_ns()
+                # NVML stamps field values when it reads them; that time is immune to this thread
+                # waiting for the GIL after the call. Used when it lies within the call (1 ms slack).
+                nv_ts = row.pop("_ts_ns", None)
+                if nv_ts is not None and before - 1_000_000 <= nv_ts <= after + 1_000_000:
+                    ts = nv_ts
+                    self.nvml_stamped += 1
+                else:
+                    ts = after
                 row.update(d.slow() if slow else {})
             except Exception:  # a driver hiccup must not kill the sampler
                 self.errors += 1
@@ -330,6 +347,7 @@ class Sampler:
         return {"kind": "thread", "period_ms": self.period_ms, "slow_period_ms": self.slow_period_ms,
                 "achieved_period_ms": self.achieved_period_ms, "max_gap_ms": self.max_gap_ms,
                 "samples": len(self.rows), "errors": self.errors, "reason": None,
+                "nvml_stamped": self.nvml_stamped,
                 "devices": [{"uuid": d.uuid, "nvml_index": d.index,
                              "unsupported": sorted(d.unsupported)} for d in self.devices]}
 
