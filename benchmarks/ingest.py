@@ -57,14 +57,22 @@ MEM_GUARD_BYTES = 1536 * 1024 * 1024  # kill a run when MemAvailable falls below
 HTA_SCRIPT = r"""
 import sys, time
 t0 = time.perf_counter()
+from hta.common.trace import Trace
 from hta.trace_analysis import TraceAnalysis
+parsed = {}
+_filter = Trace._filter_irrelevant_gpu_kernels
+def _count_then_filter(self, *a, **k):  # records how many events HTA parsed before its step filter
+    parsed["events"] = sum(len(df) for df in self.traces.values())
+    return _filter(self, *a, **k)
+Trace._filter_irrelevant_gpu_kernels = _count_then_filter
 t1 = time.perf_counter()
 a = TraceAnalysis(trace_dir=sys.argv[1])
 t2 = time.perf_counter()
 df = a.t.get_trace(0)
 sym = a.t.symbol_table.get_sym_id_map()
 kernels = int((df["cat"] == sym["kernel"]).sum()) if "kernel" in sym else 0
-print(f"HTA_RESULT events={len(df)} kernels={kernels} import_s={t1 - t0:.2f} load_s={t2 - t1:.2f}")
+print(f"HTA_RESULT parsed={parsed.get('events', -1)} kept={len(df)} kernels={kernels} "
+      f"import_s={t1 - t0:.2f} load_s={t2 - t1:.2f}")
 """
 
 COUNT_SQL = {
@@ -252,47 +260,83 @@ def store_counts(db: str) -> dict:
     return json.loads(r.stdout)
 
 
-def run_ours(ks: list, f: dict, runs: int, work: str, timeout_s: float) -> dict:
-    times, rss, counts = [], [], None
-    for i in range(runs):
-        store_dir = tempfile.mkdtemp(prefix="store-", dir=work)
-        db = os.path.join(store_dir, "bench.duckdb")
-        r = measure(ks + ["ingest", f["path"], "--db", db], os.path.join(work, "ours.log"), timeout_s)
-        if r["rc"] != 0 or r["killed"]:
-            tail = r["output"].strip().splitlines()[-3:]
-            shutil.rmtree(store_dir, ignore_errors=True)
-            say(f"  ours run {i + 1}: FAILED rc={r['rc']} {r['killed']} {' | '.join(tail)}")
-            return {"error": r["killed"] or f"exit {r['rc']}: {' | '.join(tail)[-200:]}"}
-        if counts is None:
-            counts = store_counts(db)
-        shutil.rmtree(store_dir, ignore_errors=True)
-        times.append(r["wall"])
-        rss.append(r["rss"])
-        say(f"  ours run {i + 1}/{runs}: {r['wall']:.2f} s, peak RSS {r['rss'] / 2**20:.0f} MiB")
-    say(f"  ours stored: {counts}")
-    return {"time": statistics.median(times), "rss": statistics.median(rss), "n": runs,
-            "times": times, "rsses": rss, "counts": counts}
+def ours_once(ks: list, f: dict, work: str, timeout_s: float, count: bool) -> dict:
+    """One `kernelscope ingest` into a fresh store; the store's row counts when count is set."""
+    store_dir = tempfile.mkdtemp(prefix="store-", dir=work)
+    db = os.path.join(store_dir, "bench.duckdb")
+    r = measure(ks + ["ingest", f["path"], "--db", db], os.path.join(work, "ours.log"), timeout_s)
+    if r["rc"] != 0 or r["killed"]:
+        tail = " | ".join(r["output"].strip().splitlines()[-3:])
+        r["error"] = r["killed"] or f"exit {r['rc']}: {tail[-200:]}"
+    elif count:
+        r["counts"] = store_counts(db)
+    shutil.rmtree(store_dir, ignore_errors=True)
+    return r
 
 
-def run_hta(py: str, f: dict, runs: int, work: str, timeout_s: float) -> dict:
-    times, rss, result = [], [], None
-    for i in range(runs):
-        r = measure([py, "-c", HTA_SCRIPT, os.path.dirname(f["path"])],
-                    os.path.join(work, "hta.log"), timeout_s)
-        line = next((ln for ln in r["output"].splitlines() if ln.startswith("HTA_RESULT")), None)
-        if r["rc"] != 0 or r["killed"] or line is None:
-            tail = r["output"].strip().splitlines()[-2:]
-            say(f"  HTA run {i + 1}: FAILED rc={r['rc']} {r['killed']} peak {r['rss'] / 2**30:.1f} GiB "
-                f"{' | '.join(tail)[-300:]}")
-            return {"error": r["killed"] or f"exit {r['rc']}", "rss_at_kill": r["rss"], "wall": r["wall"]}
-        result = dict(kv.split("=") for kv in line.split()[1:])
-        times.append(r["wall"])
-        rss.append(r["rss"])
-        say(f"  HTA run {i + 1}/{runs}: {r['wall']:.2f} s, peak RSS {r['rss'] / 2**20:.0f} MiB "
-            f"(import {result['import_s']} s, load {result['load_s']} s, "
-            f"{result['events']} events, {result['kernels']} kernels)")
-    return {"time": statistics.median(times), "rss": statistics.median(rss), "n": runs,
-            "times": times, "rsses": rss, "events": int(result["events"]), "kernels": int(result["kernels"])}
+def hta_once(py: str, f: dict, work: str, timeout_s: float) -> dict:
+    """One HTA TraceAnalysis(trace_dir=...) load in its own venv."""
+    r = measure([py, "-c", HTA_SCRIPT, os.path.dirname(f["path"])], os.path.join(work, "hta.log"), timeout_s)
+    line = next((ln for ln in r["output"].splitlines() if ln.startswith("HTA_RESULT")), None)
+    if r["rc"] != 0 or r["killed"] or line is None:
+        tail = " | ".join(r["output"].strip().splitlines()[-2:])
+        r["error"] = r["killed"] or f"exit {r['rc']}: {tail[-200:]}"
+    else:
+        r.update({k: (float(v) if "." in v else int(v)) for k, v in (kv.split("=") for kv in line.split()[1:])})
+    return r
+
+
+def load_avg() -> float:
+    return os.getloadavg()[0]
+
+
+def show(who: str, i: int, runs: int, r: dict) -> None:
+    if "error" in r:
+        say(f"  {who} run {i}/{runs}: FAILED after {r['wall']:.1f} s ({r['error']}), "
+            f"peak RSS {r['rss'] / 2**20:.0f} MiB")
+        return
+    extra = ""
+    if "parsed" in r:
+        extra = (f" (import {r['import_s']} s, load {r['load_s']} s; parsed {r['parsed']:,} events, "
+                 f"kept {r['kept']:,}, {r['kernels']:,} kernels)")
+    say(f"  {who} run {i}/{runs}: {r['wall']:.2f} s, peak RSS {r['rss'] / 2**20:.0f} MiB, "
+        f"load avg {r['load']:.1f}{extra}")
+
+
+def summarise(results: list) -> dict:
+    """Median time and RSS over runs; the first failure wins."""
+    bad = next((r for r in results if "error" in r), None)
+    if bad is not None:
+        return {"error": bad["error"], "wall": bad["wall"], "rss_at_kill": bad["rss"]}
+    out = {"time": statistics.median(r["wall"] for r in results),
+           "rss": statistics.median(r["rss"] for r in results), "n": len(results),
+           "times": [r["wall"] for r in results], "rsses": [r["rss"] for r in results],
+           "loads": [r["load"] for r in results]}
+    for k in ("counts", "parsed", "kept", "kernels"):
+        if k in results[0]:
+            out[k] = results[0][k]
+    return out
+
+
+def run_pair(ks, hta_py, f, runs, hta_runs, work, timeout_s) -> tuple:
+    """Alternate ours and HTA run by run so both see the same machine load."""
+    ours, hta = [], []
+    for i in range(max(runs, hta_runs)):
+        if i < runs and not any("error" in r for r in ours):
+            load = load_avg()
+            r = ours_once(ks, f, work, timeout_s, count=(i == 0))
+            r["load"] = load
+            ours.append(r)
+            show("kernelscope", i + 1, runs, r)
+            if "counts" in r:
+                say(f"  kernelscope stored: {r['counts']}")
+        if i < hta_runs and not any("error" in r for r in hta):
+            load = load_avg()
+            r = hta_once(hta_py, f, work, timeout_s)
+            r["load"] = load
+            hta.append(r)
+            show("HTA", i + 1, hta_runs, r)
+    return summarise(ours), (summarise(hta) if hta_runs else None)
 
 
 def warm(path: str) -> None:
@@ -310,18 +354,21 @@ def _mib(b) -> str:
 
 def table(rows: list) -> list:
     """Markdown table lines."""
-    out = ["| file | size | events (kernels) | kernelscope time | kernelscope peak RSS | HTA time "
-           "| HTA peak RSS | HTA time / ours | our RSS / HTA's | bar |",
-           "|---|---|---|---|---|---|---|---|---|---|"]
+    out = ["| file | size | events (kernels) in file | loaded: ours kernels / HTA events, kernels "
+           "| kernelscope time | kernelscope peak RSS | HTA time | HTA peak RSS | HTA time / ours "
+           "| our RSS / HTA's | bar |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         f, o, h = r["file"], r["ours"], r["hta"]
         c = f["counts"]
         name = f"x{f['scale']} .{f['fmt']}"
         ev = f"{c['events']:,} ({c['kernels']:,})"
+        got = f"{(o.get('counts') or {}).get('kernels', '-'):,} / " if "counts" in o else "- / "
+        got += f"{h['parsed']:,}, {h['kernels']:,}" if h and "parsed" in h else "-"
         if "error" in o:
             ot, orss = f"FAILED: {o['error']}", "-"
         else:
-            ot, orss = f"{o['time']:.2f} s", _mib(o["rss"])
+            ot, orss = f"{o['time']:.2f} s" + (f" (n={o['n']})" if o["n"] != 3 else ""), _mib(o["rss"])
         if h is None:
             ht = hr = "not run"
             speed = ratio = "-"
@@ -338,7 +385,7 @@ def table(rows: list) -> list:
             if "error" not in o:
                 speed = f"{h['time'] / o['time']:.1f}x"
                 ratio = f"{o['rss'] / h['rss']:.2f}"
-        out.append(f"| {name} | {_mib(f['bytes'])} | {ev} | {ot} | {orss} | {ht} | {hr} | {speed} | {ratio} "
+        out.append(f"| {name} | {_mib(f['bytes'])} | {ev} | {got} | {ot} | {orss} | {ht} | {hr} | {speed} | {ratio} "
                    f"| {r.get('verdict', '')} |")
     return out
 
@@ -439,33 +486,34 @@ def main(argv=None) -> int:
         label = f"x{f['scale']} .{f['fmt']}"
         c = f["counts"]
         say(f"[run] {label}: {os.path.relpath(f['path'], ROOT)}, {_mib(f['bytes'])}, "
-            f"{c['events']:,} events, {c['kernels']:,} kernels, HTA should keep {c['hta_events']:,}")
+            f"{c['events']:,} events, {c['kernels']:,} kernels")
         warm(f["path"])
-        say(f"[run] {label}: kernelscope ingest x{runs}")
-        ours = run_ours(ks, f, runs, work, a.timeout)
-        if "counts" in ours and ours["counts"].get("kernels") != c["kernels"]:
-            say(f"  WARNING: kernelscope stored {ours['counts'].get('kernels')} kernels, file has {c['kernels']}")
-        hta = None
+        hta_runs, skip = 0, None
         if f["scale"] == 1:
-            say(f"[run] {label}: HTA TraceAnalysis x{runs}")
-            hta = run_hta(hta_py, f, runs, work, a.timeout)
-            hta_1x[f["fmt"]] = hta
+            hta_runs = runs
         elif f["fmt"] == "json" and a.hta_4x != "off":
             ref = hta_1x.get("json", {})
             need = ref.get("rss", 0) * 4.5
             have = mem_available()
             if a.hta_4x == "auto" and ("rss" not in ref or need > have * 0.9):
-                why = (f"would need ~{need / 2**30:.0f} GiB (4.5x its 1x peak), {have / 2**30:.0f} GiB available"
-                       if "rss" in ref else "no 1x result")
-                hta = {"skipped": why}
-                say(f"[run] {label}: HTA skipped: {why}")
+                skip = (f"would need ~{need / 2**30:.0f} GiB (4.5x its 1x peak), {have / 2**30:.0f} GiB available"
+                        if "rss" in ref else "no 1x result")
             else:
-                say(f"[run] {label}: HTA TraceAnalysis x1 (4x file: one run)")
-                hta = run_hta(hta_py, f, 1, work, a.timeout)
+                hta_runs = 1
         else:
-            hta = {"skipped": "not run at 4x (time)"}
-        if hta and "kernels" in hta and hta["kernels"] != c["kernels"]:
-            say(f"  WARNING: HTA kept {hta['kernels']} kernels, file has {c['kernels']}")
+            skip = "not run at 4x .json.gz (time; 4x .json shows its scaling)"
+        say(f"[run] {label}: kernelscope ingest x{runs}, HTA TraceAnalysis x{hta_runs}"
+            + (f" (HTA skipped: {skip})" if skip else ""))
+        ours, hta = run_pair(ks, hta_py, f, runs, hta_runs, work, a.timeout)
+        if skip:
+            hta = {"skipped": skip}
+        if f["scale"] == 1:
+            hta_1x[f["fmt"]] = hta
+        got = (ours.get("counts") or {}).get("kernels")
+        if "error" not in ours and got != c["kernels"]:
+            say(f"  WARNING: kernelscope stored {got} kernels, the file has {c['kernels']}")
+        if hta and "parsed" in hta and hta["parsed"] != c["hta_events"]:
+            say(f"  WARNING: HTA parsed {hta['parsed']} events, the file has {c['hta_events']} it should keep")
         rows.append({"file": f, "ours": ours, "hta": hta})
 
     summary = verdicts(rows)
@@ -497,7 +545,8 @@ def main(argv=None) -> int:
                 if "times" in x:
                     fh.write(f"- x{r['file']['scale']} .{r['file']['fmt']} {who}: "
                              f"{', '.join(f'{t:.2f}' for t in x['times'])}; "
-                             f"{', '.join(f'{b / 2**20:.0f}' for b in x['rsses'])}\n")
+                             f"{', '.join(f'{b / 2**20:.0f}' for b in x['rsses'])}; load avg at start "
+                             f"{', '.join(f'{v:.1f}' for v in x['loads'])}\n")
     say(f"\n[done] wrote {os.path.relpath(path, ROOT)}")
     return 0
 
