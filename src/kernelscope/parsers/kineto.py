@@ -687,6 +687,29 @@ class KinetoReader:
 
     def _finish(self, buf: bytes, base: int, src: _Source) -> Iterator[pa.RecordBatch]:
         """At EOF: buf holds the last events, ']', the tail keys and the closing '}'."""
+        # Fast path: the array's closing ']' is the last one whose right side is a valid tail ('}' or
+        # ', "key": ...}') and whose left side decodes. Scan candidates from the end: the tail is short,
+        # while the events before it hold thousands of ']' (shapes), so a forward scan is quadratic.
+        k = len(buf)
+        while True:
+            k = buf.rfind(b"]", 0, k)
+            if k < 0:
+                break
+            right = buf[k + 1 :].strip()
+            if right == b"}":
+                tail = b"{}"
+            elif right.startswith(b",") and right.endswith(b"}") and _tail_ok(b"{" + right[1:]):
+                tail = b"{" + right[1:]
+            else:
+                continue
+            left = buf[:k].rstrip()
+            if left and not left.endswith(b"}"):
+                continue
+            if not self._events_ok(left):
+                break  # the slow path below finds the precise error
+            yield from self._decode_run(left, base, final=True)
+            self._apply_top(tail, "after traceEvents")
+            return
         bad_events_at = None  # a ']' followed by a valid tail, but the events before it do not decode
         truncated_tail = False
         for k in _positions(buf, b"]"):
