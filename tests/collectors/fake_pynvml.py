@@ -37,7 +37,7 @@ class FakeNVML:
     call number, seconds) to block one call."""
 
     def __init__(self, uuids, unsupported_fields=(), unsupported_calls=(), stall=None, init_error=None,
-                 stamp=None):
+                 stamp=None, stall_file=None):
         self.uuids = list(uuids)
         self.unsupported_fields = set(unsupported_fields)
         self.unsupported_calls = set(unsupported_calls)
@@ -47,6 +47,7 @@ class FakeNVML:
         self.stamps_us: list[int] = []
         self.calls: dict[str, int] = {}
         self.stall_end_ns = None
+        self.stall_file = stall_file  # where to write stall_end_ns (read by tests of the sampler process)
         self.energy = {i: 1_000_000 for i in range(len(uuids))}
         self.lock = threading.Lock()
         self.NVMLError = NVMLError
@@ -58,6 +59,9 @@ class FakeNVML:
         if self.stall and self.stall[0] == fn_name and self.stall[1] == n:
             time.sleep(self.stall[2])
             self.stall_end_ns = time.time_ns()
+            if self.stall_file:
+                with open(self.stall_file, "w") as f:
+                    f.write(str(self.stall_end_ns))
         if fn_name in self.unsupported_calls:
             raise NVMLError(3)
 

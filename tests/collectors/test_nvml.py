@@ -19,11 +19,23 @@ UUIDS = ["GPU-aaaaaaaa-0000-0000-0000-000000000000", "GPU-bbbbbbbb-0000-0000-000
          "GPU-cccccccc-0000-0000-0000-000000000000"]
 
 
+@pytest.fixture(params=["thread", "process"])
+def mode(request):
+    return request.param
+
+
 @pytest.fixture
-def fake(monkeypatch):
+def fake(monkeypatch, tmp_path):
+    """Install a FakeNVML here and (through KERNELSCOPE_PYNVML) an identical one in the sampler process."""
+
     def install(**kw):
-        f = FakeNVML(kw.pop("uuids", UUIDS), **kw)
+        uuids = kw.pop("uuids", UUIDS)
+        f = FakeNVML(uuids, **kw)
         monkeypatch.setattr(nvml, "pynvml", f)
+        mod = tmp_path / "child_pynvml.py"
+        mod.write_text(f"import sys\nsys.path.insert(0, {str(Path(__file__).resolve().parent)!r})\n"
+                       f"from fake_pynvml import FakeNVML\npynvml = FakeNVML({uuids!r}, **{kw!r})\n")
+        monkeypatch.setenv("KERNELSCOPE_PYNVML", str(mod))
         return f
 
     return install
@@ -35,52 +47,68 @@ def _run(sampler, seconds):
     return sampler.stop()
 
 
-def test_rows_have_schema_and_device_values(fake):
+def test_rows_have_schema_and_device_values(fake, mode):
     fake()
-    s = nvml.make_sampler(devices=[UUIDS[1]], period_ms=5, slow_period_ms=50)
+    s = nvml.make_sampler(devices=[UUIDS[1]], period_ms=5, slow_period_ms=50, mode=mode)
+    assert s.kind == mode
     t = _run(s, 0.3)
     assert t.schema == nvml.TELEMETRY_SCHEMA
     d = t.to_pydict()
     assert set(d["device_uuid"]) == {UUIDS[1]} and set(d["device_index"]) == {1}
     assert set(d["power_mw"]) == {2000} and set(d["power_instant_mw"]) == {2001}
     assert d["energy_mj"] == sorted(d["energy_mj"]) and len(set(d["energy_mj"])) == t.num_rows
-    # slow fields only every ~10th row; fast fields on every row
+    # slow fields once per 50 ms (every ~10th row), one group per row; fast fields on every row
     slow = [r for r in d["sm_clock_mhz"] if r is not None]
-    assert 1 <= len(slow) < t.num_rows / 3
+    assert 2 <= len(slow) < t.num_rows / 3
     assert set(slow) == {1980}
+    groups = [[c for c in ("sm_clock_mhz", "mem_clock_mhz", "gpu_util_pct", "mem_used_bytes",
+                           "temperature_c", "throttle_reasons") if d[c][i] is not None] for i in range(t.num_rows)]
+    assert max(len(g) for g in groups) == 1  # never two slow reads on one tick
+    first = [i for i, g in enumerate(groups) if g][:6]
+    assert [groups[i][0] for i in first] == ["sm_clock_mhz", "mem_clock_mhz", "gpu_util_pct",
+                                              "mem_used_bytes", "temperature_c", "throttle_reasons"]
+    assert first == list(range(first[0], first[0] + 6))  # consecutive ticks
+    assert d["mem_util_pct"][first[2]] == 40 and d["throttle_reasons"][first[5]] == 4
     assert 20 <= t.num_rows <= 70  # 300 ms at a 5 ms period
     assert 4.5 <= s.achieved_period_ms <= 10
+    st = s.period_stats()
+    assert st["median_ms"] == s.achieved_period_ms and st["p95_ms"] < 20 and st["intervals"] == t.num_rows - 1
 
 
-def test_unsupported_fields_are_null_and_not_retried(fake):
+def test_unsupported_fields_are_null_and_not_retried(fake, mode):
     f = fake(unsupported_fields={186}, unsupported_calls={"nvmlDeviceGetTemperature"})
-    s = nvml.make_sampler(devices=[UUIDS[0]], period_ms=5, slow_period_ms=5)
+    s = nvml.make_sampler(devices=[UUIDS[0]], period_ms=5, slow_period_ms=5, mode=mode)
     t = _run(s, 0.2).to_pydict()
     assert len(t["ts_ns"]) >= 10
     assert all(v is None for v in t["power_instant_mw"])
     assert all(v is None for v in t["temperature_c"])
     assert all(v == 1000 for v in t["power_mw"])  # the supported field of the same batch is kept
-    assert all(v == 4 for v in t["throttle_reasons"])
-    assert f.calls["nvmlDeviceGetTemperature"] == 1  # asked once, remembered as unsupported
+    reasons = [v for v in t["throttle_reasons"] if v is not None]
+    assert reasons and set(reasons) == {4}
+    # the unsupported group is skipped at once: every tick reads one supported slow group
+    assert sum(v is not None for v in t["sm_clock_mhz"] + t["mem_clock_mhz"] + t["gpu_util_pct"]
+               + t["mem_used_bytes"] + t["throttle_reasons"]) >= len(t["ts_ns"]) - 2
+    if mode == "thread":
+        assert f.calls["nvmlDeviceGetTemperature"] == 1  # asked once, remembered as unsupported
     assert {"power_instant_mw", "temperature_c"} <= set(s.info()["devices"][0]["unsupported"])
 
 
-def test_field_values_unsupported_falls_back_to_power_usage(fake):
+def test_field_values_unsupported_falls_back_to_power_usage(fake, mode):
     fake(unsupported_calls={"nvmlDeviceGetFieldValues"})
-    s = nvml.make_sampler(devices=[UUIDS[0]], period_ms=5)
+    s = nvml.make_sampler(devices=[UUIDS[0]], period_ms=5, mode=mode)
     t = _run(s, 0.1).to_pydict()
     assert set(t["power_mw"]) == {777}
     assert all(v is None for v in t["power_instant_mw"])
     assert t["energy_mj"][0] == 1_000_000  # nvmlDeviceGetTotalEnergyConsumption
 
 
-def test_reordered_cuda_visible_devices_match_by_uuid(fake, monkeypatch):
+def test_reordered_cuda_visible_devices_match_by_uuid(fake, monkeypatch, mode):
     """CUDA_VISIBLE_DEVICES=2,0: CUDA ordinal 0 is NVML index 2, ordinal 1 is NVML index 0."""
     fake()
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,0")
     # torch spells UUIDs without the GPU- prefix
     monkeypatch.setattr(nvml, "_cuda_device_uuids", lambda devices=None: [UUIDS[2][4:], UUIDS[0][4:]])
-    s = nvml.make_sampler(period_ms=5)
+    s = nvml.make_sampler(period_ms=5, mode=mode)
     assert [d.index for d in s.devices] == [2, 0]
     t = _run(s, 0.1).to_pydict()
     by_dev = {}
@@ -89,14 +117,18 @@ def test_reordered_cuda_visible_devices_match_by_uuid(fake, monkeypatch):
     assert by_dev == {UUIDS[2]: {(2, 3000)}, UUIDS[0]: {(0, 1000)}}
 
 
-def test_one_second_stall_keeps_sampling_with_real_timestamps(fake):
-    f = fake(stall=("nvmlDeviceGetFieldValues", 5, 1.0))
-    s = nvml.make_sampler(devices=[UUIDS[0]], period_ms=10)
+def test_one_second_stall_keeps_sampling_with_real_timestamps(fake, mode, tmp_path):
+    stall_file = tmp_path / "stall_end_ns"
+    f = fake(stall=("nvmlDeviceGetFieldValues", 5, 1.0), stall_file=str(stall_file))
+    s = nvml.make_sampler(devices=[UUIDS[0]], period_ms=10, mode=mode)
     s.start()
     time.sleep(1.4)
-    alive = s._thread.is_alive()
+    alive = s._thread.is_alive() if mode == "thread" else s._proc.poll() is None
     t0 = time.time_ns()
     table = s.stop()
+    stall_end_ns = int(stall_file.read_text())
+    if mode == "thread":
+        assert stall_end_ns == f.stall_end_ns
     ts = table.column("ts_ns").to_pylist()
     assert alive
     assert ts == sorted(ts)
@@ -104,16 +136,21 @@ def test_one_second_stall_keeps_sampling_with_real_timestamps(fake):
     big = [g for g in gaps if g > 500e6]
     assert len(big) == 1 and 1.0e9 <= big[0] < 1.1e9  # the stall is visible as one gap
     # the stalled sample is stamped when its values were actually read (after the stall), not on schedule
-    assert any(0 <= x - f.stall_end_ns < 5e6 for x in ts)
-    after = [x for x in ts if x > f.stall_end_ns]
+    assert any(0 <= x - stall_end_ns < 5e6 for x in ts)
+    after = [x for x in ts if x > stall_end_ns]
     assert len(after) >= 10  # it kept sampling after the stall (about 0.4 s at 10 ms)
     assert ts[-1] <= t0
     assert s.max_gap_ms >= 1000
+    st = s.period_stats()
+    assert 9 <= st["median_ms"] <= 12 and st["max_ms"] == s.max_gap_ms  # one stall does not move the median
+    # over a window that holds the stall only the straddling interval counts
+    win = s.period_stats(window=(stall_end_ns - 500_000_000, stall_end_ns - 400_000_000))
+    assert win["intervals"] == 1 and win["samples"] == 0 and 1000 <= win["max_ms"] < 1100
 
 
-def test_null_sampler_says_once_why(fake):
+def test_null_sampler_says_once_why(fake, mode):
     fake(init_error=9)
-    s = nvml.make_sampler()
+    s = nvml.make_sampler(mode=mode)
     assert isinstance(s, nvml.NullSampler)
     assert "NVML could not be initialised" in s.reason
     with warnings.catch_warnings(record=True) as w:
@@ -122,6 +159,7 @@ def test_null_sampler_says_once_why(fake):
         t = s.stop()
     assert len(w) == 1 and "no GPU telemetry" in str(w[0].message)
     assert t.num_rows == 0 and t.schema == nvml.TELEMETRY_SCHEMA
+    assert s.info()["kind"] == "null" and s.period_stats()["median_ms"] is None
 
 
 def test_no_matching_uuid_gives_null_sampler(fake):
@@ -152,16 +190,62 @@ def test_pci_fallback_when_uuids_differ(fake, monkeypatch):
 
 def test_nvml_own_timestamps_are_used_when_plausible(fake):
     f = fake(stamp="read")
-    s = nvml.make_sampler(devices=[UUIDS[0]], period_ms=5)
+    s = nvml.make_sampler(devices=[UUIDS[0]], period_ms=5, mode="thread")  # the stamps are read here
     t = _run(s, 0.1)
     assert t.column("ts_ns").to_pylist() == [u * 1000 for u in f.stamps_us[: t.num_rows]]
     assert s.info()["nvml_stamped"] == t.num_rows
 
 
-def test_implausible_nvml_timestamps_fall_back_to_host_clock(fake):
+def test_implausible_nvml_timestamps_fall_back_to_host_clock(fake, mode):
     fake(stamp="bogus")
-    s = nvml.make_sampler(devices=[UUIDS[0]], period_ms=5)
+    s = nvml.make_sampler(devices=[UUIDS[0]], period_ms=5, mode=mode)
     t0 = time.time_ns()
     t = _run(s, 0.1)
     assert all(x >= t0 for x in t.column("ts_ns").to_pylist())
     assert s.info()["nvml_stamped"] == 0
+
+
+def test_process_sampler_child_failure_warns_once_and_returns_empty(fake, monkeypatch):
+    """The parent sees a GPU but the child's NVML fails: one warning, empty table, reason in info()."""
+    fake()
+    s = nvml.make_sampler(devices=[UUIDS[0]], period_ms=5, mode="process")
+    monkeypatch.setenv("KERNELSCOPE_PYNVML", str(Path(__file__).resolve().parent / "fake_pynvml.py"))
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        s.start()
+        t = s.stop()
+    assert len(w) == 1 and "sampler process failed" in str(w[0].message)
+    assert t.num_rows == 0 and t.schema == nvml.TELEMETRY_SCHEMA and s.info()["samples"] == 0
+
+
+def test_process_sampler_runs_beside_a_busy_interpreter(fake):
+    """The child samples on its own GIL: a pure-Python busy loop here does not stretch its period."""
+    fake()
+    s = nvml.make_sampler(devices=[UUIDS[0]], period_ms=5, mode="process").start()
+    t_end = time.time() + 0.5
+    x = 0
+    while time.time() < t_end:  # holds this interpreter's GIL except at switch points
+        x += 1
+    t = s.stop()
+    st = s.period_stats()
+    assert t.num_rows >= 60 and st["median_ms"] <= 6 and s.info()["kind"] == "process"
+    assert s.info()["startup_s"] is not None and s.info()["startup_s"] < 30
+
+
+def test_unknown_mode_is_a_usage_error(fake):
+    from kernelscope.errors import UsageError
+
+    fake()
+    with pytest.raises(UsageError, match="sampler mode"):
+        nvml.make_sampler(mode="fibre")
+
+
+def test_interval_stats_definitions():
+    rows = [(u, 0, ts, *[None] * 10) for u, ts in
+            [("a", 0), ("a", 10_000_000), ("a", 20_000_000), ("a", 60_000_000), ("b", 5_000_000), ("b", 15_000_000)]]
+    t = nvml._rows_to_table(rows)
+    st = nvml.interval_stats(t)
+    # intervals (ms): a: 10, 10, 40; b: 10 -> median 10, p95 nearest rank of 4 -> 4th = 40
+    assert st == {"median_ms": 10.0, "p95_ms": 40.0, "max_ms": 40.0, "intervals": 4, "samples": 6, "window_ms": None}
+    w = nvml.interval_stats(t, window=(25_000_000, 30_000_000))
+    assert w["intervals"] == 1 and w["max_ms"] == 40.0 and w["samples"] == 0 and w["window_ms"] == 5.0
