@@ -22,14 +22,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def trace_files() -> list[Path]:
-    """Every .json/.json.gz file under sample_traces/ (recursive) and tests/data/ (top level only:
-    subfolders there hold deliberately broken inputs for the parser's own tests)."""
+    """Every .json/.json.gz trace under sample_traces/ (recursive; not the runs' run.json) and tests/data/
+    (top level only: subfolders there hold deliberately broken inputs for the parser's own tests)."""
     files: list[Path] = []
     for folder in TRACE_DIRS:
         if not folder.is_dir():
             continue
         pattern = "**/*" if folder.name == "sample_traces" else "*"
-        files += [p for p in folder.glob(pattern) if p.is_file() and p.name.endswith((".json", ".json.gz"))]
+        files += [p for p in folder.glob(pattern) if p.is_file() and p.name.endswith((".json", ".json.gz"))
+                  and p.name != "run.json"]  # a collector run's metadata, not a trace
     return sorted(files)
 
 

@@ -343,3 +343,26 @@ def test_profile_without_torch_is_one_line(tmp_path):
                            "--", "python", str(script)], capture_output=True, text=True, timeout=60)
     assert_one_line_error(proc)
     assert "PyTorch" in proc.stderr
+
+
+def test_ingest_a_folder_of_collector_runs(tmp_path):
+    """A run directory (run.json + trace.json.gz + telemetry) is one trace with the run's name and labels;
+    the run.json is not mistaken for a trace."""
+    import shutil
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "sample_traces"
+    if not (root / "train_step" / "run.json").exists():
+        pytest.skip("sample_traces/train_step is not in this checkout")
+    runs = tmp_path / "runs"
+    shutil.copytree(root / "train_step", runs / "train_step")
+    write_trace(tmp_path / "runs" / "loose.json", tiny_trace())
+    db = tmp_path / "ks.duckdb"
+    proc = run_cli("ingest", runs, db=db)
+    assert proc.returncode == 0, proc.stderr
+    assert [line.split()[0] for line in proc.stdout.splitlines()] == ["ingested", "ingested"]
+    rows = {r["name"]: r for r in json.loads(invoke("traces", "--json", db=db).stdout)}
+    assert set(rows) == {"train_step", "loose"}
+    run_meta = json.loads((root / "train_step" / "run.json").read_text())
+    for key, value in (run_meta.get("labels") or {}).items():
+        assert rows["train_step"]["labels"][key] == value

@@ -238,15 +238,21 @@ def cli():
 def ingest(paths, labels, name, no_python, db):
     """Ingest Kineto trace files (.json, .json.gz) or directories of them (recursive).
 
+    A collector run directory (run.json beside trace.json.gz, as `kernelscope profile` writes) is
+    ingested as one trace with its telemetry, provenance, un-profiled timings and labels.
+
     Prints one line per file (ingested or skipped, with the trace id); failures go to stderr as
     `kernelscope: <path>: <reason>` and make the exit code non-zero. A file that fails leaves no rows.
     """
-    from .storage.ingest import ingest_paths
+    from .storage.ingest import expand_paths, ingest_paths, ingest_run
 
     label_map = _label_pairs(labels)
+    run_dirs, files = _split_run_dirs(paths, expand_paths)
     with _open(db, read_only=False) as store:
-        results = ingest_paths(store, list(paths), labels=label_map, name=name,
-                               python_functions=not no_python)
+        results = [ingest_run(store, d, name=name, labels=label_map) for d in run_dirs]
+        if files or not run_dirs:
+            results += ingest_paths(store, files, labels=label_map, name=name,
+                                    python_functions=not no_python)
     failed = 0
     for r in results:
         if r.status == "failed":
@@ -258,6 +264,28 @@ def ingest(paths, labels, name, no_python, db):
             click.echo(f"ingested  {r.trace_id}  {r.path}  ({r.events} events, {r.seconds:.2f} s)")
     if failed:
         sys.exit(1)
+
+
+def _is_run_dir(folder) -> bool:
+    """A collector run directory: run.json beside trace.json(.gz) (plus telemetry.parquet, optional)."""
+    return (folder / "run.json").is_file() and any(
+        (folder / n).is_file() for n in ("trace.json.gz", "trace.json"))
+
+
+def _split_run_dirs(paths, expand_paths):
+    """(run directories, other trace files): a run directory (given, or found under a given directory)
+    is ingested as one trace with its telemetry, provenance and labels; every other file as a trace."""
+    from pathlib import Path
+
+    run_dirs, files = [], []
+    for p in map(Path, paths):
+        if not p.is_dir():
+            files.append(p)
+            continue
+        found = sorted({f.parent for f in p.rglob("run.json") if _is_run_dir(f.parent)})
+        run_dirs += found
+        files += [f for f in expand_paths([p]) if not any(d in f.parents for d in found)]
+    return run_dirs, files
 
 
 @cli.command()
