@@ -1,0 +1,156 @@
+"""Overview of one trace: headline numbers of the "summary" analysis, the host-wait share, the trust
+section in words, top kernels and operators, and the binned GPU-busy figure."""
+
+from __future__ import annotations
+
+from dash import dcc, html
+
+from ...analysis.bound import idle_split
+from ...analysis.registry import get_analysis
+from ...reports.figures import busy_fraction_figure
+from ...units import NS_PER_MS, NS_PER_US
+from ..data import busy_bins
+from .common import count_text, message, ms_text, pct_text, table
+
+# (scalar key, label, kind, definition shown on hover). kind: 'ns' (shown in ms) or 'count'.
+KPIS = [
+    ("gpu_span_ns", "GPU span", "ns", "first GPU activity start to last GPU activity end"),
+    ("busy_ns", "GPU busy", "ns", "length of the union of GPU activity intervals (summed over devices)"),
+    ("idle_ns", "GPU idle", "ns", "GPU span minus busy"),
+    ("kernel_time_ns", "kernel time", "ns", "sum of kernel durations"),
+    ("latency_ns", "latency", "ns", "first top-level CPU operator start to last GPU activity end"),
+    ("exposed_host_ns", "exposed host time", "ns", "latency minus GPU busy (union over devices)"),
+    ("kernels", "kernels", "count", "kernel activities on the GPU"),
+    ("launches", "launches", "count", "host calls that launched GPU work"),
+    ("cpu_ops", "CPU operators", "count", "CPU operators (phases and Python functions excluded)"),
+    ("memcpys", "memcpys", "count", "memory copies on the GPU"),
+]
+
+
+def _kpi(key: str, label: str, value, kind: str, definition: str, extra: str = "") -> html.Div:
+    """One headline number. The element id is ``kpi-<key>``; ``data-value`` holds the raw value (int ns
+    for times, a count otherwise; empty when null) so a browser test can compare it with the CLI's JSON."""
+    shown = ms_text(value) if kind == "ns" else count_text(value)
+    raw = "" if value is None else str(int(value))
+    return html.Div(
+        [html.Div(label, className="ks-kpi-label"),
+         html.Div(shown, className="ks-kpi-value", id=f"kpi-{key}", title=f"{raw} ns" if kind == "ns" and raw
+                  else raw, **{"data-value": raw}),
+         html.Div(extra, className="ks-kpi-extra")],
+        className="ks-kpi", title=definition,
+    )
+
+
+def trust_sentences(trust: dict, scalars: dict) -> list[str]:
+    """The summary's trust section in words (definitions in analysis/summary.py)."""
+    out = []
+    kernels = scalars.get("kernels") or 0
+    kl = trust.get("kernels_with_launch", {})
+    if kernels:
+        out.append(f"{kl.get('count', 0):,} of {kernels:,} kernels have a launch call in the trace"
+                   + (f" ({kl['pct']:.1f}%)." if kl.get("pct") is not None else "."))
+    leaf = trust.get("nongraph_kernels_with_leaf_op", {})
+    if leaf.get("of"):
+        out.append(f"{leaf['count']:,} of {leaf['of']:,} kernels launched outside CUDA graphs are attributed "
+                   "to the CPU operator that launched them.")
+    if trust.get("graph_kernels"):
+        out.append(f"{trust['graph_kernels']:,} kernels ran inside CUDA graphs (attributed to the graph "
+                   "launch, not to individual operators).")
+    ops = trust.get("ops_with_kernels", {})
+    if ops.get("top_level_ops_total"):
+        out.append(f"{ops['top_level_ops']:,} of {ops['top_level_ops_total']:,} top-level CPU operators "
+                   "launched GPU kernels.")
+    if kernels:
+        out.append(f"{ms_text(trust.get('kernel_time_without_operator_ns', 0))} of kernel time has no "
+                   "CPU operator.")
+    if trust.get("negative_launch_times"):
+        out.append(f"{trust['negative_launch_times']:,} GPU activities start before their launch call "
+                   "(host/GPU clock skew).")
+    if trust.get("same_stream_overlaps"):
+        out.append(f"{trust['same_stream_overlaps']:,} GPU activities overlap an earlier one on the same "
+                   "stream (programmatic dependent launch).")
+    ext = trust.get("ext_id_disagreements", {})
+    if ext.get("count"):
+        out.append(f"{ext['count']:,} of {ext['compared']:,} launch calls: External id and nesting name "
+                   "different operators; nesting was used.")
+    if trust.get("dropped_notes"):
+        out.append(f"The profiler noted lost records ({len(trust['dropped_notes'])} notes): counts may be low.")
+    if trust.get("parser_warnings"):
+        out.append(f"The parser repaired or skipped parts of the file ({len(trust['parser_warnings'])} notes).")
+    return out
+
+
+def host_wait(split) -> tuple[int, int] | None:
+    """(host_wait_ns, gpu_span_ns) summed over devices from bound.idle_split; None without GPU activity.
+    Host wait: idle gaps of a device's busy union during which no launched work was queued for it (the
+    GPU waited for the CPU; analysis/bound.py has the exact rule); share = host_wait_ns / gpu_span_ns."""
+    if split is None or split.empty:
+        return None
+    return int(split["host_wait_ns"].sum()), int(split["gpu_span_ns"].sum())
+
+
+def layout(store, trace_id: str) -> html.Div:
+    result = get_analysis("summary").fn(store, trace_id)
+    s, trust = result.scalars, result.trust
+    has_gpu = bool(s.get("devices_count"))
+    title = html.Div([
+        html.H2(s.get("name") or trace_id),
+        html.P([f"trace {trace_id} · {s.get('source')}"]
+               + ([" · labels: " + ", ".join(f"{k}={v}" for k, v in sorted(s["labels"].items()))]
+                  if s.get("labels") else []), className="ks-hint"),
+    ])
+    span = s.get("gpu_span_ns")
+    extras = {"busy_ns": pct_text(s.get("busy_ns"), span) + (" of span" if span else ""),
+              "idle_ns": pct_text(s.get("idle_ns"), span) + (" of span" if span else "")}
+    if s.get("devices_count", 0) > 1:
+        extras["busy_ns"] = extras["idle_ns"] = "summed over devices"
+    kpis = [_kpi(k, label, s.get(k), kind, d, extras.get(k, "")) for k, label, kind, d in KPIS]
+
+    hw = host_wait(idle_split(store, trace_id)) if has_gpu else None
+    if hw is not None:
+        kpis.append(html.Div(
+            [html.Div("host wait", className="ks-kpi-label"),
+             html.Div(pct_text(*hw) or "0.0%", className="ks-kpi-value", id="kpi-host_wait_share",
+                      title=f"{hw[0]} ns", **{"data-value": str(hw[0])}),
+             html.Div(f"{ms_text(hw[0])} of span", className="ks-kpi-extra")],
+            className="ks-kpi", title="share of the GPU span the GPU sat idle with no launched work "
+                                      "queued (waiting for the host)"))
+
+    body: list = [title, html.Div(kpis, className="ks-kpis", id="kpis")]
+    if not has_gpu:
+        body.append(message("This trace has no GPU activity (a CPU-only trace): GPU span, busy, idle and "
+                            "latency are not defined, and there is no GPU timeline to draw.", "msg-no-gpu"))
+    else:
+        bins, span_ns, width = busy_bins(store, trace_id)
+        body.append(dcc.Graph(id="busy-figure", figure=busy_fraction_figure(bins, span_ns, width),
+                              config={"displaylogo": False}))
+
+    sentences = trust_sentences(trust, s)
+    body.append(html.Div([html.H3("Trust")] + [html.P(t) for t in sentences]
+                         + [html.P("⚠ " + w, className="ks-warning") for w in result.warnings],
+                         id="trust"))
+    body += _tables(result, s.get("kernel_time_ns") or 0)
+    return html.Div(body)
+
+
+def _tables(result, kernel_time_ns: int) -> list:
+    out = []
+    tk = result.tables["top_kernels"].copy()
+    if not tk.empty:
+        tk["total_ms"] = (tk["total_ns"] / NS_PER_MS).round(3)
+        tk["mean_us"] = (tk["mean_ns"] / NS_PER_US).round(2)
+        tk["share_pct"] = (tk["share"] * 100).round(1)
+        out += [html.H3("Top kernels by total time"),
+                table(tk, [("name", "kernel", "text"), ("count", "count", "numeric"),
+                           ("total_ms", "total (ms)", "numeric"), ("mean_us", "mean (µs)", "numeric"),
+                           ("share_pct", "% of kernel time", "numeric")], "top-kernels",
+                      tooltip_data=[{"name": n} for n in tk["name"]], tooltip_duration=None)]
+    to = result.tables["top_operators"].copy()
+    if not to.empty:
+        to["kernel_ms"] = (to["kernel_time_ns"] / NS_PER_MS).round(3)
+        to["share_pct"] = (to["share"] * 100).round(1)
+        out += [html.H3("Top operators by kernel time (top-level operators)"),
+                table(to, [("name", "operator", "text"), ("calls", "calls", "numeric"),
+                           ("kernels", "kernels", "numeric"), ("kernel_ms", "kernel time (ms)", "numeric"),
+                           ("share_pct", "% of kernel time", "numeric")], "top-operators")]
+    return out

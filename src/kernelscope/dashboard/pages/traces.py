@@ -1,0 +1,61 @@
+"""Traces page: one row per stored trace, filterable; clicking a row opens its overview."""
+
+from __future__ import annotations
+
+import pandas as pd
+from dash import html
+
+from ...storage.queries import list_traces
+from ...units import NS_PER_MS
+from .common import message, table
+
+TABLE_ID = "traces-table"
+
+
+def rows(store) -> pd.DataFrame:
+    """The traces table as shown: id, name, labels ('k=v, ...'), devices ('0, 1'), kernels, GPU span (ms,
+    three decimals; None without GPU activity). The DataTable row ``id`` is the trace id."""
+    df = list_traces(store)
+    out = pd.DataFrame({
+        "id": df["trace_id"],
+        "trace_id": df["trace_id"],
+        "name": df["name"],
+        "labels": [", ".join(f"{k}={v}" for k, v in sorted(lab.items())) for lab in df["labels"]],
+        "devices": [", ".join(str(d) for d in devs) for devs in df["devices"]],
+        "kernels": df["kernels"].astype("int64"),
+        "gpu_span_ms": [None if pd.isna(v) else round(int(v) / NS_PER_MS, 3) for v in df["gpu_span_ns"]],
+    })
+    return out
+
+
+def layout(store) -> html.Div:
+    df = rows(store)
+    if df.empty:
+        return html.Div([
+            html.H2("Traces"),
+            message(f"The store {store.path} has no traces yet. Ingest one with "
+                    "`kernelscope ingest TRACE_FILE` and reload this page.", "msg-empty-store"),
+        ])
+    return html.Div([
+        html.H2("Traces"),
+        html.P(f"{len(df)} traces in {store.path}. Type in the row under a header to filter "
+               "(e.g. >100 under kernels); click a row to open its overview.", className="ks-hint"),
+        table(
+            df,
+            [("trace_id", "id", "text"), ("name", "name", "text"), ("labels", "labels", "text"),
+             ("devices", "GPUs", "text"), ("kernels", "kernels", "numeric"),
+             ("gpu_span_ms", "GPU span (ms)", "numeric")],
+            TABLE_ID,
+            filter_action="native",
+            page_size=50,
+            style_data={"cursor": "pointer"},
+        ),
+    ])
+
+
+def open_trace(active_cell) -> str | None:
+    """Path of the overview for the clicked row, or None (no click). Row ids are trace ids, so this is
+    right whatever filtering or sorting the table shows."""
+    if not active_cell or active_cell.get("row_id") is None:
+        return None
+    return f"/trace/{active_cell['row_id']}"
