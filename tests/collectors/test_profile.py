@@ -200,20 +200,43 @@ def test_launch_blocking_warns_loudly(tmp_path, monkeypatch):
     assert run["provenance"]["env"]["CUDA_LAUNCH_BLOCKING"] == "1"
 
 
-def test_telemetry_written_as_parquet_when_sampler_has_rows(tmp_path, monkeypatch):
-    """With a (fake) GPU sampler the run dir gets telemetry.parquet with the documented schema."""
+@pytest.mark.parametrize("mode", ["thread", "process"])
+def test_telemetry_written_as_parquet_when_sampler_has_rows(tmp_path, monkeypatch, mode):
+    """With a (fake) GPU sampler the run dir gets telemetry.parquet with the documented schema, and
+    run.json the achieved period over the traced window (first to last marker that is in the trace)."""
     import pyarrow.parquet as pq
 
     fake = FakeNVML(["GPU-aaaa"])
     monkeypatch.setattr(nvml, "pynvml", fake)
-    monkeypatch.setattr(nvml, "make_sampler",
-                        lambda quiet=False, _m=nvml.make_sampler: _m(devices=["GPU-aaaa"], period_ms=5))
-    with profile(name="tel", run_dir=tmp_path / "r", ingest=False):
-        time.sleep(0.1)
+    child = tmp_path / "child_pynvml.py"  # the sampler process imports the same fake
+    child.write_text(f"import sys\nsys.path.insert(0, {str(Path(__file__).resolve().parent)!r})\n"
+                     "from fake_pynvml import FakeNVML\npynvml = FakeNVML(['GPU-aaaa'])\n")
+    monkeypatch.setenv("KERNELSCOPE_PYNVML", str(child))
+    seen = []
+
+    def make(quiet=False, mode=None, _m=nvml.make_sampler):
+        seen.append(mode)
+        return _m(devices=["GPU-aaaa"], period_ms=5, mode=mode)
+
+    monkeypatch.setattr(nvml, "make_sampler", make)
+    sched = torch.profiler.schedule(wait=1, warmup=1, active=2)
+    with profile(name="tel", run_dir=tmp_path / "r", ingest=False, schedule=sched, telemetry=mode) as p:
+        for _ in range(5):
+            time.sleep(0.04)
+            p.step()
+    assert seen == [mode]
     t = pq.read_table(tmp_path / "r" / "telemetry.parquet")
-    assert t.schema == nvml.TELEMETRY_SCHEMA and t.num_rows >= 5
+    assert t.schema == nvml.TELEMETRY_SCHEMA and t.num_rows >= 20
     run = json.loads((tmp_path / "r" / "run.json").read_text())
+    assert run["sampler"]["kind"] == mode
     assert run["sampler"]["samples"] == t.num_rows and 4.5 <= run["sampler"]["achieved_period_ms"] <= 15
+    in_trace = sorted(int(e["name"].split()[1]) for e in _events(tmp_path / "r")
+                      if e.get("name", "").startswith(CLOCK_MARKER + " "))
+    assert run["clock"]["traced_markers_epoch_ns"] == in_trace and len(in_trace) >= 3
+    tp = run["sampler"]["traced_period"]
+    assert tp["window_ms"] == pytest.approx((in_trace[-1] - in_trace[0]) / 1e6)
+    assert 70 <= tp["window_ms"] <= 200  # two active steps of 40 ms
+    assert 4.5 <= tp["median_ms"] <= 15 and tp["samples"] >= 0.8 * tp["window_ms"] / 5 * 0.5
 
 
 @needs_store

@@ -7,6 +7,11 @@ A run directory holds:
 - ``run.json``: ``{"name", "labels", "provenance", "run_id", "timings": [{"kind", "iteration",
   "dur_ns", "energy_mj"}], "timing": {...}, "clock": {...}, "sampler": {...}, "traces": [...]}``.
 
+``run.json["clock"]``: ``markers_epoch_ns`` (every marker emitted) and ``traced_markers_epoch_ns`` (those
+emitted while the profiler was recording, i.e. the ones in the trace). ``run.json["sampler"]``: the
+sampler's ``info()`` plus ``traced_period``: ``nvml.interval_stats`` over the window from the first to the
+last traced marker (median/p95/max interval in ms; an interval straddling a window end counts).
+
 Clock marker: every trace contains ``record_function`` ranges named exactly
 ``kernelscope::clock_sync <epoch_ns>``, where ``epoch_ns`` is ``time.time_ns()`` read immediately before
 the range is entered. The store derives ``clock_offset_ns = epoch_ns - marker start (trace clock)``.
@@ -101,7 +106,9 @@ class profile:  # noqa: N801 - used like torch.profiler.profile
     Also ``p = profile(...); p.start(); ...; p.step(); ...; p.stop()``.
 
     - ``schedule``: a ``torch.profiler.schedule``; call ``step()`` once per iteration.
-    - ``telemetry``: run the NVML sampler while profiling (a null sampler without NVML/GPU).
+    - ``telemetry``: run the NVML sampler while profiling (a null sampler without NVML/GPU): True
+      (``nvml.DEFAULT_MODE``), ``"process"`` or ``"thread"``, or False. It starts before the profiler
+      and stops after it.
     - ``unprofiled``: a callable (or ``{"fn": callable, **timing.measure options}``) timed un-profiled
       in ``start()`` before the profiler starts (``collectors/timing.py`` defines the numbers).
     - ``ingest``: on stop, put the run into the store at ``db``; ``self.result``/``self.trace_id``.
@@ -127,6 +134,7 @@ class profile:  # noqa: N801 - used like torch.profiler.profile
         self.timings: list[dict] = []
         self.timing_details: dict = {}
         self.markers: list[int] = []
+        self.traced_markers: list[int] = []
         self.trace_files: list[str] = []
         self._prof = None
         self._sampler = None
@@ -154,15 +162,26 @@ class profile:  # noqa: N801 - used like torch.profiler.profile
                 energy_dev = devs[0] if devs else None
             self.timings, self.timing_details = timing.measure(fn, energy_device=energy_dev, **spec)
         if self.telemetry:
-            self._sampler = nvml.make_sampler(quiet=not self._cuda)
+            mode = self.telemetry if isinstance(self.telemetry, str) else None
+            self._sampler = nvml.make_sampler(quiet=not self._cuda, mode=mode)
             self._sampler.start()
         self._prof = self._make_profiler(torch)
         if self._cuda:
             torch.cuda.synchronize()
         self._prof.start()
         self._started = True
-        self.markers.append(_marker())
+        self._mark()
         return self
+
+    def _mark(self) -> None:
+        """Emit a clock marker; remember it as traced when the profiler is recording now."""
+        from torch.profiler import ProfilerAction
+
+        epoch_ns = _marker()
+        self.markers.append(epoch_ns)
+        if getattr(self._prof, "current_action", ProfilerAction.RECORD) in (
+                ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE):
+            self.traced_markers.append(epoch_ns)
 
     def _make_profiler(self, torch):
         from torch.profiler import ProfilerActivity
@@ -198,9 +217,9 @@ class profile:  # noqa: N801 - used like torch.profiler.profile
         """Mark the end of one iteration (advances the schedule)."""
         if self._prof is None:
             return
-        self.markers.append(_marker())
+        self._mark()
         self._prof.step()
-        self.markers.append(_marker())
+        self._mark()
 
     def stop(self):
         if not self._started:
@@ -210,7 +229,7 @@ class profile:  # noqa: N801 - used like torch.profiler.profile
         try:
             if self._cuda:
                 torch.cuda.synchronize()
-            self.markers.append(_marker())
+            self._mark()
             self._prof.stop()
         finally:
             telemetry = self._sampler.stop() if self._sampler is not None else None
@@ -231,6 +250,9 @@ class profile:  # noqa: N801 - used like torch.profiler.profile
     def _write_run_json(self) -> None:
         sampler = self._sampler.info() if self._sampler is not None else {"kind": None,
                                                                            "achieved_period_ms": None}
+        if self._sampler is not None and self.traced_markers:
+            sampler["traced_period"] = self._sampler.period_stats(
+                (self.traced_markers[0], self.traced_markers[-1]))
         doc = {
             "name": self.name,
             "labels": self.labels,
@@ -238,7 +260,8 @@ class profile:  # noqa: N801 - used like torch.profiler.profile
             "run_id": self.run_id,
             "timings": self.timings,
             "timing": self.timing_details,
-            "clock": {"marker": CLOCK_MARKER, "host_clock": "time.time_ns", "markers_epoch_ns": self.markers},
+            "clock": {"marker": CLOCK_MARKER, "host_clock": "time.time_ns", "markers_epoch_ns": self.markers,
+                      "traced_markers_epoch_ns": self.traced_markers},
             "sampler": sampler,
             "traces": self.trace_files,
         }
