@@ -131,12 +131,12 @@ def mem_available() -> int:
     return 0
 
 
-def measure(cmd: list, log_path: str, timeout_s: float) -> dict:
+def measure(cmd: list, log_path: str, timeout_s: float, env: dict | None = None) -> dict:
     """Run cmd; return wall seconds, peak tree RSS (bytes), exit code and its output."""
     with open(log_path, "wb") as log:
         t0 = time.perf_counter()
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+                                stdin=subprocess.DEVNULL, start_new_session=True, env=env)
         peak, killed = 0, ""
         while True:
             pid, status, _ = os.wait4(proc.pid, os.WNOHANG)
@@ -172,13 +172,32 @@ def default_sample() -> str:
 def ensure_hta(venv: str) -> str:
     """Return the python of a venv with holistictraceanalysis==HTA_VERSION, creating it if needed."""
     py = os.path.join(venv, "bin", "python")
-    probe = [py, "-c", "import hta.version as v; print(v.__version__)"]
+    probe = [py, "-c", "import importlib.metadata as m; print(m.version('holistictraceanalysis'))"]
     ok = os.path.exists(py) and subprocess.run(probe, capture_output=True, text=True).stdout.strip() == HTA_VERSION
     if not ok:
         say(f"[setup] creating HTA venv {venv} (python3 -m venv + pip install holistictraceanalysis=={HTA_VERSION})")
         subprocess.run(["python3", "-m", "venv", venv], check=True)
         subprocess.run([py, "-m", "pip", "install", "-q", f"holistictraceanalysis=={HTA_VERSION}"], check=True)
     return py
+
+
+def snapshot(ref: str, work: str) -> tuple:
+    """Export src/ of git commit `ref` to .bench/ks-<sha>/ and return (kernelscope command, env).
+
+    The command runs that snapshot with the project venv's python (PYTHONPATH first on sys.path,
+    ahead of the editable install), so edits others have not committed cannot change a run.
+    """
+    sha = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short=12", ref], capture_output=True,
+                         text=True, check=True).stdout.strip()
+    dest = os.path.join(work, f"ks-{sha}")
+    if not os.path.isdir(os.path.join(dest, "src", "kernelscope")):
+        os.makedirs(dest, exist_ok=True)
+        arch = subprocess.run(["git", "-C", ROOT, "archive", sha, "src"], capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", dest], input=arch, check=True)
+    py = os.path.join(ROOT, ".venv", "bin", "python")
+    env = dict(os.environ, PYTHONPATH=os.path.join(dest, "src"))
+    cmd = [py, "-c", "import sys; from kernelscope.cli import main; sys.argv[0] = 'kernelscope'; main()"]
+    return cmd, env, sha
 
 
 def find_kernelscope(arg: str | None) -> list:
@@ -260,11 +279,13 @@ def store_counts(db: str) -> dict:
     return json.loads(r.stdout)
 
 
-def ours_once(ks: list, f: dict, work: str, timeout_s: float, count: bool) -> dict:
+def ours_once(ks: tuple, f: dict, work: str, timeout_s: float, count: bool) -> dict:
+    ks, env = ks[0], ks[1]
+
     """One `kernelscope ingest` into a fresh store; the store's row counts when count is set."""
     store_dir = tempfile.mkdtemp(prefix="store-", dir=work)
     db = os.path.join(store_dir, "bench.duckdb")
-    r = measure(ks + ["ingest", f["path"], "--db", db], os.path.join(work, "ours.log"), timeout_s)
+    r = measure(ks + ["ingest", f["path"], "--db", db], os.path.join(work, "ours.log"), timeout_s, env)
     if r["rc"] != 0 or r["killed"]:
         tail = " | ".join(r["output"].strip().splitlines()[-3:])
         r["error"] = r["killed"] or f"exit {r['rc']}: {tail[-200:]}"
@@ -433,21 +454,20 @@ def machine() -> str:
     return f"{os.cpu_count()} cores ({cpu or platform.machine()}), {mem:.0f} GiB RAM, {platform.system()} {platform.release()}"
 
 
-def versions(ks: list, hta_py: str) -> str:
-    def out(cmd):
+def versions(ks: tuple, hta_py: str) -> str:
+    def out(cmd, env=None):
         try:
-            return subprocess.run(cmd, capture_output=True, text=True, timeout=60).stdout.strip()
+            return subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env).stdout.strip()
         except OSError:
             return "?"
-    ours = out(ks + ["--version"])
-    hta = out([hta_py, "-c", "import hta.version as v, pandas, numpy, sys; "
-               "print(f'HTA {v.__version__}, pandas {pandas.__version__}, numpy {numpy.__version__}, "
+    ours = out(ks[0] + ["--version"], ks[1])
+    hta = out([hta_py, "-c", "import importlib.metadata as m, pandas, numpy, sys; "
+               "print(f'HTA {m.version(\"holistictraceanalysis\")}, pandas {pandas.__version__}, numpy {numpy.__version__}, "
                "python {sys.version.split()[0]}')"])
     ks_py = os.path.join(ROOT, ".venv", "bin", "python")
     deps = out([ks_py, "-c", "import duckdb, pyarrow, sys; "
                 "print(f'duckdb {duckdb.__version__}, pyarrow {pyarrow.__version__}, python {sys.version.split()[0]}')"])
-    commit = out(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"])
-    return f"{ours} ({deps}; git {commit}); {hta} (parser backend: HTA default, stdlib json)"
+    return f"{ours} ({deps}; {ks[2]}); {hta} (parser backend: HTA default, stdlib json)"
 
 
 # ---------------------------------------------------------------- main
@@ -460,7 +480,10 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", type=int, help="runs per tool and file (default 3)")
     ap.add_argument("--hta-4x", choices=("auto", "on", "off"), default="auto",
                     help="run HTA on the 4x .json too (auto: only if its 1x peak RSS x 4.5 fits in RAM)")
-    ap.add_argument("--kernelscope", help="kernelscope command (default: .venv/bin/kernelscope)")
+    ap.add_argument("--ref", default="HEAD",
+                    help="git commit whose src/ is benchmarked (exported to .bench/ks-<sha>; default HEAD)")
+    ap.add_argument("--kernelscope", help="kernelscope command to run instead of a --ref snapshot "
+                    "(e.g. .venv/bin/kernelscope for the working tree)")
     ap.add_argument("--hta-venv", default=os.path.join(ROOT, ".bench", "hta-venv"))
     ap.add_argument("--work", default=os.path.join(ROOT, ".bench"))
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per run before it is killed")
@@ -470,7 +493,11 @@ def main(argv=None) -> int:
 
     sample = os.path.abspath(a.sample or default_sample())
     say(f"[setup] sample: {os.path.relpath(sample, ROOT)} ({os.path.getsize(sample):,} bytes)")
-    ks = find_kernelscope(a.kernelscope)
+    if a.kernelscope:
+        ks = (find_kernelscope(a.kernelscope), None, "command " + a.kernelscope)
+    else:
+        cmd, env, sha = snapshot(a.ref, a.work)
+        ks = (cmd, env, f"git {sha}")
     hta_py = ensure_hta(a.hta_venv)
     ver = versions(ks, hta_py)
     say(f"[setup] {ver}")
@@ -501,7 +528,7 @@ def main(argv=None) -> int:
             else:
                 hta_runs = 1
         else:
-            skip = "not run at 4x .json.gz (time; 4x .json shows its scaling)"
+            skip = "not run (time)"
         say(f"[run] {label}: kernelscope ingest x{runs}, HTA TraceAnalysis x{hta_runs}"
             + (f" (HTA skipped: {skip})" if skip else ""))
         ours, hta = run_pair(ks, hta_py, f, runs, hta_runs, work, a.timeout)
@@ -536,7 +563,8 @@ def main(argv=None) -> int:
         fh.write(f"- sample tiled: `{rel_sample}`; 1x = {mb:.0f} MiB, 4x = {4 * mb:.0f} MiB\n")
         fh.write(f"- median of {runs} runs; wall time of the whole command; peak RSS = max over time of "
                  f"the summed RSS of the process tree (polled every {POLL_S * 1000:.0f} ms)\n")
-        fh.write(f"- command: `python3 benchmarks/ingest.py --sample {rel_sample}`\n\n")
+        fh.write(f"- command: `python3 benchmarks/ingest.py --sample {rel_sample}"
+                 + (f" --kernelscope {a.kernelscope}" if a.kernelscope else f" --ref {ks[2].split()[-1]}") + "`\n\n")
         fh.write("\n".join(lines + [""] + summary) + "\n\n")
         fh.write("Per-run numbers (seconds; MiB):\n\n")
         for r in rows:
