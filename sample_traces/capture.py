@@ -42,7 +42,10 @@ def summarize(run_dir: Path) -> str:
     path = run_dir / "trace.json.gz"
     if not path.is_file():
         return f"{run_dir.name}: NO TRACE"
-    events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+    doc = json.loads(gzip.decompress(path.read_bytes()))
+    run = json.loads((run_dir / "run.json").read_text())
+    tel = run_dir / "telemetry.parquet"
+    events = doc["traceEvents"]
     kernels = sum(1 for e in events if e.get("cat") == "kernel")
     # GPU busy share: union of kernel/memcpy/memset intervals over [first step start, last GPU end]
     gpu = sorted((e["ts"], e["ts"] + e.get("dur", 0)) for e in events
@@ -62,13 +65,34 @@ def summarize(run_dir: Path) -> str:
         span = max(b for _, b in gpu) - min(steps)
         busy_txt = f"{busy / span:.2f}" if span > 0 else "-"
     ops = sum(1 for e in events if e.get("cat") == "cpu_op")
-    run = json.loads((run_dir / "run.json").read_text())
-    tel = run_dir / "telemetry.parquet"
     walls = sorted(t["dur_ns"] for t in run["timings"] if t["kind"] == "wall")
     cev = sorted(t["dur_ns"] for t in run["timings"] if t["kind"] == "cuda_event")
     en = [t["energy_mj"] for t in run["timings"] if t["kind"] == "energy_loop"]
     med = lambda v: f"{v[len(v) // 2] / 1e6:.3f}ms" if v else "-"  # noqa: E731
-    return (f"{run_dir.name}: trace {path.stat().st_size / 1024:.0f} KiB, {len(events)} events, "
+    # clock offset = marker epoch_ns - marker ts in the trace's epoch time (ts us + baseTimeNanoseconds),
+    # as the store's ingest computes it from the first marker; printed: first, min and max over markers
+    base = int(doc.get("baseTimeNanoseconds", 0))
+    offs = [int(e["name"].split()[1]) - (round(float(e["ts"]) * 1000) + base) for e in
+            sorted((e for e in events if str(e.get("name", "")).startswith("kernelscope::clock_sync ")),
+                   key=lambda e: float(e["ts"]))]
+    clock_txt = (f"clock offset {offs[0] / 1e3:+.1f} us (min {min(offs) / 1e3:+.1f}, max {max(offs) / 1e3:+.1f}, "
+                 f"{len(offs)} markers)") if offs else "clock offset - (no marker)"
+    # achieved sampler period over the traced window = trace span mapped to epoch ns with that offset
+    period_txt = "traced period -"
+    timed_ev = [e for e in events if "ts" in e and e.get("ph") == "X"]
+    if offs and timed_ev and tel.exists():
+        import pyarrow.parquet as pq
+
+        from kernelscope.collectors import nvml
+
+        w0 = round(min(float(e["ts"]) for e in timed_ev) * 1000) + base + offs[0]
+        w1 = round(max(float(e["ts"]) + float(e.get("dur", 0)) for e in timed_ev) * 1000) + base + offs[0]
+        st = nvml.interval_stats(pq.read_table(tel), (w0, w1))
+        per20 = st["samples"] / (st["window_ms"] / 20) if st["window_ms"] else None
+        f = lambda v: "-" if v is None else f"{v:.1f}"  # noqa: E731
+        period_txt = (f"traced period median {f(st['median_ms'])} p95 {f(st['p95_ms'])} max {f(st['max_ms'])} ms "
+                      f"over {f(st['window_ms'])} ms ({st['samples']} samples, {f(per20)} per 20 ms)")
+    return (f"{run_dir.name}: {clock_txt}; {period_txt}; sampler {run['sampler'].get('kind')}; trace {path.stat().st_size / 1024:.0f} KiB, {len(events)} events, "
             f"{kernels} kernels, {ops} cpu_ops, gpu busy {busy_txt}; telemetry "
             f"{run['sampler'].get('samples', 0)} samples, period "
             f"{run['sampler'].get('achieved_period_ms')} ms ({tel.stat().st_size if tel.exists() else 0} B); "
