@@ -17,10 +17,13 @@ from __future__ import annotations
 
 import pandas as pd
 
+from ..errors import UsageError
+from .result import Result
+
 DEFINITION = __doc__
 
-_GAPS_SQL = """
-WITH b AS (
+_GAPS_CTE = """
+b AS (
     SELECT device, start_ns, end_ns,
            lag(end_ns) OVER (PARTITION BY device ORDER BY start_ns) AS prev_end
     FROM busy_intervals WHERE trace_id = $trace
@@ -41,13 +44,15 @@ first_after AS (  -- per gap: min launch end over activities starting at/after t
     SELECT g.device, g.gap_start_ns, g.gap_end_ns, min(x.min_launch_end_after) AS min_launch_end_after
     FROM gaps g LEFT JOIN acts x ON x.device = g.device AND x.start_ns = g.gap_end_ns
     GROUP BY ALL
-)
-SELECT device, gap_start_ns, gap_end_ns, gap_end_ns - gap_start_ns AS gap_ns,
-       CASE WHEN min_launch_end_after IS NOT NULL AND min_launch_end_after <= gap_start_ns
-            THEN 'dependency_wait' ELSE 'host_wait' END AS cause
-FROM first_after
-ORDER BY device, gap_start_ns
-"""
+),
+idle_gaps AS (
+    SELECT device, gap_start_ns, gap_end_ns, gap_end_ns - gap_start_ns AS gap_ns,
+           CASE WHEN min_launch_end_after IS NOT NULL AND min_launch_end_after <= gap_start_ns
+                THEN 'dependency_wait' ELSE 'host_wait' END AS cause
+    FROM first_after
+)"""
+
+_GAPS_SQL = "WITH " + _GAPS_CTE + "\nSELECT * FROM idle_gaps ORDER BY device, gap_start_ns\n"
 
 _SPAN_SQL = """
 SELECT device, min(start_ns) AS first_ns, max(end_ns) AS last_ns,
@@ -85,3 +90,337 @@ def idle_split(store, trace_id: str) -> pd.DataFrame:
             }
         )
     return pd.DataFrame(rows)
+
+
+# ------------------------------------------------------------------------------------ queue depth
+
+#: Most bins the time-binned tables may have.
+MAX_BINS = 2000
+DEFAULT_BINS = 200
+
+# Queued intervals: what TKLQT sums. [launch call start, kernel start) for every kernel not launched by a
+# graph, and one [graph launch start, first node start) per graph launch (on the first node's stream).
+_QUEUED_CTE = """
+queued AS (
+    SELECT a.device, a.stream, l.start_ns AS s, a.start_ns AS e
+    FROM gpu_activities a JOIN launches l ON l.trace_id = a.trace_id AND l.launch_id = a.launch_id
+    WHERE a.trace_id = $trace AND a.kind = 'kernel' AND NOT a.is_graph
+    UNION ALL
+    SELECT arg_min(a.device, a.start_ns), arg_min(a.stream, a.start_ns), any_value(l.start_ns), min(a.start_ns)
+    FROM gpu_activities a JOIN launches l ON l.trace_id = a.trace_id AND l.launch_id = a.launch_id
+    WHERE a.trace_id = $trace AND a.kind = 'kernel' AND a.is_graph
+    GROUP BY a.launch_id
+)"""
+
+# One time grid for the binned tables: origin = earliest queued-interval start or activity start,
+# end = last activity end, bin width w = ceil((end - origin) / n) (>= 1 ns).
+_GRID_CTE = """
+grid AS (
+    SELECT origin, greatest(1, CAST(ceil((last - origin) / $n) AS BIGINT)) AS w
+    FROM (SELECT least((SELECT min(s) FROM queued),
+                       (SELECT min(start_ns) FROM gpu_activities WHERE trace_id = $trace)) AS origin,
+                 (SELECT max(end_ns) FROM gpu_activities WHERE trace_id = $trace) AS last)
+)"""
+
+# Depth per stream as a step function (+1 at a queued interval's start, -1 at its end), cut into bins.
+_QUEUE_SQL = "WITH " + _QUEUED_CTE + "," + _GRID_CTE + """,
+ev AS (
+    SELECT device, stream, s AS t, 1 AS d FROM queued WHERE e > s
+    UNION ALL SELECT device, stream, e AS t, -1 AS d FROM queued WHERE e > s
+),
+ch AS (SELECT device, stream, t, sum(d) AS d FROM ev GROUP BY ALL),
+st AS (
+    SELECT device, stream, t, sum(d) OVER w AS depth, lead(t) OVER w AS t1
+    FROM ch WINDOW w AS (PARTITION BY device, stream ORDER BY t ROWS UNBOUNDED PRECEDING)
+),
+seg AS (
+    SELECT device, stream, CAST(depth AS BIGINT) AS depth, t, t1,
+           unnest(generate_series((t - origin) // w, (t1 - 1 - origin) // w)) AS bin, origin, w
+    FROM st, grid WHERE depth > 0 AND t1 > t
+)
+SELECT device, stream, bin, origin + bin * w AS bin_start_ns, origin + (bin + 1) * w AS bin_end_ns,
+       CAST(sum(depth * (least(t1, origin + (bin + 1) * w) - greatest(t, origin + bin * w))) AS BIGINT)
+           AS queued_ns,
+       CAST(max(depth) AS BIGINT) AS max_depth
+FROM seg GROUP BY device, stream, bin, origin, w
+ORDER BY device, stream, bin
+"""
+
+# ------------------------------------------------------------------------------ regime segments
+
+# Per bin and device: busy, host-wait and dependency-wait time (the three partition the span); a bin is
+# cpu_bound when host wait is more than half of the span time it holds, else gpu_bound; runs of
+# consecutive bins with one regime form a segment.
+_SEGMENTS_SQL = "WITH " + _GAPS_CTE + "," + _QUEUED_CTE + "," + _GRID_CTE + """,
+parts AS (
+    SELECT device, start_ns AS s, end_ns AS e, 'busy' AS what FROM busy_intervals WHERE trace_id = $trace
+    UNION ALL SELECT device, gap_start_ns, gap_end_ns, cause FROM idle_gaps
+),
+cut AS (
+    SELECT device, s, e, what, origin, w,
+           unnest(generate_series((s - origin) // w, (e - 1 - origin) // w)) AS bin
+    FROM parts, grid WHERE e > s
+),
+bins AS (
+    SELECT device, bin, min(greatest(s, origin + bin * w)) AS s, max(least(e, origin + (bin + 1) * w)) AS e,
+           CAST(sum(least(e, origin + (bin + 1) * w) - greatest(s, origin + bin * w))
+                FILTER (WHERE what = 'busy') AS BIGINT) AS busy_ns,
+           CAST(sum(least(e, origin + (bin + 1) * w) - greatest(s, origin + bin * w))
+                FILTER (WHERE what = 'host_wait') AS BIGINT) AS host_wait_ns,
+           CAST(sum(least(e, origin + (bin + 1) * w) - greatest(s, origin + bin * w))
+                FILTER (WHERE what = 'dependency_wait') AS BIGINT) AS dependency_wait_ns
+    FROM cut GROUP BY device, bin
+),
+lab AS (
+    SELECT *, CASE WHEN 2 * coalesce(host_wait_ns, 0) > e - s THEN 'cpu_bound' ELSE 'gpu_bound' END AS regime
+    FROM bins
+),
+isl AS (
+    SELECT *, bin - row_number() OVER (PARTITION BY device, regime ORDER BY bin) AS island FROM lab
+)
+SELECT device, regime, min(s) AS start_ns, max(e) AS end_ns, max(e) - min(s) AS dur_ns,
+       CAST(coalesce(sum(busy_ns), 0) AS BIGINT) AS busy_ns,
+       CAST(coalesce(sum(host_wait_ns), 0) AS BIGINT) AS host_wait_ns,
+       CAST(coalesce(sum(dependency_wait_ns), 0) AS BIGINT) AS dependency_wait_ns,
+       count(*) AS bins
+FROM isl GROUP BY device, regime, island ORDER BY device, start_ns
+"""
+
+# --------------------------------------------------------------------------------- idle causes
+
+_D2H = "(name LIKE '%DtoH%' OR name LIKE '%D2H%' OR name LIKE '%Device -> Pageable%' OR name LIKE '%Device -> Pinned%')"
+_COLLECTIVE = ("(regexp_matches(lower({c}), '^(nccl|c10d|gloo|record_param_comms)') OR "
+               "regexp_matches(lower({c}), 'all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|barrier'))")
+_ALLOCATOR = ("regexp_matches({c}, '^(cuda|cu|hip)(Malloc|Free|MemAlloc|MemFree|HostAlloc|MallocHost|"
+              "FreeHost|MemCreate|MemRelease|MemMap|MemUnmap|MemAddressReserve|MemAddressFree|MemSetAccess|"
+              "MemPool|DeviceSetLimit|HostRegister|HostUnregister)')")
+
+# Pieces of each host-wait gap, cut where the launching thread's state changes. The thread's state is the
+# innermost thing open on it: a runtime/driver call ('call'), else the innermost CPU operator ('op'), else
+# nothing ('none' = Python between operators). Built as a step function from start/end events (at one
+# instant, ends before starts, inner ends before outer ends, outer starts before inner starts; an op's end
+# returns to its parent op, a call's end to its leaf op), then cut at each gap start (the state there
+# found by an ASOF join) and each piece matched to the gap it falls in (another ASOF join).
+_PIECES_SQL = "WITH " + _GAPS_CTE + """,
+hw AS (
+    SELECT g.device, g.gap_start_ns AS g0, g.gap_end_ns AS g1,
+           arg_min(l.pid, a.activity_id) FILTER (WHERE l.launch_id IS NOT NULL) AS pid,
+           arg_min(l.tid, a.activity_id) FILTER (WHERE l.launch_id IS NOT NULL) AS tid
+    FROM idle_gaps g
+    JOIN gpu_activities a ON a.trace_id = $trace AND a.device = g.device AND a.start_ns = g.gap_end_ns
+    LEFT JOIN launches l ON l.trace_id = a.trace_id AND l.launch_id = a.launch_id
+    WHERE g.cause = 'host_wait'
+    GROUP BY g.device, g.gap_start_ns, g.gap_end_ns
+),
+thr AS (SELECT DISTINCT pid, tid FROM hw WHERE pid IS NOT NULL),
+ev AS (
+    SELECT o.pid, o.tid, o.start_ns AS t, 1 AS is_start, -o.end_ns AS k, 'op' AS kind, o.op_id AS ref
+    FROM cpu_ops o SEMI JOIN thr USING (pid, tid) WHERE o.trace_id = $trace AND o.dur_ns > 0
+    UNION ALL
+    SELECT o.pid, o.tid, o.end_ns, 0, -o.start_ns, CASE WHEN o.parent_op_id IS NULL THEN 'none' ELSE 'op' END,
+           o.parent_op_id
+    FROM cpu_ops o SEMI JOIN thr USING (pid, tid) WHERE o.trace_id = $trace AND o.dur_ns > 0
+    UNION ALL
+    SELECT l.pid, l.tid, l.start_ns, 1, -l.end_ns, 'call', l.launch_id
+    FROM launches l SEMI JOIN thr USING (pid, tid) WHERE l.trace_id = $trace AND l.dur_ns > 0
+    UNION ALL
+    SELECT l.pid, l.tid, l.end_ns, 0, -l.start_ns, CASE WHEN l.leaf_op_id IS NULL THEN 'none' ELSE 'op' END,
+           l.leaf_op_id
+    FROM launches l SEMI JOIN thr USING (pid, tid) WHERE l.trace_id = $trace AND l.dur_ns > 0
+),
+st AS (
+    SELECT pid, tid, t, kind, ref FROM (
+        SELECT *, row_number() OVER (PARTITION BY pid, tid, t ORDER BY is_start DESC, k DESC) AS rn FROM ev
+    ) WHERE rn = 1
+),
+at_gap AS (
+    SELECT h.device, h.pid, h.tid, h.g0 AS t, coalesce(s.kind, 'none') AS kind, s.ref
+    FROM hw h ASOF LEFT JOIN st s ON s.pid = h.pid AND s.tid = h.tid AND h.g0 >= s.t
+    WHERE h.pid IS NOT NULL
+),
+tl AS (
+    SELECT DISTINCT * FROM (
+        SELECT d.device, s.pid, s.tid, s.t, s.kind, s.ref
+        FROM st s JOIN (SELECT DISTINCT device, pid, tid FROM hw WHERE pid IS NOT NULL) d USING (pid, tid)
+        UNION ALL SELECT * FROM at_gap
+    )
+),
+seg AS (SELECT *, lead(t) OVER (PARTITION BY device, pid, tid ORDER BY t) AS t1 FROM tl),
+pieces AS (
+    SELECT s.device, h.g0, s.pid, s.tid, s.kind, s.ref, least(coalesce(s.t1, h.g1), h.g1) - s.t AS ns
+    FROM seg s ASOF JOIN hw h ON h.device = s.device AND h.pid = s.pid AND h.tid = s.tid AND s.t >= h.g0
+    WHERE s.t < h.g1
+    UNION ALL
+    SELECT device, g0, NULL, NULL, 'unknown', NULL, g1 - g0 FROM hw WHERE pid IS NULL
+),
+d2h_ops AS (
+    SELECT leaf_op_id AS op_id FROM gpu_activities
+    WHERE trace_id = $trace AND kind = 'memcpy' AND leaf_op_id IS NOT NULL AND """ + _D2H + """
+    UNION SELECT op_id FROM cpu_ops
+    WHERE trace_id = $trace AND name IN ('aten::item', 'aten::_local_scalar_dense')
+),
+d2h_calls AS (
+    SELECT DISTINCT launch_id FROM gpu_activities
+    WHERE trace_id = $trace AND kind = 'memcpy' AND launch_id IS NOT NULL AND """ + _D2H + """
+),
+named AS (
+    SELECT p.device, p.g0, p.ns, p.kind,
+           CASE p.kind WHEN 'op' THEN p.ref WHEN 'call' THEN l.leaf_op_id END AS op_id,
+           CASE
+             WHEN p.kind = 'call' THEN CASE
+               WHEN l.launch_type IN ('sync', 'memcpy') AND l.leaf_op_id IN (SELECT op_id FROM d2h_ops)
+                 THEN 'd2h_copy'
+               WHEN l.launch_id IN (SELECT launch_id FROM d2h_calls) THEN 'd2h_copy'
+               WHEN l.launch_type = 'sync' OR l.name ILIKE '%synchronize%' THEN 'sync'
+               WHEN """ + _ALLOCATOR.format(c="l.name") + """ THEN 'allocator'
+               WHEN """ + _COLLECTIVE.format(c="l.name") + """ THEN 'collective'
+               WHEN l.launch_type IN ('kernel', 'graph', 'memcpy', 'memset') THEN 'launch'
+               ELSE 'runtime_other' END
+             WHEN p.kind = 'op' THEN CASE
+               WHEN p.ref IN (SELECT op_id FROM d2h_ops) THEN 'd2h_copy'
+               WHEN """ + _COLLECTIVE.format(c="o.name") + """ THEN 'collective'
+               ELSE 'operator' END
+             WHEN p.kind = 'none' THEN 'python' ELSE p.kind END AS category,
+           l.name AS call_name
+    FROM pieces p
+    LEFT JOIN launches l ON p.kind = 'call' AND l.trace_id = $trace AND l.launch_id = p.ref
+    LEFT JOIN cpu_ops o ON p.kind = 'op' AND o.trace_id = $trace AND o.op_id = p.ref
+    WHERE p.ns > 0
+)
+SELECT n.device, n.g0 AS gap_start_ns, n.ns, n.category, n.call_name, n.op_id, o.name AS operator
+FROM named n LEFT JOIN cpu_ops o ON o.trace_id = $trace AND o.op_id = n.op_id
+"""
+
+_CAUSES_SQL = "WITH p AS (" + _PIECES_SQL + """)
+SELECT category, CAST(sum(ns) AS BIGINT) AS idle_ns, count(DISTINCT (device, gap_start_ns)) AS gaps
+FROM p GROUP BY category ORDER BY idle_ns DESC, category
+"""
+
+_OPERATORS_SQL = "WITH p AS (" + _PIECES_SQL + """),
+by_cat AS (
+    SELECT operator, category, sum(ns) AS ns, count(DISTINCT (device, gap_start_ns)) AS gaps
+    FROM p WHERE operator IS NOT NULL GROUP BY operator, category
+),
+by_op AS (
+    SELECT operator, CAST(sum(ns) AS BIGINT) AS idle_ns, count(DISTINCT (device, gap_start_ns)) AS gaps
+    FROM p WHERE operator IS NOT NULL GROUP BY operator
+)
+SELECT b.operator, b.idle_ns, (SELECT arg_max(c.category, c.ns) FROM by_cat c WHERE c.operator = b.operator)
+       AS main_category, b.gaps
+FROM by_op b ORDER BY b.idle_ns DESC, b.operator LIMIT $top
+"""
+
+
+DESCRIPTION = ("CPU- or GPU-bound within one trace: idle split (host/dependency wait), queue depth per stream, "
+               "regime segments, idle causes ranked by operator.")
+CAUSES = ("sync", "d2h_copy", "allocator", "collective", "launch", "runtime_other", "operator", "python",
+          "unknown")
+
+
+def _bins(bins) -> int:
+    try:
+        n = int(bins)
+    except (TypeError, ValueError):
+        n = 0
+    if n < 1 or n > MAX_BINS or str(n) != str(bins).strip():
+        raise UsageError(f"option bins={bins!r} must be a whole number from 1 to {MAX_BINS}; e.g. `-o bins=200`.")
+    return n
+
+
+def queue_depth(store, trace_id: str, bins: int = DEFAULT_BINS) -> pd.DataFrame:
+    """Launched-but-not-started kernels per (device, stream) over time, in at most ``bins`` bins.
+
+    A kernel not launched by a graph is queued from its launch call's start to its own start; a graph
+    launch counts once, from its start to its first node's start (TKLQT's terms). Columns: device,
+    stream, bin, bin_start_ns, bin_end_ns, queued_ns (area under the depth in the bin, kernel-ns),
+    mean_depth (= queued_ns / bin width), max_depth. Bins with nothing queued are left out. Summed over
+    all rows, queued_ns is TKLQT less any negative launch-and-queue times.
+    """
+    df = store.query(_QUEUE_SQL, {"trace": trace_id, "n": _bins(bins)})
+    width = (df["bin_end_ns"] - df["bin_start_ns"]) if len(df) else 1
+    df.insert(len(df.columns) - 1, "mean_depth", df["queued_ns"] / width if len(df) else [])
+    return df
+
+
+def regime_segments(store, trace_id: str, bins: int = DEFAULT_BINS) -> pd.DataFrame:
+    """CPU-bound and GPU-bound stretches of each device's GPU span.
+
+    The span is cut into the same bins as ``queue_depth``; a bin is ``cpu_bound`` when host-wait idle
+    fills more than half of the span time in it, else ``gpu_bound`` (busy or waiting on queued work);
+    runs of bins with one regime are merged. Columns: device, regime, start_ns, end_ns, dur_ns, busy_ns,
+    host_wait_ns, dependency_wait_ns, bins. Per device the dur_ns add up to gpu_span_ns.
+    """
+    return store.query(_SEGMENTS_SQL, {"trace": trace_id, "n": _bins(bins)})
+
+
+def idle_causes(store, trace_id: str) -> pd.DataFrame:
+    """Host-wait idle by what the launching thread was doing (category, idle_ns, gaps).
+
+    The launching thread of a host-wait gap is the thread of the launch call of the activity that ends
+    the gap. Every instant of the gap is given to the innermost thing open on that thread: a sync call
+    (``sync``), a device-to-host copy or the sync inside one (``d2h_copy``: ``aten::item``,
+    ``aten::_local_scalar_dense``, or an operator/call that launched a DtoH memcpy), an allocator call
+    (``allocator``), a collective (``collective``), a launch call (``launch``), another runtime call
+    (``runtime_other``), a CPU operator (``operator``), nothing (``python``: between operators), or
+    ``unknown`` (the activity has no launch call). The idle_ns add up to the host-wait time exactly.
+    """
+    return store.query(_CAUSES_SQL, {"trace": trace_id})
+
+
+def idle_operators(store, trace_id: str, top: int = 20) -> pd.DataFrame:
+    """Operators ranked by host-wait idle they cause: the gap time during which the operator was the
+    innermost one open on the launching thread (directly or around a runtime call). Columns: operator,
+    idle_ns, main_category (the cause category holding most of it), gaps."""
+    return store.query(_OPERATORS_SQL, {"trace": trace_id, "top": int(top)})
+
+
+def bound(store, trace_id: str, bins: int = DEFAULT_BINS, top: int = 20) -> Result:
+    """The ``bound`` analysis of one trace (definitions: module docstring, docs/metrics.md)."""
+    n = _bins(bins)
+    devices = idle_split(store, trace_id)
+    if devices.empty:
+        return Result(name="bound", definition=DEFINITION.strip(),
+                      scalars={"gpu_span_ns": None, "busy_ns": 0, "idle_ns": None, "host_wait_ns": None,
+                               "dependency_wait_ns": None, "host_wait_share": None,
+                               "dependency_wait_share": None},
+                      warnings=["the trace has no GPU activity: nothing to split."])
+    span = int(devices["gpu_span_ns"].sum())
+    busy = int(devices["busy_ns"].sum())
+    host = int(devices["host_wait_ns"].sum())
+    dep = int(devices["dependency_wait_ns"].sum())
+    causes = idle_causes(store, trace_id)
+    causes["share_of_host_wait"] = causes["idle_ns"] / host if host else float("nan")
+    causes["share_of_span"] = causes["idle_ns"] / span if span else float("nan")
+    ops = idle_operators(store, trace_id, top)
+    ops["share_of_host_wait"] = ops["idle_ns"] / host if host else float("nan")
+    queue = queue_depth(store, trace_id, n)
+    segments = regime_segments(store, trace_id, n)
+    cpu_ns = int(segments.loc[segments.regime == "cpu_bound", "dur_ns"].sum())
+    scalars = {
+        "gpu_span_ns": span,
+        "busy_ns": busy,
+        "idle_ns": span - busy,
+        "host_wait_ns": host,
+        "dependency_wait_ns": dep,
+        "host_wait_share": host / span if span else None,
+        "dependency_wait_share": dep / span if span else None,
+        "gaps": int(devices["gaps"].sum()),
+        "cpu_bound_ns": cpu_ns,
+        "gpu_bound_ns": int(segments["dur_ns"].sum()) - cpu_ns,
+        "queued_ns": int(queue["queued_ns"].sum()),
+        "bin_ns": int(queue["bin_end_ns"].iloc[0] - queue["bin_start_ns"].iloc[0]) if len(queue) else None,
+        "devices_count": len(devices),
+    }
+    unknown = int(causes.loc[causes.category == "unknown", "idle_ns"].sum())
+    trust = {"host_wait_unknown_thread_ns": unknown,
+             "multi_device": "totals are sums over devices; shares are of the summed spans"
+             if len(devices) > 1 else None}
+    warnings = []
+    if unknown:
+        warnings.append(f"{unknown} ns of host wait end at an activity with no launch call: their cause is "
+                        "'unknown'.")
+    return Result(
+        name="bound", definition=DEFINITION.strip(), scalars=scalars,
+        tables={"devices": devices, "idle_causes": causes, "idle_operators": ops, "segments": segments,
+                "queue_depth": queue},
+        warnings=warnings, trust=trust)
