@@ -1,0 +1,304 @@
+"""Launch overhead: launch-and-queue time split into api + queue + dispatch, TKLQT, mean queue depth.
+
+Definitions (docs/metrics.md "Launch overhead" is the canonical text; every time is integer ns):
+
+- GPU activity k (kernel, memcpy or memset) with a launch call L (the host runtime/driver call with the
+  same correlation id, linked at ingest as ``gpu_activities.launch_id``):
+  ``lq = start(k) - start(L)``; ``api = min(dur(L), lq)``; ``ready`` = end of the previous GPU activity
+  on k's (device, stream) ordered by start (the end of L when the stream had none before);
+  ``queue = clamp(ready - end(L), 0, lq - api)``; ``dispatch = lq - api - queue`` (so
+  ``api + queue + dispatch = lq`` exactly); ``launch_delay = max(0, start(k) - end(L))``.
+  Host overhead is api + dispatch; queue is the GPU-bound signal.
+- ``tklqt_ns`` (total kernel launch-and-queue time): the sum of ``lq`` over kernels not launched by a
+  graph, plus one ``lq`` per graph launch (its first node's start - the graph launch's start).
+  ``api_ns``, ``queue_ns``, ``dispatch_ns`` and ``launch_delay_ns`` are summed over the same terms (a
+  graph launch contributes its first node's split), so ``api_ns + queue_ns + dispatch_ns = tklqt_ns``.
+- ``tklqt_naive_ns``: the per-node sum of ``lq`` over every kernel, graph nodes included. It grows with
+  the square of a graph's size and is NOT a launch cost; it is kept for comparison only.
+- memcpy and memset launches are left out of TKLQT and reported apart (``by_kind`` table).
+- Negative ``lq`` (the activity starts before its launch call: host/GPU clock skew) is counted in
+  ``negative_lq`` and flagged, never clamped.
+- ``mean_queue_depth`` = ``tklqt_ns / gpu_span_ns`` (Little's law: TKLQT is the area under the number of
+  launched-but-not-started kernels; ``gpu_span_ns`` = first GPU activity start to last end).
+- ``per_op`` / ``per_leaf_op``: TKLQT and its split per top-level / leaf operator name (instances summed,
+  ``calls`` counts them); a graph launch's term goes to its launch call's operator; terms whose launch
+  lies outside every operator form the row with a null name, so the column sums to ``tklqt_ns``.
+  ``per_phase``: the same per annotation instance enclosing the launch call (innermost phase).
+- A launch-bound operator instance: the summed duration of its launch calls (``launch_api_ns``) exceeds
+  the length of the union of its GPU activities' intervals (``gpu_union_ns``).
+- Distributions (median, p90, p99, max; nearest-rank) over the TKLQT terms' kernels.
+
+Activities without a matched launch call are left out of every number here and counted in ``trust``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from .result import Result
+
+DESCRIPTION = "Launch-and-queue time (api/queue/dispatch), TKLQT, mean queue depth, per operator and phase."
+DEFINITION = __doc__.strip()
+
+# One row per GPU activity of the trace with its launch split. 'term' says whether the row is a TKLQT
+# term: a non-graph kernel, or the first node of a graph launch (its lq is the graph launch's lq).
+ACTIVITIES_SQL = """
+WITH a AS (
+  SELECT g.activity_id, g.kind, g.name, g.device, g.stream, g.start_ns, g.end_ns, g.dur_ns, g.is_graph,
+         g.launch_id, g.leaf_op_id, g.top_op_id,
+         l.start_ns AS launch_start_ns, l.end_ns AS launch_end_ns, l.dur_ns AS launch_dur_ns,
+         l.launch_type, l.phase_id, l.top_op_id AS launch_top_op_id, l.leaf_op_id AS launch_leaf_op_id,
+         lag(g.end_ns) OVER (PARTITION BY g.device, g.stream ORDER BY g.start_ns, g.activity_id) AS prev_end,
+         row_number() OVER (PARTITION BY g.launch_id ORDER BY g.start_ns, g.activity_id) AS node_rank
+  FROM gpu_activities g
+  LEFT JOIN launches l ON l.trace_id = g.trace_id AND l.launch_id = g.launch_id
+  WHERE g.trace_id = $t
+), s AS (
+  SELECT *, start_ns - launch_start_ns AS lq_ns,
+         least(launch_dur_ns, start_ns - launch_start_ns) AS api_ns,
+         coalesce(prev_end, launch_end_ns) AS ready_ns
+  FROM a WHERE launch_id IS NOT NULL
+)
+SELECT activity_id, kind, name, device, stream, start_ns, end_ns, dur_ns, is_graph, launch_id,
+       launch_type, launch_start_ns, launch_end_ns, launch_dur_ns, ready_ns,
+       coalesce(top_op_id, launch_top_op_id) AS top_op_id, coalesce(leaf_op_id, launch_leaf_op_id) AS leaf_op_id,
+       phase_id, lq_ns, api_ns,
+       greatest(0, least(ready_ns - launch_end_ns, lq_ns - api_ns)) AS queue_ns,
+       lq_ns - api_ns - greatest(0, least(ready_ns - launch_end_ns, lq_ns - api_ns)) AS dispatch_ns,
+       greatest(0, start_ns - launch_end_ns) AS launch_delay_ns,
+       (kind = 'kernel' AND (NOT is_graph OR node_rank = 1)) AS term
+FROM s
+"""
+
+_TOTALS_SQL = """
+WITH x AS ({acts})
+SELECT
+  CAST(coalesce(sum(lq_ns) FILTER (WHERE term), 0) AS BIGINT) AS tklqt_ns,
+  CAST(coalesce(sum(lq_ns) FILTER (WHERE kind = 'kernel'), 0) AS BIGINT) AS tklqt_naive_ns,
+  CAST(coalesce(sum(api_ns) FILTER (WHERE term), 0) AS BIGINT) AS api_ns,
+  CAST(coalesce(sum(queue_ns) FILTER (WHERE term), 0) AS BIGINT) AS queue_ns,
+  CAST(coalesce(sum(dispatch_ns) FILTER (WHERE term), 0) AS BIGINT) AS dispatch_ns,
+  CAST(coalesce(sum(launch_delay_ns) FILTER (WHERE term), 0) AS BIGINT) AS launch_delay_ns,
+  count(*) FILTER (WHERE kind = 'kernel' AND NOT is_graph) AS kernels,
+  count(*) FILTER (WHERE kind = 'kernel' AND is_graph) AS graph_kernels,
+  count(DISTINCT launch_id) FILTER (WHERE is_graph) AS graph_launches,
+  count(*) FILTER (WHERE lq_ns < 0) AS negative_lq,
+  count(*) FILTER (WHERE lq_ns < 0 AND term) AS negative_lq_terms
+FROM x
+"""
+
+_SPAN_SQL = """
+SELECT
+  (SELECT CAST(max(end_ns) - min(start_ns) AS BIGINT) FROM gpu_activities WHERE trace_id = $t) AS gpu_span_ns,
+  (SELECT count(*) FROM gpu_activities WHERE trace_id = $t) AS activities,
+  (SELECT count(*) FROM gpu_activities WHERE trace_id = $t AND launch_id IS NULL) AS without_launch,
+  (SELECT count(*) FROM gpu_activities WHERE trace_id = $t AND kind = 'kernel' AND launch_id IS NULL)
+     AS kernels_without_launch
+"""
+
+# memcpy/memset launches apart; graph launches as one row each (their first node's split).
+_BY_KIND_SQL = """
+WITH x AS ({acts})
+SELECT CASE WHEN kind = 'kernel' AND is_graph THEN 'graph_launch' ELSE kind END AS kind,
+       count(*) AS count,
+       CAST(sum(lq_ns) AS BIGINT) AS lq_ns, CAST(sum(api_ns) AS BIGINT) AS api_ns,
+       CAST(sum(queue_ns) AS BIGINT) AS queue_ns, CAST(sum(dispatch_ns) AS BIGINT) AS dispatch_ns,
+       CAST(sum(launch_delay_ns) AS BIGINT) AS launch_delay_ns
+FROM x WHERE term OR kind <> 'kernel'
+GROUP BY 1 ORDER BY 1
+"""
+
+_DIST_SQL = """
+WITH x AS ({acts}),
+u AS (
+  UNPIVOT (SELECT lq_ns, api_ns, queue_ns, dispatch_ns, launch_delay_ns FROM x WHERE term)
+  ON lq_ns, api_ns, queue_ns, dispatch_ns, launch_delay_ns INTO NAME metric VALUE v
+)
+SELECT metric, count(*) AS count,
+       CAST(quantile_disc(v, 0.5) AS BIGINT) AS median_ns, CAST(quantile_disc(v, 0.9) AS BIGINT) AS p90_ns,
+       CAST(quantile_disc(v, 0.99) AS BIGINT) AS p99_ns, CAST(max(v) AS BIGINT) AS max_ns
+FROM u GROUP BY metric
+"""
+
+# Per operator instance: TKLQT terms, launch-call time and the union of its activities' intervals;
+# then summed per operator name. {link} is 'top_op_id' or 'leaf_op_id' (chosen here, never user input).
+_PER_OP_SQL = """
+WITH x AS ({acts}),
+terms AS (
+  SELECT {link} AS op_id, count(*) FILTER (WHERE kind = 'kernel' AND NOT is_graph) AS kernels,
+         count(*) FILTER (WHERE is_graph) AS graph_launches,
+         sum(lq_ns) AS tklqt_ns, sum(api_ns) AS api_ns, sum(queue_ns) AS queue_ns,
+         sum(dispatch_ns) AS dispatch_ns, sum(launch_delay_ns) AS launch_delay_ns
+  FROM x WHERE term GROUP BY 1
+),
+gk AS (  -- graph node kernels per operator (counted as kernels of the operator, beside the launches)
+  SELECT {link} AS op_id, count(*) AS graph_kernels FROM x WHERE is_graph AND kind = 'kernel' GROUP BY 1
+),
+calls AS (
+  SELECT {link} AS op_id, CAST(sum(dur_ns) AS BIGINT) AS launch_api_ns
+  FROM launches WHERE trace_id = $t AND activities > 0 AND {link} IS NOT NULL GROUP BY 1
+),
+o AS (
+  SELECT {link} AS op_id, start_ns, end_ns,
+         max(end_ns) OVER (PARTITION BY {link} ORDER BY start_ns, end_ns
+                           ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
+  FROM x WHERE {link} IS NOT NULL
+),
+isl AS (
+  SELECT op_id, start_ns, end_ns,
+         sum(CASE WHEN prev_end IS NULL OR start_ns > prev_end THEN 1 ELSE 0 END)
+           OVER (PARTITION BY op_id ORDER BY start_ns, end_ns ROWS UNBOUNDED PRECEDING) AS island
+  FROM o
+),
+un AS (
+  SELECT op_id, sum(e - s) AS gpu_union_ns
+  FROM (SELECT op_id, island, min(start_ns) AS s, max(end_ns) AS e FROM isl GROUP BY op_id, island)
+  GROUP BY op_id
+),
+inst AS (
+  SELECT t.op_id, t.kernels, t.graph_launches, coalesce(gk.graph_kernels, 0) AS graph_kernels,
+         t.tklqt_ns, t.api_ns, t.queue_ns, t.dispatch_ns, t.launch_delay_ns,
+         coalesce(c.launch_api_ns, 0) AS launch_api_ns, coalesce(un.gpu_union_ns, 0) AS gpu_union_ns
+  FROM terms t LEFT JOIN gk ON gk.op_id IS NOT DISTINCT FROM t.op_id
+  LEFT JOIN calls c ON c.op_id = t.op_id LEFT JOIN un ON un.op_id = t.op_id
+)
+SELECT op.name AS name, count(*) FILTER (WHERE inst.op_id IS NOT NULL) AS calls,
+       CAST(sum(kernels) AS BIGINT) AS kernels, CAST(sum(graph_kernels) AS BIGINT) AS graph_kernels,
+       CAST(sum(graph_launches) AS BIGINT) AS graph_launches,
+       CAST(sum(tklqt_ns) AS BIGINT) AS tklqt_ns, CAST(sum(api_ns) AS BIGINT) AS api_ns,
+       CAST(sum(queue_ns) AS BIGINT) AS queue_ns, CAST(sum(dispatch_ns) AS BIGINT) AS dispatch_ns,
+       CAST(sum(launch_delay_ns) AS BIGINT) AS launch_delay_ns,
+       CAST(sum(launch_api_ns) AS BIGINT) AS launch_api_ns, CAST(sum(gpu_union_ns) AS BIGINT) AS gpu_union_ns,
+       count(*) FILTER (WHERE inst.op_id IS NOT NULL AND launch_api_ns > gpu_union_ns) AS launch_bound_calls
+FROM inst LEFT JOIN cpu_ops op ON op.trace_id = $t AND op.op_id = inst.op_id
+GROUP BY op.name
+ORDER BY tklqt_ns DESC, name NULLS LAST
+"""
+
+_PER_PHASE_SQL = """
+WITH x AS ({acts})
+SELECT x.phase_id, an.kind AS phase_kind, an.name AS phase,
+       count(*) FILTER (WHERE x.kind = 'kernel' AND NOT x.is_graph) AS kernels,
+       count(*) FILTER (WHERE x.is_graph) AS graph_launches,
+       CAST(sum(lq_ns) AS BIGINT) AS tklqt_ns, CAST(sum(api_ns) AS BIGINT) AS api_ns,
+       CAST(sum(queue_ns) AS BIGINT) AS queue_ns, CAST(sum(dispatch_ns) AS BIGINT) AS dispatch_ns,
+       CAST(sum(launch_delay_ns) AS BIGINT) AS launch_delay_ns
+FROM x LEFT JOIN annotations an ON an.trace_id = $t AND an.ann_id = x.phase_id
+WHERE term
+GROUP BY x.phase_id, an.kind, an.name, an.start_ns
+ORDER BY an.start_ns NULLS LAST
+"""
+
+_DEVICES_SQL = """
+WITH x AS ({acts}),
+sp AS (SELECT device, CAST(max(end_ns) - min(start_ns) AS BIGINT) AS gpu_span_ns
+       FROM gpu_activities WHERE trace_id = $t GROUP BY device)
+SELECT sp.device, sp.gpu_span_ns, CAST(coalesce(sum(x.lq_ns), 0) AS BIGINT) AS tklqt_ns
+FROM sp LEFT JOIN x ON x.device = sp.device AND x.term
+GROUP BY sp.device, sp.gpu_span_ns ORDER BY sp.device
+"""
+
+
+def _acts() -> str:
+    return ACTIVITIES_SQL.strip()
+
+
+def activity_splits(store, trace_id: str) -> pd.DataFrame:
+    """Per GPU activity with a matched launch call: lq_ns, api_ns, queue_ns, dispatch_ns, launch_delay_ns,
+    ready_ns, the links, and ``term`` (whether the row is a TKLQT term). Ordered by start."""
+    return store.query(_acts() + " ORDER BY start_ns, activity_id", {"t": trace_id})
+
+
+def _py(v: Any) -> Any:
+    if v is None:
+        return None
+    try:
+        if pd.isna(v):
+            return None
+    except (TypeError, ValueError):
+        return v
+    return v.item() if hasattr(v, "item") else v
+
+
+def _one(store, sql: str, t: str) -> dict[str, Any]:
+    df = store.query(sql, {"t": t})
+    return {c: _py(df[c].iloc[0]) for c in df.columns} if len(df) else {}
+
+
+def launch(store, trace_id: str) -> Result:
+    """Launch overhead of one stored trace (definitions in this module's docstring and docs/metrics.md)."""
+    t = trace_id
+    acts = _acts()
+    tot = _one(store, _TOTALS_SQL.format(acts=acts), t)
+    span = _one(store, _SPAN_SQL, t)
+    gpu_span = span.get("gpu_span_ns")
+    tklqt = int(tot["tklqt_ns"])
+    q = round(tklqt / gpu_span, 6) if gpu_span else None
+
+    scalars: dict[str, Any] = {
+        "trace_id": t,
+        "tklqt_ns": tklqt,
+        "tklqt_naive_ns": int(tot["tklqt_naive_ns"]),
+        "mean_queue_depth": q,
+        "gpu_span_ns": gpu_span,
+        "kernels": int(tot["kernels"]),
+        "graph_kernels": int(tot["graph_kernels"]),
+        "graph_launches": int(tot["graph_launches"]),
+        "api_ns": int(tot["api_ns"]),
+        "queue_ns": int(tot["queue_ns"]),
+        "dispatch_ns": int(tot["dispatch_ns"]),
+        "host_overhead_ns": int(tot["api_ns"]) + int(tot["dispatch_ns"]),
+        "launch_delay_ns": int(tot["launch_delay_ns"]),
+        "negative_lq": int(tot["negative_lq"]),
+    }
+    by_kind = store.query(_BY_KIND_SQL.format(acts=acts), {"t": t})
+    dist = store.query(_DIST_SQL.format(acts=acts), {"t": t})
+    order = ["lq_ns", "api_ns", "queue_ns", "dispatch_ns", "launch_delay_ns"]
+    dist["metric"] = pd.Categorical(dist["metric"], categories=order, ordered=True)
+    dist = dist.sort_values("metric").reset_index(drop=True)
+    dist["metric"] = dist["metric"].astype(str)
+    per_op = store.query(_PER_OP_SQL.format(acts=acts, link="top_op_id"), {"t": t})
+    per_leaf = store.query(_PER_OP_SQL.format(acts=acts, link="leaf_op_id"), {"t": t})
+    for df in (per_op, per_leaf):
+        df["kernels_per_call"] = (df["kernels"] + df["graph_kernels"]) / df["calls"].where(df["calls"] > 0)
+    per_phase = store.query(_PER_PHASE_SQL.format(acts=acts), {"t": t})
+    devices = store.query(_DEVICES_SQL.format(acts=acts), {"t": t})
+    devices["mean_queue_depth"] = devices["tklqt_ns"] / devices["gpu_span_ns"].where(devices["gpu_span_ns"] > 0)
+    launch_bound = per_op.loc[per_op["launch_bound_calls"] > 0, ["name", "calls", "launch_bound_calls",
+                                                                  "launch_api_ns", "gpu_union_ns"]]
+    scalars["launch_bound_ops"] = int(per_op["launch_bound_calls"].sum()) if len(per_op) else 0
+
+    trust = {
+        "activities": span.get("activities"),
+        "activities_without_launch": span.get("without_launch"),
+        "kernels_without_launch": span.get("kernels_without_launch"),
+        "negative_lq_terms": int(tot["negative_lq_terms"]),
+        "split_adds_up": scalars["api_ns"] + scalars["queue_ns"] + scalars["dispatch_ns"] == tklqt,
+    }
+    warnings: list[str] = []
+    if span.get("kernels_without_launch"):
+        warnings.append(f"{span['kernels_without_launch']} kernels have no matched launch call (e.g. launched "
+                        "before the profiler started); they are left out of TKLQT.")
+    if tot["negative_lq"]:
+        warnings.append(f"{tot['negative_lq']} GPU activities start before their launch call (negative lq: "
+                        "host/GPU clock skew); they are counted as they are, never clamped.")
+    if tot["graph_kernels"]:
+        warnings.append("graph replays count one lq per graph launch in tklqt_ns; tklqt_naive_ns sums every "
+                        "node and is not a launch cost.")
+    if not gpu_span:
+        warnings.append("the trace has no GPU activity: mean_queue_depth is null.")
+    if len(devices) > 1:
+        scalars["totals"] = "tklqt_ns sums all devices; mean_queue_depth divides by the overall GPU span"
+
+    return Result(
+        name="launch",
+        definition=DEFINITION,
+        scalars=scalars,
+        tables={"by_kind": by_kind, "distribution": dist, "per_op": per_op, "per_leaf_op": per_leaf,
+                "per_phase": per_phase, "launch_bound": launch_bound.reset_index(drop=True),
+                "devices": devices},
+        warnings=warnings,
+        trust=trust,
+    )
