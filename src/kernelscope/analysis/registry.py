@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..errors import UsageError
-from . import summary
+from . import launch, summary
 from .result import Result
 
 
@@ -24,6 +24,7 @@ class Analysis:
 
 _TABLE = [
     Analysis("summary", summary.DESCRIPTION, summary.summary),
+    Analysis("launch", launch.DESCRIPTION, launch.launch),
     # launch, bound, transition, bandwidth, kernels, idle, energy, diff: add their rows here.
 ]
 
