@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..errors import UsageError
-from . import launch, summary
+from . import graphs, kernels, launch, power, summary
 from .result import Result
 
 
@@ -25,6 +25,10 @@ class Analysis:
 _TABLE = [
     Analysis("summary", summary.DESCRIPTION, summary.summary),
     Analysis("launch", launch.DESCRIPTION, launch.launch),
+    Analysis("kernels", kernels.DESCRIPTION, kernels.kernels),
+    Analysis("idle", kernels.IDLE_DESCRIPTION, kernels.idle),
+    Analysis("graphs", graphs.DESCRIPTION, graphs.graphs),
+    Analysis("power", power.DESCRIPTION, power.power),
     # launch, bound, transition, bandwidth, kernels, idle, energy, diff: add their rows here.
 ]
 
