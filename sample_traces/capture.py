@@ -31,6 +31,9 @@ import kernelscope
 from kernelscope.collectors.profile import profile
 
 T0 = time.time()
+# Profiled steps of the short workloads: enough traced time (>= ~25 ms) for >= 1 telemetry sample per 20 ms.
+ACTIVE_SMALL = 6
+ACTIVE_COMPILED = 30
 BATCHES = [1, 2, 4, 8, 16, 32, 64, 128]
 
 
@@ -224,11 +227,11 @@ def small_kernels(out: Path, dev: str, smoke: bool, graph: bool) -> list[Path]:
             return _chain(x, n_ops)
 
     run_dir = out / name
-    sched = torch.profiler.schedule(wait=0, warmup=1, active=2, repeat=1)
+    sched = torch.profiler.schedule(wait=0, warmup=1, active=ACTIVE_SMALL, repeat=1)
     with profile(name=name, labels={"n_ops": n_ops, "shape": "64x512", "graph": int(graph)},
                  schedule=sched, run_dir=run_dir, ingest=False,
                  unprofiled={"fn": step, "energy_min_s": 0.2 if smoke else 1.0}) as p:
-        for _ in range(3):
+        for _ in range(1 + ACTIVE_SMALL):
             step()
             p.step()
     return [run_dir]
@@ -251,11 +254,11 @@ def compiled(out: Path, dev: str, smoke: bool) -> list[Path]:
         torch.cuda.synchronize()
     log(f"compiled: torch.compile took {time.time() - t:.1f}s")
     run_dir = out / "compiled"
-    sched = torch.profiler.schedule(wait=0, warmup=1, active=2, repeat=1)
+    sched = torch.profiler.schedule(wait=0, warmup=1, active=ACTIVE_COMPILED, repeat=1)
     with profile(name="compiled", labels={"batch": batch, "d_model": d, "compiled": 1}, schedule=sched,
                  run_dir=run_dir, ingest=False,
                  unprofiled={"fn": step, "energy_min_s": 0.2 if smoke else 1.0}) as p:
-        for _ in range(3):
+        for _ in range(1 + ACTIVE_COMPILED):
             step()
             p.step()
     return [run_dir]
