@@ -386,13 +386,20 @@ def sql(query, timeout_s, fmt, as_json, db):
 @click.option("--list", "list_", is_flag=True, help="List the available analyses and exit.")
 @click.option("--option", "-o", "options", multiple=True, metavar="KEY=VALUE",
               help="Pass an option to the analysis (repeatable; numbers are passed as numbers).")
+@click.option("--by", "by", default=None, metavar="LABEL",
+              help="Multi-trace analyses (transition): the numeric label that orders the points "
+                   "[default: batch].")
+@click.option("--sweep", "sweep", default=None, metavar="NAME",
+              help="Multi-trace analyses: use the traces labelled sweep=NAME (instead of listing TRACEs).")
 @_format_options
 @click.option("--table", "table", default=None, metavar="NAME", help="Print only this table of the result.")
 @_db_option
-def analyze(name, traces_, list_, options, fmt, as_json, table, db):
+def analyze(name, traces_, list_, options, by, sweep, fmt, as_json, table, db):
     """Run the analysis NAME on one or more traces, or list the analyses with --list.
 
-    With several traces, JSON output is a list with one result per trace.
+    With several traces, JSON output is a list with one result per trace. A multi-trace analysis
+    (transition) gives one result over all its traces: `kernelscope analyze transition --by batch
+    [TRACE...|--sweep NAME]`; with no TRACE and no --sweep it takes every trace with the --by label.
     """
     import json
 
@@ -402,13 +409,26 @@ def analyze(name, traces_, list_, options, fmt, as_json, table, db):
 
     fmt = _fmt(fmt, as_json)
     if list_:
-        df = pd.DataFrame([{"name": a.name, "description": a.description} for a in ANALYSES.values()])
+        df = pd.DataFrame([{"name": a.name, "description": a.description,
+                            "traces": "several" if a.multi else "one"} for a in ANALYSES.values()])
         _emit_frame(df, fmt)
         return
-    if not name or not traces_:
+    if not name:
         raise UsageError("give an analysis name and at least one TRACE, or --list to see the analyses.")
     analysis = get_analysis(name)
     kwargs = {k: _number(v) for k, v in (_split_option(o) for o in options)}
+    if analysis.multi:
+        if traces_ and sweep:
+            raise UsageError(f"give either TRACEs or --sweep to `analyze {name}`, not both.")
+        with _open(db, read_only=True) as store:
+            ids = _resolve(store, traces_) if traces_ else None
+            result = analysis.fn(store, ids, by=by or "batch", sweep=sweep, **kwargs)
+        _emit_result(result, fmt, table)
+        return
+    if by is not None or sweep is not None:
+        raise UsageError(f"--by and --sweep apply to multi-trace analyses only; '{name}' takes TRACEs.")
+    if not traces_:
+        raise UsageError("give an analysis name and at least one TRACE, or --list to see the analyses.")
     with _open(db, read_only=True) as store:
         ids = _resolve(store, traces_)
         results = [analysis.fn(store, trace_id, **kwargs) for trace_id in ids]

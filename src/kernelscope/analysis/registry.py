@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..errors import UsageError
-from . import graphs, kernels, launch, power, summary
+from . import bound, graphs, kernels, launch, power, summary, transition
 from .result import Result
 
 
@@ -20,6 +20,9 @@ class Analysis:
     name: str
     description: str  # one line, shown by `kernelscope analyze --list`
     fn: Callable[..., Result]  # fn(store, trace_id, **options) -> Result
+    # multi: fn(store, trace_ids: list[str] | None, by=..., sweep=..., **options) -> one Result over
+    # several traces (None = the analysis picks the traces itself, e.g. every trace with a label).
+    multi: bool = False
 
 
 _TABLE = [
@@ -29,6 +32,8 @@ _TABLE = [
     Analysis("idle", kernels.IDLE_DESCRIPTION, kernels.idle),
     Analysis("graphs", graphs.DESCRIPTION, graphs.graphs),
     Analysis("power", power.DESCRIPTION, power.power),
+    Analysis("bound", bound.DESCRIPTION, bound.bound),
+    Analysis("transition", transition.DESCRIPTION, transition.transition, multi=True),
     # launch, bound, transition, bandwidth, kernels, idle, energy, diff: add their rows here.
 ]
 

@@ -1,0 +1,238 @@
+"""Where a sweep turns from CPU-bound to GPU-bound (several traces).
+
+Points: the traces sharing a numeric label ``by`` (default ``batch``), one trace per label value, sorted by
+the value numerically. Given no trace ids, all traces with the label are used, or those labelled
+``sweep=NAME`` when ``sweep`` is given. Per point (times in integer ns):
+
+- ``tklqt_ns`` and ``mean_queue_depth`` ``q = tklqt_ns / gpu_span_ns``: the launch analysis' numbers.
+- ``kernel_time_ns``, ``busy_ns``, ``gpu_span_ns``, ``idle_ns``, ``latency_ns``: as in the summary (sums
+  over devices for several devices); ``host_wait_share``: host-wait idle / GPU span (the bound analysis).
+- ``iterations``: ``ProfilerStep#N`` phases in the trace (1 when there are none). ``busy_per_iter_ns``:
+  the length of the union of the GPU activities whose launch call starts inside a ProfilerStep, divided
+  by ``iterations`` (the whole ``busy_ns`` when there are no steps): GPU time per iteration, comparable
+  to an un-profiled iteration time. Work still running from before the window (the warm-up step's
+  kernels) is left out of it. ``latency_per_iter_ns`` = ``latency_ns / iterations``.
+- ``unprofiled_ns``: the median of the collector's ``cuda_event`` timings, else the numeric label
+  ``unprofiled_ns``, else null (``unprofiled_source`` says which). ``inflation`` =
+  ``latency_per_iter_ns / unprofiled_ns`` (how much the profiled run is slower per iteration).
+
+Regimes: the **trace rule** calls a point GPU-bound iff ``q >= 1``, else CPU-bound. The **un-profiled
+rule** applies when some trace-rule CPU-bound point has an un-profiled time: host floor ``H`` = the median
+``unprofiled_ns`` of those points; a point is GPU-bound iff ``busy_per_iter_ns >= H``. The un-profiled
+rule decides when it applies, else the trace rule. A rule's bracket is ``last_cpu_bound`` (label of the
+last CPU-bound point) and ``first_gpu_bound`` (the first GPU-bound one), with ``rule`` and ``points`` (the
+labels); it is null with a reason when every point falls in one regime or the classes interleave.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+import pandas as pd
+
+from ..errors import UsageError
+from . import bound as bound_mod
+from . import launch as launch_mod
+from .result import Result
+
+DESCRIPTION = ("Several traces: CPU->GPU-bound transition over a numeric label (--by batch), trace rule "
+               "and un-profiled rule brackets.")
+DEFINITION = __doc__.strip()
+
+_LABELLED_SQL = """
+SELECT t.trace_id, t.name, l.value_text, l.value_num
+FROM traces t JOIN labels l ON l.trace_id = t.trace_id AND l.key = $by
+WHERE $sweep IS NULL OR EXISTS (SELECT 1 FROM labels s WHERE s.trace_id = t.trace_id AND s.key = 'sweep'
+                                AND s.value_text = $sweep)
+ORDER BY t.trace_id
+"""
+
+_POINT_LABELS_SQL = """
+SELECT t.trace_id, t.name,
+       (SELECT any_value(value_num) FROM labels WHERE trace_id = t.trace_id AND key = $by) AS value_num,
+       (SELECT any_value(value_text) FROM labels WHERE trace_id = t.trace_id AND key = $by) AS value_text,
+       (SELECT any_value(value_num) FROM labels WHERE trace_id = t.trace_id AND key = 'unprofiled_ns')
+           AS unprofiled_label
+FROM traces t WHERE t.trace_id IN (SELECT unnest($ids))
+"""
+
+# Per trace: kernel time, span, busy, latency, step count, median cuda_event timing.
+_METRICS_SQL = """
+WITH ids AS (SELECT unnest($ids) AS trace_id),
+dev AS (
+    SELECT trace_id, device, max(end_ns) - min(start_ns) AS span
+    FROM gpu_activities WHERE trace_id IN (SELECT trace_id FROM ids) GROUP BY ALL
+)
+SELECT i.trace_id,
+  (SELECT CAST(coalesce(sum(dur_ns), 0) AS BIGINT) FROM gpu_activities
+     WHERE trace_id = i.trace_id AND kind = 'kernel') AS kernel_time_ns,
+  (SELECT CAST(sum(span) AS BIGINT) FROM dev WHERE trace_id = i.trace_id) AS gpu_span_ns,
+  (SELECT CAST(coalesce(sum(end_ns - start_ns), 0) AS BIGINT) FROM busy_intervals
+     WHERE trace_id = i.trace_id) AS busy_ns,
+  (SELECT max(end_ns) FROM gpu_activities WHERE trace_id = i.trace_id)
+    - (SELECT min(start_ns) FROM cpu_ops WHERE trace_id = i.trace_id AND depth = 0) AS latency_ns,
+  (SELECT count(*) FROM annotations WHERE trace_id = i.trace_id AND kind = 'step') AS steps,
+  (SELECT median(dur_ns) FROM timings WHERE trace_id = i.trace_id AND kind = 'cuda_event') AS cuda_event_ns
+FROM ids i
+"""
+
+# Union length (summed over devices) of GPU activities whose launch call starts inside a ProfilerStep.
+_STEP_BUSY_SQL = """
+WITH st AS (SELECT trace_id, start_ns, end_ns FROM annotations
+            WHERE kind = 'step' AND trace_id IN (SELECT unnest($ids))),
+sel AS (
+    SELECT a.trace_id, a.device, a.start_ns, a.end_ns
+    FROM gpu_activities a JOIN launches l ON l.trace_id = a.trace_id AND l.launch_id = a.launch_id
+    WHERE a.trace_id IN (SELECT unnest($ids))
+      AND EXISTS (SELECT 1 FROM st WHERE st.trace_id = a.trace_id
+                  AND l.start_ns >= st.start_ns AND l.start_ns < st.end_ns)
+),
+o AS (
+    SELECT *, max(end_ns) OVER (PARTITION BY trace_id, device ORDER BY start_ns, end_ns
+                                ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
+    FROM sel
+),
+g AS (
+    SELECT *, sum(CASE WHEN prev_end IS NULL OR start_ns > prev_end THEN 1 ELSE 0 END)
+                OVER (PARTITION BY trace_id, device ORDER BY start_ns, end_ns ROWS UNBOUNDED PRECEDING) AS island
+    FROM o
+)
+SELECT trace_id, CAST(sum(e - s) AS BIGINT) AS step_busy_ns
+FROM (SELECT trace_id, device, island, min(start_ns) AS s, max(end_ns) AS e FROM g GROUP BY ALL)
+GROUP BY trace_id
+"""
+
+
+def select_traces(store, by: str = "batch", sweep: str | None = None) -> list[str]:
+    """Trace ids carrying the label ``by`` (and ``sweep=NAME`` when ``sweep`` is given)."""
+    df = store.query(_LABELLED_SQL, {"by": by, "sweep": sweep})
+    return list(df["trace_id"])
+
+
+def bracket(labels: list, gpu_bound: list[bool], rule: str) -> tuple[dict | None, str | None]:
+    """(bracket, None) when the points switch once from CPU-bound to GPU-bound, else (None, reason).
+
+    ``labels`` are sorted; ``gpu_bound[i]`` is point i's class under ``rule``."""
+    if not labels:
+        return None, "no points"
+    if all(gpu_bound):
+        return None, f"every point is GPU-bound under the {rule} rule"
+    if not any(gpu_bound):
+        return None, f"every point is CPU-bound under the {rule} rule"
+    first = gpu_bound.index(True)
+    if not all(gpu_bound[first:]):
+        later_cpu = labels[first + gpu_bound[first:].index(False)]
+        return None, (f"the classes interleave under the {rule} rule: {later_cpu} is CPU-bound after "
+                      f"{labels[first]} is GPU-bound")
+    return {"last_cpu_bound": labels[first - 1], "first_gpu_bound": labels[first], "rule": rule,
+            "points": list(labels)}, None
+
+
+def _label(text: str, num: float) -> Any:
+    try:
+        return int(text)
+    except ValueError:
+        return float(num)
+
+
+def _points(store, trace_ids: list[str], by: str) -> pd.DataFrame:
+    lab = store.query(_POINT_LABELS_SQL, {"by": by, "ids": list(trace_ids)})
+    missing = lab[lab["value_num"].isna()]
+    if len(missing):
+        names = ", ".join(f"{r.name or r.trace_id}" for r in missing.itertuples())
+        raise UsageError(f"traces {names} have no numeric label '{by}'; label them with "
+                         f"`kernelscope label TRACE {by}=N` or choose another --by.")
+    dup = lab[lab.duplicated("value_num", keep=False)]
+    if len(dup):
+        raise UsageError(f"several traces share {by}={dup['value_text'].iloc[0]} "
+                         f"({', '.join(dup['trace_id'])}); give one trace per point (list the TRACEs, or "
+                         "use --sweep NAME).")
+    lab["label"] = [_label(t, n) for t, n in zip(lab["value_text"], lab["value_num"])]
+    return lab.sort_values("value_num").reset_index(drop=True)
+
+
+def transition(store, trace_ids: list[str] | None = None, by: str = "batch", sweep: str | None = None) -> Result:
+    """The ``transition`` analysis over ``trace_ids`` (definitions: module docstring, docs/metrics.md)."""
+    ids = list(trace_ids) if trace_ids else select_traces(store, by, sweep)
+    if not ids:
+        where = f" with sweep={sweep}" if sweep else ""
+        raise UsageError(f"no stored trace has a label '{by}'{where}; label traces with "
+                         f"`kernelscope label TRACE {by}=N` or choose another --by.")
+    pts = _points(store, ids, by)
+    order = list(pts["trace_id"])
+    met = store.query(_METRICS_SQL, {"ids": order}).set_index("trace_id")
+    step_busy = store.query(_STEP_BUSY_SQL, {"ids": order}).set_index("trace_id")["step_busy_ns"]
+
+    rows = []
+    warnings: list[str] = []
+    for p in pts.itertuples(index=False):
+        t = p.trace_id
+        m = met.loc[t]
+        lr = launch_mod.launch(store, t).scalars
+        split = bound_mod.idle_split(store, t)
+        span = _int(m["gpu_span_ns"])
+        busy = int(m["busy_ns"])
+        steps = int(m["steps"])
+        iters = max(1, steps)
+        busy_iter = (int(step_busy.get(t, 0)) // iters) if steps else busy
+        latency = _int(m["latency_ns"])
+        lat_iter = latency // iters if latency is not None else None
+        if not pd.isna(m["cuda_event_ns"]):
+            unp, src = int(round(float(m["cuda_event_ns"]))), "cuda_event"
+        elif not pd.isna(p.unprofiled_label):
+            unp, src = int(round(float(p.unprofiled_label))), "label"
+        else:
+            unp, src = None, None
+        host = int(split["host_wait_ns"].sum()) if len(split) else 0
+        rows.append({
+            "label": p.label, "trace_id": t, "name": p.name, "iterations": iters,
+            "tklqt_ns": lr["tklqt_ns"], "mean_queue_depth": lr["mean_queue_depth"],
+            "kernel_time_ns": int(m["kernel_time_ns"]), "busy_ns": busy, "busy_per_iter_ns": busy_iter,
+            "gpu_span_ns": span, "idle_ns": None if span is None else span - busy,
+            "host_wait_share": host / span if span else None,
+            "latency_ns": latency, "latency_per_iter_ns": lat_iter,
+            "unprofiled_ns": unp, "unprofiled_source": src,
+            "inflation": lat_iter / unp if unp and lat_iter is not None else None,
+        })
+        if lr["mean_queue_depth"] is None:
+            warnings.append(f"{p.name or t} has no GPU activity; the trace rule calls it CPU-bound.")
+    df = pd.DataFrame(rows)
+    labels = list(df["label"])
+    trace_gpu = [q is not None and q >= 1 for q in df["mean_queue_depth"]]
+    df["regime_trace"] = ["gpu_bound" if g else "cpu_bound" for g in trace_gpu]
+
+    floor_pts = [u for u, g in zip(df["unprofiled_ns"], trace_gpu) if not g and u is not None and u == u]
+    host_floor = int(statistics.median(floor_pts)) if floor_pts else None
+    trace_b, trace_reason = bracket(labels, trace_gpu, "trace")
+    if host_floor is not None:
+        unp_gpu = [b >= host_floor for b in df["busy_per_iter_ns"]]
+        df["regime_unprofiled"] = ["gpu_bound" if g else "cpu_bound" for g in unp_gpu]
+        unp_b, unp_reason = bracket(labels, unp_gpu, "unprofiled")
+        rule = "unprofiled"
+    else:
+        df["regime_unprofiled"] = None
+        unp_b, unp_reason = None, ("no un-profiled time for any point the trace rule calls CPU-bound "
+                                   "(collector timings or label unprofiled_ns)")
+        rule = "trace"
+    df["regime"] = df["regime_unprofiled"] if rule == "unprofiled" else df["regime_trace"]
+    decided, reason = (unp_b, unp_reason) if rule == "unprofiled" else (trace_b, trace_reason)
+    missing_unp = [str(lab) for lab, u in zip(labels, df["unprofiled_ns"]) if u is None or u != u]
+    if missing_unp and rule == "unprofiled":
+        warnings.append(f"points {', '.join(missing_unp)} have no un-profiled time; the host floor uses the "
+                        "others.")
+    scalars = {
+        "by": by, "sweep": sweep, "n_points": len(df), "rule": rule,
+        "transition": decided, "transition_reason": reason,
+        "host_floor_ns": host_floor,
+        "brackets": {"trace": trace_b or {"reason": trace_reason},
+                     "unprofiled": unp_b or {"reason": unp_reason}},
+    }
+    trust = {"unprofiled_points": len(df) - len(missing_unp),
+             "busy_per_iter": "union of GPU activities launched inside ProfilerStep phases / steps"}
+    return Result(name="transition", definition=DEFINITION, scalars=scalars, tables={"points": df},
+                  warnings=warnings, trust=trust)
+
+
+def _int(v) -> int | None:
+    return None if v is None or pd.isna(v) else int(v)
