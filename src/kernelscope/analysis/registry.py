@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..errors import UsageError
-from . import bound, graphs, kernels, launch, power, summary, transition
+from . import bandwidth, bound, graphs, kernels, launch, power, summary, transition
 from .result import Result
 
 
@@ -34,6 +34,7 @@ _TABLE = [
     Analysis("power", power.DESCRIPTION, power.power),
     Analysis("bound", bound.DESCRIPTION, bound.bound),
     Analysis("transition", transition.DESCRIPTION, transition.transition, multi=True),
+    Analysis("bandwidth", bandwidth.DESCRIPTION, bandwidth.bandwidth),
     # launch, bound, transition, bandwidth, kernels, idle, energy, diff: add their rows here.
 ]
 

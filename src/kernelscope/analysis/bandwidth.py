@@ -1,0 +1,334 @@
+"""Bandwidth and compute utilisation per leaf operator: FLOPs, minimum bytes, achieved rates, % of peak,
+roofline bound.
+
+Definitions (docs/metrics.md, "Bandwidth and compute utilisation"; the per-operator rules are in
+``opmodel``):
+
+- Only **leaf operators** count: the CPU operators GPU activities are attributed to
+  (``gpu_activities.leaf_op_id``), so an ``aten::linear`` that calls ``aten::addmm`` is counted once, at
+  the ``aten::addmm``. Activities with no leaf operator (CUDA-graph replays, kernels whose launch fell
+  outside the trace) are ``unattributed_gpu_ns``.
+- ``gpu_ns`` of an operator instance: length of the union of its GPU activity intervals (kernels,
+  memcpy, memset), in ns. ``achieved_gbps = bytes / gpu_ns`` (GB/s, 10⁹ bytes),
+  ``achieved_tflops = flops / gpu_ns / 1000`` (TFLOP/s).
+- ``pct_peak_bw = 100 · achieved_gbps / mem_bw_gbps``; ``pct_peak_flops = 100 · achieved_tflops /
+  peak`` where peak is the device's dense peak for the operator's dtype (tensor-core peak for GEMM,
+  convolution and attention; the non-tensor-core fp32 peak for all other work).
+- ``intensity = flops / bytes`` (FLOP/byte); ``bound`` is ``memory`` when intensity is below the ridge
+  ``peak_flops / peak_bw`` of the operator's peak, else ``compute``; null when bytes are 0 or unknown.
+- ``modelled_share = modelled_gpu_ns / gpu_ns``: the share of leaf-operator GPU time whose operator has
+  a rule (``bytes`` not null). Per signature (name + input shapes + dtypes) sums flops, bytes and
+  ``gpu_ns`` over its instances.
+- The device's peaks come from the package table ``data/device_peaks.csv`` (each row names its
+  datasheet), matched by regular expression against the trace's device name; a user table
+  (``peaks=PATH`` or ``$KERNELSCOPE_DEVICE_PEAKS``) is searched first. Unknown device: no percentages,
+  no bound, one warning.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import re
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from ..errors import UsageError
+from .opmodel import element_size_hint, model_op
+from .result import Result
+
+DESCRIPTION = "FLOPs and minimum bytes per leaf operator, achieved GB/s and TFLOP/s, % of device peak, roofline."
+PEAKS_ENV = "KERNELSCOPE_DEVICE_PEAKS"
+PEAK_COLUMNS = ("mem_bw_gbps", "fp64_tflops", "fp32_tflops", "fp32_matrix_tflops", "fp16_tflops",
+                "bf16_tflops", "fp8_tflops")
+# operator peak key -> device-table column (tensor-core work); every other operator uses fp32_tflops.
+_TENSOR_COLUMN = {"bf16": "bf16_tflops", "fp16": "fp16_tflops", "tf32": "fp32_matrix_tflops",
+                  "fp32": "fp32_tflops", "fp8": "fp8_tflops", "fp64": "fp64_tflops"}
+
+# One row per leaf operator instance with GPU activity: the union of its activity intervals (islands
+# of overlapping intervals per operator), its device, activity count and an element-size hint.
+_SQL_OPS = """
+WITH a AS (
+  SELECT leaf_op_id AS op_id, device, name, start_ns, end_ns,
+         max(end_ns) OVER (PARTITION BY leaf_op_id ORDER BY start_ns, end_ns
+                           ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
+  FROM gpu_activities WHERE trace_id = $t AND leaf_op_id IS NOT NULL
+), g AS (
+  SELECT *, sum(CASE WHEN prev_end IS NULL OR start_ns > prev_end THEN 1 ELSE 0 END)
+              OVER (PARTITION BY op_id ORDER BY start_ns, end_ns ROWS UNBOUNDED PRECEDING) AS island
+  FROM a
+), isl AS (
+  SELECT op_id, min(start_ns) AS s, max(end_ns) AS e, min(device) AS device, count(*) AS activities,
+         max(nullif(regexp_extract(name, 'OpaqueType<(\\d+)u?>', 1), '')) AS hint
+  FROM g GROUP BY op_id, island
+), per AS (
+  SELECT op_id, min(device) AS device, CAST(sum(activities) AS BIGINT) AS activities,
+         CAST(sum(e - s) AS BIGINT) AS gpu_ns, max(hint) AS hint
+  FROM isl GROUP BY op_id
+)
+SELECT per.op_id, o.name, o.input_dims, o.input_types, o.input_strides, o.concrete_inputs,
+       per.device, per.activities, per.gpu_ns, per.hint
+FROM per JOIN cpu_ops o ON o.trace_id = $t AND o.op_id = per.op_id
+ORDER BY per.op_id
+"""
+
+_SQL_UNATTRIBUTED = """
+SELECT CAST(coalesce(sum(dur_ns), 0) AS BIGINT) AS ns, count(*) AS n
+FROM gpu_activities WHERE trace_id = $t AND leaf_op_id IS NULL
+"""
+
+_SQL_TRACE = "SELECT device_properties, provenance FROM traces WHERE trace_id = $t"
+
+
+# ---------------------------------------------------------------- device peaks
+
+
+def load_peaks(path: str | Path | None = None) -> list[dict[str, Any]]:
+    """Device-peak rows: the user's table (``path``, else ``$KERNELSCOPE_DEVICE_PEAKS``) first, then the
+    package's ``data/device_peaks.csv``. Columns: device, match (regex, case-insensitive), mem_bw_gbps,
+    fp64/fp32/fp32_matrix/fp16/bf16/fp8 dense TFLOP/s (empty = not supported), source."""
+    rows: list[dict[str, Any]] = []
+    user = path or os.environ.get(PEAKS_ENV)
+    if user:
+        p = Path(user)
+        try:
+            text = p.read_text(encoding="utf-8")
+        except OSError as e:
+            raise UsageError(f"cannot read the device-peak table {p} ({e.strerror}); pass a readable CSV "
+                             f"with the columns of kernelscope's data/device_peaks.csv.") from None
+        rows += _parse_peaks(text, str(p))
+    text = resources.files("kernelscope").joinpath("data", "device_peaks.csv").read_text("utf-8")
+    return rows + _parse_peaks(text, "data/device_peaks.csv")
+
+
+def _parse_peaks(text: str, where: str) -> list[dict[str, Any]]:
+    out = []
+    reader = csv.DictReader(io.StringIO(text))
+    missing = {"device", "match", "mem_bw_gbps"} - set(reader.fieldnames or [])
+    if missing:
+        raise UsageError(f"device-peak table {where} lacks the column(s) {', '.join(sorted(missing))}; "
+                         "copy the header of kernelscope's data/device_peaks.csv.")
+    for n, r in enumerate(reader, start=2):
+        row: dict[str, Any] = {"device": r["device"], "match": r["match"], "source": r.get("source") or where}
+        try:
+            row["regex"] = re.compile(r["match"], re.IGNORECASE)
+            for c in PEAK_COLUMNS:
+                v = (r.get(c) or "").strip()
+                row[c] = float(v) if v else None
+        except (re.error, ValueError) as e:
+            raise UsageError(f"device-peak table {where}, line {n}: {e}; fix the regex or the number.") from None
+        if not row["mem_bw_gbps"]:
+            raise UsageError(f"device-peak table {where}, line {n}: mem_bw_gbps must be a positive number.")
+        out.append(row)
+    return out
+
+
+def match_device(name: str | None, peaks: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The first peak row whose ``match`` regex is found in the device name; None if none."""
+    if not name:
+        return None
+    return next((r for r in peaks if r["regex"].search(name)), None)
+
+
+def _json(text: Any) -> Any:
+    if text is None or isinstance(text, (list, dict)):
+        return text
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError):
+        return None
+
+
+def device_names(store, trace_id: str) -> tuple[dict[int, str], dict[str, Any]]:
+    """{device index: name} from the trace's deviceProperties (else the collector's provenance gpus),
+    and the provenance dict (empty when absent)."""
+    df = store.query(_SQL_TRACE, {"t": trace_id})
+    if len(df) == 0:
+        return {}, {}
+    props, prov = _json(df.iloc[0]["device_properties"]) or [], _json(df.iloc[0]["provenance"]) or {}
+    names: dict[int, str] = {}
+    for g in prov.get("gpus") or [] if isinstance(prov, dict) else []:
+        if isinstance(g, dict) and g.get("name") is not None:
+            names[int(g.get("cuda_index", len(names)))] = str(g["name"])
+    for p in props if isinstance(props, list) else []:
+        if isinstance(p, dict) and p.get("name"):
+            names[int(p.get("id", 0))] = str(p["name"])
+    return names, prov if isinstance(prov, dict) else {}
+
+
+# ---------------------------------------------------------------- the analysis
+
+
+def bandwidth(store, trace_id: str, *, peaks: str | Path | None = None, device: str | None = None,
+              measured_bytes: pd.DataFrame | None = None) -> Result:
+    """Bandwidth/compute utilisation of one trace's leaf operators (definitions: module docstring).
+
+    ``peaks``: a CSV of device peaks searched before the package table. ``device``: a device name to
+    use instead of the trace's own. ``measured_bytes``: optional DataFrame ``op_id, measured_bytes``
+    (DRAM bytes measured by a profiler such as Nsight Compute, summed over the operator's kernels);
+    when given, ``measured_bytes`` and ``measured_gbps`` columns appear beside the modelled ones.
+    """
+    t = trace_id
+    ops = store.query(_SQL_OPS, {"t": t})
+    un = store.query(_SQL_UNATTRIBUTED, {"t": t}).iloc[0]
+    names, prov = device_names(store, t)
+    table = load_peaks(peaks)
+    warnings: list[str] = []
+
+    tf32_mm = bool(prov.get("tf32_matmul", False))
+    tf32_conv = bool(prov.get("tf32_cudnn", True))
+
+    # Model each distinct (operator, inputs, hint) once; instances share the result.
+    key_cols = ["name", "input_dims", "input_types", "input_strides", "concrete_inputs", "hint"]
+    costs = {}
+    for k in ops[key_cols].drop_duplicates().itertuples(index=False, name=None):
+        hint = int(k[5]) if k[5] is not None and not pd.isna(k[5]) else None
+        costs[k] = model_op(k[0], k[1], k[2], k[3], k[4], elem_size_hint=hint, tf32_matmul=tf32_mm,
+                            tf32_conv=tf32_conv)
+    keys = list(ops[key_cols].itertuples(index=False, name=None))
+    c = [costs[k] for k in keys]
+    ops["flops"] = pd.array([x.flops for x in c], dtype="Int64")
+    ops["bytes"] = pd.array([x.bytes for x in c], dtype="Int64")
+    ops["dtype"] = [x.dtype for x in c]
+    ops["tensor_core"] = [x.tensor for x in c]
+    ops["rule"] = [x.rule for x in c]
+    ops["reason"] = [x.reason for x in c]
+
+    # Peaks per device.
+    dev_rows: dict[int, dict[str, Any] | None] = {}
+    for d in sorted(set(int(x) for x in ops["device"].dropna())):
+        nm = device or names.get(d) or (next(iter(names.values())) if len(names) == 1 else None)
+        dev_rows[d] = match_device(nm, table)
+        if dev_rows[d] is None:
+            warnings.append(f"device {d} ({nm or 'no name in the trace'}) is not in the device-peak table: "
+                            f"no % of peak and no bound; add a row with peaks=PATH or ${PEAKS_ENV}.")
+    bw_peak, fl_peak = [], []
+    for d, dt, tc in zip(ops["device"], ops["dtype"], ops["tensor_core"]):
+        row = dev_rows.get(int(d)) if d is not None and not pd.isna(d) else None
+        col = _TENSOR_COLUMN.get(dt) if tc else ("fp32_tflops" if dt else None)
+        bw_peak.append(row["mem_bw_gbps"] if row else None)
+        fl_peak.append(row.get(col) if row and col else None)
+    ops["peak_gbps"] = pd.array(bw_peak, dtype="Float64")
+    ops["peak_tflops"] = pd.array(fl_peak, dtype="Float64")
+
+    inst = _rates(ops)
+    if measured_bytes is not None:
+        inst = _with_measured(inst, measured_bytes)
+
+    sig = _signatures(inst)
+    modelled = inst["bytes"].notna()
+    total_ns = int(inst["gpu_ns"].sum()) if len(inst) else 0
+    modelled_ns = int(inst.loc[modelled, "gpu_ns"].sum()) if len(inst) else 0
+    unm = inst.loc[~modelled]
+    unmodelled = (unm.groupby(["name", "reason"], dropna=False, sort=False)
+                  .agg(calls=("op_id", "size"), gpu_ns=("gpu_ns", "sum")).reset_index()
+                  .sort_values(["gpu_ns", "name"], ascending=[False, True], kind="stable"))
+    unmodelled["gpu_ns"] = unmodelled["gpu_ns"].astype("int64")
+    unmodelled["share"] = unmodelled["gpu_ns"] / total_ns if total_ns else float("nan")
+    unmodelled = unmodelled[["name", "calls", "gpu_ns", "share", "reason"]].reset_index(drop=True)
+
+    m = inst.loc[modelled]
+    flops, nbytes = int(m["flops"].sum()), int(m["bytes"].sum())
+    above = inst[(inst["pct_peak_bw"] > 100) | (inst["pct_peak_flops"] > 100)]
+    if len(above):
+        warnings.append(f"{len(above)} operator instances exceed 100% of a device peak (a modelling or "
+                        "peak-table error): read their numbers with care.")
+    if int(un["ns"]):
+        warnings.append(f"{int(un['n'])} GPU activities ({int(un['ns'])} ns) have no leaf operator "
+                        "(CUDA-graph replays or launches outside the trace) and are not modelled.")
+    matched = {d: r for d, r in dev_rows.items() if r}
+    scalars = {
+        "gpu_ns": total_ns,
+        "modelled_gpu_ns": modelled_ns,
+        "modelled_share": modelled_ns / total_ns if total_ns else None,
+        "unattributed_gpu_ns": int(un["ns"]),
+        "flops": flops,
+        "bytes": nbytes,
+        "achieved_gbps": nbytes / modelled_ns if modelled_ns else None,
+        "achieved_tflops": flops / modelled_ns / 1e3 if modelled_ns else None,
+        "instances": int(len(inst)),
+        "signatures": int(len(sig)),
+        "above_peak": int(len(above)),
+        "device_peaks": {str(d): ({"device": r["device"], "mem_bw_gbps": r["mem_bw_gbps"],
+                                   **{c: r[c] for c in PEAK_COLUMNS[1:]}, "source": r["source"]}
+                                  if r else None) for d, r in dev_rows.items()},
+        "tf32_matmul": tf32_mm,
+    }
+    trust = {
+        "instances_modelled": int(modelled.sum()),
+        "instances_unmodelled": int((~modelled).sum()),
+        "devices_matched": len(matched),
+        "devices_unmatched": len(dev_rows) - len(matched),
+        "tf32_from": "provenance" if "tf32_matmul" in prov else "default (off for matmul, on for cuDNN)",
+        "measured_bytes": measured_bytes is not None,
+    }
+    if not len(inst):
+        warnings.append("no GPU activity is attributed to a leaf operator: nothing to model.")
+    return Result(name="bandwidth", definition=__doc__.strip(), scalars=scalars,
+                  tables={"per_instance": inst.drop(columns=["reason"]), "per_signature": sig,
+                          "unmodelled": unmodelled},
+                  warnings=warnings, trust=trust)
+
+
+def _rates(ops: pd.DataFrame) -> pd.DataFrame:
+    """Achieved rates, % of peak, intensity and bound per instance (nullable where unknown)."""
+    df = ops.rename(columns={"hint": "elem_size_hint"}).copy()
+    _add_rates(df)
+    cols = ["op_id", "name", "input_dims", "input_types", "device", "activities", "gpu_ns", "flops",
+            "bytes", "dtype", "tensor_core", "rule", "achieved_gbps", "achieved_tflops", "pct_peak_bw",
+            "pct_peak_flops", "intensity", "bound", "peak_gbps", "peak_tflops", "reason"]
+    return df[cols].reset_index(drop=True)
+
+
+def _add_rates(df: pd.DataFrame) -> None:
+    ns = df["gpu_ns"].astype("Float64").where(df["gpu_ns"] > 0)
+    b, f = df["bytes"].astype("Float64"), df["flops"].astype("Float64")
+    df["achieved_gbps"] = b / ns
+    df["achieved_tflops"] = f / ns / 1e3
+    df["pct_peak_bw"] = 100 * df["achieved_gbps"] / df["peak_gbps"]
+    df["pct_peak_flops"] = 100 * df["achieved_tflops"] / df["peak_tflops"]
+    df["intensity"] = f / b.where(b > 0)
+    ridge = df["peak_tflops"] * 1e3 / df["peak_gbps"]  # FLOP per byte
+    bound = pd.Series(pd.NA, index=df.index, dtype="object")
+    known = df["intensity"].notna() & ridge.notna()
+    bound[known & (df["intensity"] < ridge)] = "memory"
+    bound[known & (df["intensity"] >= ridge)] = "compute"
+    df["bound"] = bound
+
+
+def _signatures(inst: pd.DataFrame) -> pd.DataFrame:
+    """Per signature (name + input shapes + dtypes): sums over instances, rates over the summed time."""
+    if not len(inst):
+        return inst.drop(columns=["op_id", "device", "reason"]).assign(calls=pd.Series(dtype="int64"))
+    key = ["name", "input_dims", "input_types"]
+    g = inst.groupby(key, dropna=False, sort=False)
+    sig = g.agg(calls=("op_id", "size"), activities=("activities", "sum"), gpu_ns=("gpu_ns", "sum"),
+                dtype=("dtype", "first"), tensor_core=("tensor_core", "first"), rule=("rule", "first"),
+                peak_gbps=("peak_gbps", "first"), peak_tflops=("peak_tflops", "first")).reset_index()
+    # sums that stay null when any instance is unmodelled
+    for col in ("flops", "bytes"):
+        s = g[col].agg(lambda x: pd.NA if x.isna().any() else int(x.sum()))
+        sig = sig.merge(s.rename(col).reset_index(), on=key, how="left")
+        sig[col] = sig[col].astype("Int64")
+    sig["gpu_ns"] = sig["gpu_ns"].astype("int64")
+    _add_rates(sig)
+    sig = sig.sort_values(["gpu_ns", "name"], ascending=[False, True], kind="stable").reset_index(drop=True)
+    return sig[["name", "input_dims", "input_types", "calls", "activities", "gpu_ns", "flops", "bytes",
+                "dtype", "tensor_core", "rule", "achieved_gbps", "achieved_tflops", "pct_peak_bw",
+                "pct_peak_flops", "intensity", "bound", "peak_gbps", "peak_tflops"]]
+
+
+def _with_measured(inst: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
+    """Join measured DRAM bytes per operator instance (``op_id``, ``measured_bytes``) beside the model."""
+    if not {"op_id", "measured_bytes"} <= set(measured.columns):
+        raise UsageError("measured bytes need the columns op_id and measured_bytes (one row per operator).")
+    m = measured[["op_id", "measured_bytes"]].astype({"op_id": "int64"})
+    out = inst.merge(m, on="op_id", how="left")
+    ns = out["gpu_ns"].astype("Float64").where(out["gpu_ns"] > 0)
+    out["measured_gbps"] = out["measured_bytes"].astype("Float64") / ns
+    return out
