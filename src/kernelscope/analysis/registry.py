@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..errors import UsageError
-from . import bandwidth, bound, graphs, kernels, launch, power, summary, transition
+from . import bandwidth, bound, graphs, kernels, launch, power, summary, transition, whatif
 from .result import Result
 
 
@@ -28,6 +28,7 @@ class Analysis:
 _TABLE = [
     Analysis("summary", summary.DESCRIPTION, summary.summary),
     Analysis("launch", launch.DESCRIPTION, launch.launch),
+    Analysis("whatif", whatif.DESCRIPTION, whatif.whatif),
     Analysis("kernels", kernels.DESCRIPTION, kernels.kernels),
     Analysis("idle", kernels.IDLE_DESCRIPTION, kernels.idle),
     Analysis("graphs", graphs.DESCRIPTION, graphs.graphs),

@@ -1,0 +1,330 @@
+"""What-if: how long the traced GPU work would take if every launch were free (CUDA graphs / fusion).
+
+Definitions (docs/metrics.md "What-if" is the canonical text; every time is integer ns):
+
+- Scope: the GPU activities (kernels, memcpy, memset) with a matched launch call; when the trace has
+  ``ProfilerStep#N`` phases, only those whose launch call starts inside a step (work launched before the
+  profiler's window, e.g. a warm-up step's tail, is left out and counted in ``trust``).
+- Model (a replay with free launches): activities keep their observed durations and run in stream order
+  on their (device, stream). Activity k starts at ``max(end of the previous activity on its stream,
+  H(k)) + gap_k`` where ``H(k)`` is the host-sync barrier: a host sync (``cudaDeviceSynchronize``,
+  ``cudaStreamSynchronize``, ``cudaEventSynchronize`` and driver/HIP twins; a memcpy call that returned
+  only after its copy ended, e.g. a device-to-host ``.item()``) makes the host wait, so an activity
+  launched after the sync returned cannot start before the predicted end of the work that sync waited
+  for (activities launched before the sync that had ended when it returned). Stream-wait events are not
+  visible in Kineto traces: streams of a device are independent apart from host syncs (a warning says so
+  when a device has several streams). The first activity starts at ``gap``; ``predicted_ns`` is the last
+  predicted end.
+- Residual gap per activity ``gap_k``: a graph node keeps its observed gap to the previous node of the
+  same graph launch (clamped at 0). Every other activity gets the median node-to-node gap of CUDA-graph
+  replays measured on this GPU model: from this trace's own graph launches, else from the ``twin`` trace,
+  else from the other stored traces whose first device has the same name (``residual_source`` says
+  which). Reason: with launches free (graphs/fusion) what remains between kernels is the GPU's own
+  node-to-node gap, which a graph replay measures. Without any graph replay, the median gap between
+  back-to-back kernels on the stream (the launch had returned before the previous activity ended, so the
+  gap is GPU-side) is used, else that median over the trace, else 0 (the prediction is then a lower bound
+  and a warning says so).
+- ``observed_ns``: the un-profiled time when the collector recorded one (median of the ``cuda_event``
+  timings, which time one iteration, times ``iterations`` = the number of ProfilerStep phases, 1 when
+  there are none), else ``traced_ns`` (``observed_source`` says which). ``traced_ns``: the traced time of
+  the scope, from the first step's start (else the first top-level operator's start, else the first
+  launch call's start) to the last in-scope activity's end.
+- ``naive_ns``: the sum of in-scope kernel durations (no gaps, no dependencies), always beside the
+  prediction. ``predicted_speedup`` = ``observed_ns / predicted_ns``; ``predicted_speedup_traced`` =
+  ``traced_ns / predicted_ns`` (both sides under the profiler).
+- ``twin`` option (trace id or name; e.g. the CUDA-graph capture of the same work): ``twin_observed_ns``
+  (its observed time, same rules), ``observed_speedup`` = ``observed_ns / twin_observed_ns``,
+  ``prediction_error`` = ``predicted_ns / twin_observed_ns - 1`` and ``naive_error`` likewise.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..errors import UsageError
+from .result import Result
+
+DESCRIPTION = "Predicted time with free launches (graphs/fusion) vs observed and the naive kernel sum."
+DEFINITION = __doc__.strip()
+
+# In-scope activities in stream order, with their launch call and the graph node gap.
+_ACTS_SQL = """
+WITH steps AS (
+  SELECT start_ns, end_ns FROM annotations WHERE trace_id = $t AND kind = 'step'
+), a AS (
+  SELECT g.activity_id, g.kind, g.device, g.stream, g.start_ns, g.end_ns, g.dur_ns, g.is_graph, g.launch_id,
+         l.start_ns AS launch_start_ns, l.end_ns AS launch_end_ns, l.launch_type
+  FROM gpu_activities g JOIN launches l ON l.trace_id = g.trace_id AND l.launch_id = g.launch_id
+  WHERE g.trace_id = $t
+    AND ((SELECT count(*) FROM steps) = 0
+         OR EXISTS (SELECT 1 FROM steps s WHERE l.start_ns >= s.start_ns AND l.start_ns < s.end_ns))
+)
+SELECT *,
+       CASE WHEN is_graph THEN
+         greatest(0, start_ns - lag(end_ns) OVER (PARTITION BY launch_id ORDER BY start_ns, activity_id))
+       END AS node_gap_ns,
+       lag(end_ns) OVER (PARTITION BY device, stream ORDER BY start_ns, activity_id) AS prev_end_ns
+FROM a
+ORDER BY device, stream, start_ns, activity_id
+"""
+
+_SCOPE_SQL = """
+SELECT
+  (SELECT count(*) FROM gpu_activities WHERE trace_id = $t) AS activities,
+  (SELECT count(*) FROM gpu_activities WHERE trace_id = $t AND launch_id IS NULL) AS without_launch,
+  (SELECT count(*) FROM annotations WHERE trace_id = $t AND kind = 'step') AS steps,
+  (SELECT min(start_ns) FROM annotations WHERE trace_id = $t AND kind = 'step') AS first_step_ns,
+  (SELECT min(start_ns) FROM cpu_ops WHERE trace_id = $t AND depth = 0) AS first_top_op_ns,
+  (SELECT median(dur_ns) FROM timings WHERE trace_id = $t AND kind = 'cuda_event') AS unprofiled_median_ns,
+  (SELECT count(*) FROM timings WHERE trace_id = $t AND kind = 'cuda_event') AS unprofiled_timings
+"""
+
+# Host syncs: sync calls (GPU-side stream waits excluded) and memcpy calls that returned after their copy.
+_SYNCS_SQL = """
+SELECT l.start_ns, l.end_ns, l.name
+FROM launches l
+WHERE l.trace_id = $t AND (
+  (l.launch_type = 'sync' AND l.name NOT ILIKE '%WaitEvent%')
+  OR (l.launch_type = 'memcpy' AND l.activities > 0 AND l.end_ns >= (
+        SELECT max(g.end_ns) FROM gpu_activities g WHERE g.trace_id = l.trace_id AND g.launch_id = l.launch_id)))
+ORDER BY l.end_ns, l.start_ns
+"""
+
+# Median node-to-node gap inside graph launches, over the given traces.
+_GRAPH_GAPS_SQL = """
+WITH n AS (
+  SELECT trace_id, start_ns - lag(end_ns) OVER (PARTITION BY trace_id, launch_id ORDER BY start_ns, activity_id)
+         AS gap
+  FROM gpu_activities WHERE trace_id IN (SELECT unnest($ids)) AND is_graph AND launch_id IS NOT NULL
+)
+SELECT CAST(quantile_disc(greatest(gap, 0), 0.5) AS BIGINT) AS gap_ns, count(gap) AS samples,
+       list(DISTINCT trace_id ORDER BY trace_id) AS traces
+FROM n WHERE gap IS NOT NULL
+"""
+
+_SAME_DEVICE_SQL = """
+SELECT trace_id FROM traces
+WHERE trace_id <> $t AND json_extract_string(device_properties, '$[0].name') =
+      (SELECT json_extract_string(device_properties, '$[0].name') FROM traces WHERE trace_id = $t)
+"""
+
+
+def _py(v: Any) -> Any:
+    if v is None:
+        return None
+    try:
+        if pd.isna(v):
+            return None
+    except (TypeError, ValueError):
+        return v
+    return v.item() if hasattr(v, "item") else v
+
+
+def _one(store, sql: str, **params) -> dict[str, Any]:
+    df = store.query(sql, params)
+    return {c: _py(df[c].iloc[0]) for c in df.columns} if len(df) else {}
+
+
+def _resolve_trace(store, ref: Any) -> str:
+    ref = str(ref)
+    df = store.query("SELECT trace_id FROM traces WHERE trace_id = $r OR name = $r ORDER BY ingested_ns DESC",
+                     {"r": ref})
+    if not len(df):
+        raise UsageError(f"whatif: no stored trace has the id or name '{ref}' (option twin); "
+                         "see `kernelscope traces`.")
+    return str(df["trace_id"].iloc[0])
+
+
+def _graph_gap(store, ids: list[str]) -> dict[str, Any] | None:
+    if not ids:
+        return None
+    row = _one(store, _GRAPH_GAPS_SQL, ids=ids)
+    if not row.get("samples"):
+        return None
+    return {"gap_ns": int(row["gap_ns"]), "samples": int(row["samples"]), "traces": list(row["traces"])}
+
+
+def _observed(store, t: str) -> tuple[int | None, str, int, dict[str, Any]]:
+    """(observed_ns, source, iterations, scope row); observed_ns None when neither is known."""
+    sc = _one(store, _SCOPE_SQL, t=t)
+    iterations = int(sc["steps"]) or 1
+    if sc.get("unprofiled_timings"):
+        med = int(round(sc["unprofiled_median_ns"]))
+        src = (f"unprofiled: median of {sc['unprofiled_timings']} cuda_event timings ({med} ns per iteration) "
+               f"x {iterations} iteration(s) (ProfilerStep phases in the trace)")
+        return med * iterations, src, iterations, sc
+    return None, "traced", iterations, sc
+
+
+def simulate(acts: pd.DataFrame, syncs: pd.DataFrame, gap: np.ndarray) -> np.ndarray:
+    """Predicted end (ns from 0) of each activity; ``acts`` in (device, stream, start) order.
+
+    Recurrence per stream: ``end_k = max(end_prev, H(seg_k)) + gap_k + dur_k`` where ``seg_k`` counts the
+    host syncs that had returned before k's launch call started and ``H(s)`` is the predicted end of the
+    work the s-th sync waited for (monotone in s).
+    """
+    n = len(acts)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    key = acts["device"].astype("int64").to_numpy() * (1 << 40) + acts["stream"].astype("int64").to_numpy()
+    _, sid = np.unique(key, return_inverse=True)
+    nstreams = int(sid.max()) + 1
+    lstart = acts["launch_start_ns"].to_numpy(dtype=np.int64)
+    oend = acts["end_ns"].to_numpy(dtype=np.int64)
+    cost = gap + acts["dur_ns"].to_numpy(dtype=np.int64)
+    sync_start = syncs["start_ns"].to_numpy(dtype=np.int64)
+    sync_end = syncs["end_ns"].to_numpy(dtype=np.int64)  # sorted ascending
+    seg = np.searchsorted(sync_end, lstart, side="right")
+    # per-stream index arrays in stream order; segments made monotone along the stream
+    streams = [np.flatnonzero(sid == s) for s in range(nstreams)]
+    for idx in streams:
+        seg[idx] = np.maximum.accumulate(seg[idx])
+    ls_cm = [np.maximum.accumulate(lstart[idx]) for idx in streams]
+    oe_cm = [np.maximum.accumulate(oend[idx]) for idx in streams]
+    order = np.lexsort((np.arange(n), sid, seg))  # by segment, then stream, then stream order
+    bounds = np.searchsorted(seg[order], np.arange(len(sync_end) + 2), side="left")
+    pend = np.zeros(n, dtype=np.int64)
+    last_end = np.zeros(nstreams, dtype=np.int64)
+    h = 0
+    for s in range(len(sync_end) + 1):
+        rows = order[bounds[s]:bounds[s + 1]]
+        if len(rows):
+            ss = sid[rows]
+            cs = np.cumsum(cost[rows])
+            first = np.r_[True, ss[1:] != ss[:-1]]
+            grp = np.cumsum(first) - 1
+            offset = (cs - cost[rows])[first][grp]
+            base = np.maximum(last_end[ss[first]], h)[grp]
+            pend[rows] = base + cs - offset
+            lastpos = np.r_[np.flatnonzero(first)[1:] - 1, len(rows) - 1]
+            last_end[ss[lastpos]] = pend[rows[lastpos]]
+        if s < len(sync_end):  # barrier of the next sync: work launched before it that it waited for
+            for si, idx in enumerate(streams):
+                k = min(np.searchsorted(ls_cm[si], sync_start[s], side="right"),
+                        np.searchsorted(oe_cm[si], sync_end[s], side="right"))
+                if k:
+                    h = max(h, int(pend[idx[k - 1]]))
+    return pend
+
+
+def _residual(store, t: str, acts: pd.DataFrame, twin: str | None) -> tuple[np.ndarray, dict[str, Any], list]:
+    """Per-activity residual gap (ns) and a record of where it came from."""
+    warnings: list[str] = []
+    info: dict[str, Any] = {}
+    found = _graph_gap(store, [t])
+    source = "graph replays in this trace"
+    if found is None and twin:
+        found, source = _graph_gap(store, [twin]), f"graph replays in the twin trace {twin}"
+    if found is None:
+        same = [str(x) for x in store.query(_SAME_DEVICE_SQL, {"t": t})["trace_id"]]
+        found = _graph_gap(store, same)
+        source = "graph replays in other stored traces on the same GPU model"
+    gap = np.zeros(len(acts), dtype=np.int64)
+    if found is not None:
+        gap[:] = found["gap_ns"]
+        info = {"residual_gap_ns": found["gap_ns"], "residual_source": source,
+                "residual_samples": found["samples"], "residual_traces": found["traces"]}
+    else:
+        b2b = (~acts["is_graph"]) & acts["prev_end_ns"].notna() & (acts["launch_end_ns"] <= acts["prev_end_ns"])
+        g = (acts["start_ns"] - acts["prev_end_ns"]).where(b2b).clip(lower=0)
+        key = acts["device"].astype(str) + ":" + acts["stream"].astype(str)
+        per_stream = g.groupby(key).median()
+        overall = g.median()
+        if g.notna().any():
+            med = key.map(per_stream).fillna(overall)
+            gap[:] = med.round().astype("int64").to_numpy()
+            info = {"residual_gap_ns": int(round(overall)),
+                    "residual_source": "back-to-back gaps in this trace (median per stream, no graph replay "
+                                       "measured on this GPU model)",
+                    "residual_samples": int(g.notna().sum()), "residual_traces": [t]}
+        else:
+            info = {"residual_gap_ns": 0, "residual_source": "none measured (0)", "residual_samples": 0,
+                    "residual_traces": []}
+            warnings.append("no residual gap could be measured (no graph replay on this GPU model, no "
+                            "back-to-back kernels): gaps are 0 and predicted_ns is a lower bound.")
+    node = acts["is_graph"] & acts["node_gap_ns"].notna()
+    gap[node.to_numpy()] = acts.loc[node, "node_gap_ns"].astype("int64").to_numpy()
+    return gap, info, warnings
+
+
+def whatif(store, trace_id: str, twin: Any = None) -> Result:
+    """Predicted time with free launches for one stored trace (definitions in the module docstring)."""
+    t = trace_id
+    twin_id = _resolve_trace(store, twin) if twin is not None else None
+    acts = store.query(_ACTS_SQL, {"t": t})
+    observed, source, iterations, sc = _observed(store, t)
+    warnings: list[str] = []
+    if not len(acts):
+        warnings.append("no GPU activity with a launch call in scope: nothing to predict.")
+    gap, info, w = _residual(store, t, acts, twin_id)
+    warnings += w
+    syncs = store.query(_SYNCS_SQL, {"t": t})
+    pend = simulate(acts, syncs, gap)
+    predicted = int(pend.max()) if len(pend) else None
+
+    scope_end = int(acts["end_ns"].max()) if len(acts) else None
+    starts = [sc.get("first_step_ns"), sc.get("first_top_op_ns"),
+              int(acts["launch_start_ns"].min()) if len(acts) else None]
+    scope_start = next((int(x) for x in starts if x is not None), None)
+    traced = scope_end - scope_start if scope_end is not None and scope_start is not None else None
+    if observed is None:
+        observed = traced
+        source = ("traced: first ProfilerStep start (else first top-level operator, else first launch) to the "
+                  "last in-scope GPU activity end")
+    kernels = acts["kind"] == "kernel"
+    naive = int(acts.loc[kernels, "dur_ns"].sum())
+
+    def ratio(a, b):
+        return round(a / b, 4) if a is not None and b else None
+
+    scalars: dict[str, Any] = {
+        "trace_id": t,
+        "predicted_ns": predicted,
+        "observed_ns": observed,
+        "observed_source": source,
+        "traced_ns": traced,
+        "naive_ns": naive,
+        "gpu_work_ns": int(acts["dur_ns"].sum()),
+        "iterations": iterations,
+        "predicted_per_iteration_ns": None if predicted is None else predicted // iterations,
+        "predicted_speedup": ratio(observed, predicted),
+        "predicted_speedup_traced": ratio(traced, predicted),
+        "activities": int(len(acts)),
+        "kernels": int(kernels.sum()),
+        "host_syncs": int(len(syncs)),
+        **info,
+    }
+    if twin_id is not None:
+        t_obs, t_src, _, _ = _observed(store, twin_id)
+        if t_obs is None:
+            t_obs = whatif(store, twin_id).scalars["traced_ns"]
+            t_src = "traced"
+        scalars.update({
+            "twin": twin_id, "twin_observed_ns": t_obs, "twin_observed_source": t_src,
+            "observed_speedup": ratio(observed, t_obs),
+            "prediction_error": None if not t_obs or predicted is None else round(predicted / t_obs - 1, 4),
+            "naive_error": None if not t_obs else round(naive / t_obs - 1, 4),
+        })
+    multi = acts.groupby("device")["stream"].nunique() if len(acts) else pd.Series(dtype=int)
+    if (multi > 1).any():
+        warnings.append("a device has several streams and stream-wait events are not in the trace: streams are "
+                        "modelled as independent apart from host syncs, so predicted_ns may be low.")
+    if predicted is not None and observed is not None and predicted > observed:
+        warnings.append(f"predicted_ns exceeds observed_ns ({source.split(':')[0]}): the traced GPU work alone "
+                        "takes longer than the observed time, so no launch-overhead speed-up is expected; "
+                        "read predicted_speedup_traced for the within-trace figure.")
+    trust = {
+        "activities_in_trace": sc.get("activities"),
+        "activities_without_launch": sc.get("without_launch"),
+        "activities_in_scope": int(len(acts)),
+        "out_of_scope": int(sc.get("activities") or 0) - int(sc.get("without_launch") or 0) - int(len(acts)),
+        "scope": "activities whose launch call starts inside a ProfilerStep" if sc.get("steps")
+                 else "every activity with a launch call",
+        "host_sync_calls": json.loads(json.dumps(sorted(set(syncs["name"].astype(str))))),
+    }
+    return Result(name="whatif", definition=DEFINITION, scalars=scalars, tables={}, warnings=warnings,
+                  trust=trust)
