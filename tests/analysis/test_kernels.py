@@ -1,0 +1,120 @@
+"""kernels / idle analyses: hand-computed minimal traces, one example per category rule, sample properties."""
+
+from __future__ import annotations
+
+import pytest
+
+from kernelscope.analysis import kernels as K
+from kernelscope.storage.ingest import ingest_file
+from kernelscope.storage.store import open_store
+from storage.kineto_build import kern, op, rt, write_trace
+
+# One example per rule of data/kernel_categories.csv, in file order: (leaf op or None, kernel name, category)
+RULE_EXAMPLES = [
+    ("aten::addmm", "whatever", "gemm"),
+    ("aten::convolution", "whatever", "gemm"),
+    ("aten::_efficient_attention_forward", "whatever", "attention"),
+    ("flash_attn::_flash_attn_forward", "whatever", "attention"),
+    ("aten::native_layer_norm", "whatever", "norm"),
+    ("aten::_softmax", "whatever", "reduction"),
+    ("aten::cat", "whatever", "memory"),
+    ("c10d::allreduce_", "whatever", "communication"),
+    ("triton_poi_fused_add_0", "whatever", "triton"),
+    ("aten::silu", "whatever", "elementwise"),
+    (None, "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "communication"),
+    (None, "triton_red_fused_sum_1", "triton"),
+    (None, "flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128>>", "attention"),
+    (None, "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_TNT", "gemm"),
+    (None, "void at::native::vectorized_layer_norm_kernel<float, float>", "norm"),
+    (None, "void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda>", "memory"),
+    (None, "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, MeanOps>>", "reduction"),
+    (None, "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>", "elementwise"),
+]
+
+
+@pytest.fixture
+def store(tmp_path):
+    with open_store(tmp_path / "k.duckdb") as s:
+        yield s
+
+
+def test_every_rule_has_an_example_that_hits_it(store):
+    rules = K.category_rules()
+    assert len(rules) == len(RULE_EXAMPLES)
+    case, params = K.category_case("k", "o")
+    for (match, _pat, cat, _src), (o, k, want) in zip(rules, RULE_EXAMPLES):
+        assert (match == "op") == (o is not None) and cat == want
+        got = store.query(f"SELECT {case} AS c FROM (SELECT $k AS k, $o AS o)", dict(params, k=k, o=o))
+        assert got["c"][0] == want, (o, k)
+    # a kernel no rule matches, without an operator, is 'other'
+    got = store.query(f"SELECT {case} AS c FROM (SELECT 'mystery' AS k, NULL AS o)", params)
+    assert got["c"][0] == "other"
+
+
+def _trace(tmp_path, store):
+    """Kernels (us): gemm via op aten::mm 'k_any' dur 20 (op rule wins over the name);
+    no-op kernels: sm90_xmma_gemm_bf16 dur 8 (tensor core), sm80_xmma_gemm_f32_ffma dur 4 (SIMT),
+    triton_poi_x dur 2, mystery dur 1 (other), elementwise_kernel dur 0.5.
+    kernel time = 35.5 us; gemm 32, triton 2, other 1, elementwise 0.5.
+    busy union: k at [100,120], [130,138], [140,144], [150,152], [160,161], [170,170.5] -> 35.5 us,
+    span 100..170.5 = 70.5 us -> idle 35 us."""
+    names = [("sm90_xmma_gemm_bf16bf16_tn", 130, 8), ("sm80_xmma_gemm_f32f32_ffma_tn", 140, 4),
+             ("triton_poi_x", 150, 2), ("mystery", 160, 1), ("elementwise_kernel<add>", 170, 0.5)]
+    ev = [op("aten::mm", 10, 20, 1), rt("cudaLaunchKernel", 12, 2, 1, 1), kern("k_any", 100, 20, 1, 1)]
+    for i, (n, ts, d) in enumerate(names, start=2):
+        ev += [rt("cudaLaunchKernel", 40 + i, 0.5, i, 0), kern(n, ts, d, i, 0)]
+    res = ingest_file(store, write_trace(tmp_path / "k.json", ev))
+    assert res.status == "ingested", res.message
+    return res.trace_id
+
+
+def test_categories_tensor_cores_short_and_histogram(store, tmp_path):
+    tid = _trace(tmp_path, store)
+    d = K.kernels(store, tid, top=2, short_ns=2_500).to_dict()
+    assert d["kernel_time_ns"] == 35_500
+    assert d["category_time_ns"] == {"gemm": 32_000, "triton": 2_000, "other": 1_000, "elementwise": 500,
+                                     "attention": 0, "reduction": 0, "norm": 0, "memory": 0,
+                                     "communication": 0}
+    assert d["tensor_core_ns"] == 8_000  # only the bf16 xmma gemm; the ffma one is SIMT
+    assert d["tensor_core_share_of_gemm_attention"] == pytest.approx(8 / 32)
+    assert d["short_kernels"] == 3 and d["short_kernel_ns"] == 3_500  # 2 us, 1 us, 0.5 us < 2.5 us
+    top = d["top_kernels"]
+    assert [r["name"] for r in top] == ["k_any", "sm90_xmma_gemm_bf16bf16_tn", "others"]
+    assert top[-1]["kernels"] == 4 and top[-1]["time_ns"] == 7_500
+    # log2 bins: 20000 -> [16384, 32768) bin 14; 8000 -> 12 [4096,8192); 4000 -> 11; 2000 -> 10;
+    # 1000 -> 9; 500 -> 8
+    allh = {r["bin"]: r["kernels"] for r in d["duration_histogram"] if r["category"] == "all"}
+    assert allh == {14: 1, 12: 1, 11: 1, 10: 1, 9: 1, 8: 1}
+    assert sum(r["time_ns"] for r in d["duration_histogram"] if r["category"] == "all") == 35_500
+
+
+def test_idle_timeline(store, tmp_path):
+    tid = _trace(tmp_path, store)
+    d = K.idle(store, tid, bins=2).to_dict()
+    # span 70.5 us = 70500 ns, width ceil(70500/2) = 35250: bin0 [100, 135.25) us holds 20 + 5.25 = 25.25 us;
+    # bin1 [135.25, 170.5) holds 2.75 + 4 + 2 + 1 + 0.5 = 10.25 us.
+    assert [(r["bin_ns"], r["busy_ns"]) for r in d["timeline"]] == [(35_250, 25_250), (35_250, 10_250)]
+    assert d["busy_ns"] == 35_500 and d["idle_ns"] == 35_000
+    # gaps between busy intervals: 10, 2, 6, 8, 9 us (log2 bin 12 = [4096, 8192), 13 = [8192, 16384))
+    gaps = {r["bin"]: r["gaps"] for r in d["gap_histogram"]}
+    assert gaps == {13: 2, 10: 1, 12: 2}  # 10000, 9000 -> 13; 2000 -> 10; 6000, 8000 -> 12
+
+
+def test_bad_option(store, tmp_path):
+    tid = _trace(tmp_path, store)
+    from kernelscope.errors import UsageError
+    with pytest.raises(UsageError):
+        K.idle(store, tid, bins=5000)
+
+
+def test_samples_category_times_sum_to_kernel_time(session_store):
+    with open_store(session_store.db, read_only=True) as s:
+        for tid in set(session_store.ids.values()):
+            d = K.kernels(s, tid).to_dict()
+            assert sum(d["category_time_ns"].values()) == d["kernel_time_ns"]
+            assert sum(r["time_ns"] for r in d["categories"]) == d["kernel_time_ns"]
+            assert sum(r["time_ns"] for r in d["top_kernels"]) == d["kernel_time_ns"]
+            i = K.idle(s, tid).to_dict()
+            if i["gpu_span_ns"] is not None:
+                assert sum(r["busy_ns"] for r in i["timeline"]) == i["busy_ns"] <= i["gpu_span_ns"]
+                assert sum(r["bin_ns"] for r in i["timeline"]) == i["gpu_span_ns"]
