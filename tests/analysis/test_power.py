@@ -1,0 +1,93 @@
+"""power analysis: an energy window from a synthetic counter (hand computed), the null case, busy/idle power."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from kernelscope.analysis.power import power
+from kernelscope.storage.ingest import ingest_run
+from kernelscope.storage.store import open_store
+from storage.kineto_build import BASE, kern, op, rt, write_trace
+
+MS = 1_000_000
+
+
+def _run(tmp_path, store, trace_ms: int, with_energy: bool = True):
+    """A trace from 0 to ``trace_ms`` ms (an annotation ProfilerStep#1 over it), one kernel [1, 3] ms.
+    Telemetry clock = trace clock + 5 ms (clock marker 'kernelscope::clock_sync <epoch>' at trace 0.5 ms
+    says epoch BASE + 0.5 ms + 5 ms). Counter: samples every 10 ms from trace time -20 ms, value steps by
+    100 mJ every 20 ms (changes at even samples) -> 5 W; power_mw 5000 busy-agnostic."""
+    run = tmp_path / f"run{trace_ms}{with_energy}"
+    run.mkdir()
+    us = trace_ms * 1000
+    ev = [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 100, "tid": 100, "ts": 0,
+         "dur": us, "args": {}},
+        {"ph": "X", "cat": "user_annotation", "name": f"kernelscope::clock_sync {BASE + 500_000 + 5 * MS}",
+         "pid": 100, "tid": 100, "ts": 500, "dur": 1, "args": {}},
+        op("aten::mul", 600, 10, 1), rt("cudaLaunchKernel", 601, 2, 1, 1),
+        kern("elementwise_kernel", 1000, 2000, 1, 1),
+        op("aten::add", us - 10, 9, 2),
+    ]
+    write_trace(run / "trace.json", ev)
+    ts = [BASE + 5 * MS + (k * 10 - 20) * MS for k in range(trace_ms // 10 + 5)]
+    energy = [1000 + 100 * (k // 2) for k in range(len(ts))]
+    cols = {"device_uuid": ["GPU-x"] * len(ts), "device_index": [0] * len(ts), "ts_ns": ts,
+            "power_mw": [5000] * len(ts), "sm_clock_mhz": [1980] * len(ts),
+            "throttle_reasons": [4] * len(ts)}
+    if with_energy:
+        cols["energy_mj"] = energy
+    pq.write_table(pa.table(cols), run / "telemetry.parquet")
+    (run / "run.json").write_text(json.dumps({
+        "name": "p", "labels": {"tokens": "50"},
+        "timings": [{"kind": "energy_loop", "iteration": 100, "dur_ns": 2 * MS, "energy_mj": 10.0}]}))
+    res = ingest_run(store, run)
+    assert res.status == "ingested", res.message
+    return res.trace_id
+
+
+@pytest.fixture
+def store(tmp_path):
+    with open_store(tmp_path / "p.duckdb") as s:
+        yield s
+
+
+def test_energy_window_from_counter(store, tmp_path):
+    tid = _run(tmp_path, store, 400)
+    d = power(store, tid).to_dict()
+    # Counter changes every 20 ms by 100 mJ -> step 20 ms, 5 mJ/ms; window = trace 0..400 ms
+    # (the trace's first event at 0, last end at 400 ms) = 20 steps >= 10: 400 ms x 5 mJ/ms = 2000 mJ.
+    assert d["energy_source"] == "energy_counter"
+    assert d["trust"]["counter_step_ns"] == 20 * MS and d["trust"]["counter_step_mj"] == 100
+    assert d["trace_energy_mj"] == pytest.approx(2000.0)
+    assert d["mean_power_w"] == pytest.approx(5.0)
+    assert d["trust"]["sample_period_ns"]["median"] == 10 * MS
+    ph = {r["name"]: r["energy_mj"] for r in d["phases"]}
+    assert ph["ProfilerStep#1"] == pytest.approx(2000.0)
+    # per unit: energy loop 10 mJ per iteration / 50 tokens
+    assert d["unit"] == "token" and d["energy_per_unit_mj"] == pytest.approx(0.2)
+    # throttle bit 0x4 (sw power cap) set on every sample
+    thr = {r["reason"]: r["share"] for r in d["throttle"]}
+    assert thr["sw_power_cap"] == 1.0 and thr["gpu_idle"] == 0.0
+
+
+def test_short_window_is_null(store, tmp_path):
+    tid = _run(tmp_path, store, 100)  # 100 ms = 5 counter steps < 10
+    d = power(store, tid).to_dict()
+    assert d["energy_source"] == "energy_counter"
+    assert d["trace_energy_mj"] is None and d["mean_power_w"] is None
+    assert any("shorter than 10 counter steps" in w for w in d["warnings"])
+
+
+def test_integrated_power_fallback_and_busy_samples(store, tmp_path):
+    tid = _run(tmp_path, store, 400, with_energy=False)
+    d = power(store, tid).to_dict()
+    # power_mw never changes -> no power step can be detected -> null even in the fallback
+    assert d["energy_source"] == "integrated_power" and d["trace_energy_mj"] is None
+    # samples inside the trace at trace times 0, 10, ... 400 ms; the kernel [1, 3] ms holds none -> all idle
+    assert d["busy_power"]["samples"] == 0 and d["idle_power"]["samples"] == 41
+    assert d["idle_power"]["mean_w"] == pytest.approx(5.0)
