@@ -1,0 +1,162 @@
+"""The bound analysis: idle split, idle causes, operators ranked by idle, queue depth, regime segments.
+
+Exact numbers on a hand-made trace (each computed by hand below); properties on every sample trace.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+from storage.kineto_build import kern, op, rt, write_trace, x
+
+from kernelscope.analysis import bound as B
+from kernelscope.analysis.launch import launch
+from kernelscope.cli import cli
+from kernelscope.errors import UsageError
+from kernelscope.storage.ingest import ingest_paths
+from kernelscope.storage.store import open_store
+
+US = 1000
+
+
+def causes_events() -> list[dict]:
+    """One thread (times in us):
+
+    aten::mm [0,10] launches k1 (cudaLaunchKernel [2,3]) -> k1 runs [5,8].
+    Python (no operator) [10,20].
+    aten::item [20,40] > aten::_local_scalar_dense [21,39] > cudaMemcpyAsync [22,23] (-> DtoH copy [24,25])
+      then cudaStreamSynchronize [23,30].
+    aten::empty [40,45] > cudaMalloc [41,44].  Python [45,50].
+    aten::relu [50,60] > cudaLaunchKernel [55,57] -> k2 runs [58,60].
+
+    Busy [5,8] [24,25] [58,60] = 6 us; span [5,60] = 55 us; idle 49 us in two gaps, both host wait (the
+    activity ending each gap was launched after the gap opened):
+    gap [8,24):  aten::mm 2 (operator), Python 10, item 1 + _local_scalar_dense 1 + memcpy call 1 + sync 1
+                 (d2h_copy 4)                                                          = 16
+    gap [25,58): sync 5 + _local_scalar_dense 9 + item 1 (d2h_copy 15), aten::empty 1 + 1 (operator 2),
+                 cudaMalloc 3 (allocator), Python 5, aten::relu 5 + 1 (operator 6), launch call 2 = 33
+    Causes: d2h_copy 19, python 15, operator 10, allocator 3, launch 2 (sum 49 = host wait).
+    Operators (innermost operator, a call counting for its enclosing one): _local_scalar_dense 1+1+1+5+9
+    = 17, relu 5+2+1 = 8, empty 1+3+1 = 5, item 1+1 = 2, mm 2.
+    Queue (TKLQT terms): k1 queued [2,5), k2 [55,58): 6 us.
+    """
+    return [
+        op("aten::mm", 0, 10, 1),
+        rt("cudaLaunchKernel", 2, 1, 1, 1),
+        op("aten::item", 20, 20, 2),
+        op("aten::_local_scalar_dense", 21, 18, 3),
+        rt("cudaMemcpyAsync", 22, 1, 2, 3),
+        rt("cudaStreamSynchronize", 23, 7, 3, 3),
+        op("aten::empty", 40, 5, 4),
+        rt("cudaMalloc", 41, 3, 4, 4),
+        op("aten::relu", 50, 10, 5),
+        rt("cudaLaunchKernel", 55, 2, 5, 5),
+        kern("k1", 5, 3, 1, 1),
+        kern("Memcpy DtoH (Device -> Pinned)", 24, 1, 2, 3, stream=8, cat="gpu_memcpy"),
+        kern("k2", 58, 2, 5, 5),
+    ]
+
+
+@pytest.fixture()
+def hand_store(tmp_path):
+    path = write_trace(tmp_path / "causes.json", causes_events())
+    db = tmp_path / "h.duckdb"
+    with open_store(db, read_only=False) as store:
+        (res,) = ingest_paths(store, [path])
+    store = open_store(db, read_only=True)
+    yield store, res.trace_id
+    store.close()
+
+
+def test_idle_split_and_causes_by_hand(hand_store):
+    store, t = hand_store
+    r = B.bound(store, t, bins=1)
+    s = r.scalars
+    assert (s["gpu_span_ns"], s["busy_ns"], s["idle_ns"]) == (55 * US, 6 * US, 49 * US)
+    assert (s["host_wait_ns"], s["dependency_wait_ns"], s["gaps"]) == (49 * US, 0, 2)
+    causes = dict(zip(r.tables["idle_causes"]["category"], r.tables["idle_causes"]["idle_ns"]))
+    assert causes == {"d2h_copy": 19 * US, "python": 15 * US, "operator": 10 * US, "allocator": 3 * US,
+                      "launch": 2 * US}
+    gaps = dict(zip(r.tables["idle_causes"]["category"], r.tables["idle_causes"]["gaps"]))
+    assert gaps == {"d2h_copy": 2, "python": 2, "operator": 2, "allocator": 1, "launch": 1}
+    ops = r.tables["idle_operators"]
+    assert list(zip(ops["operator"], ops["idle_ns"])) == [
+        ("aten::_local_scalar_dense", 17 * US), ("aten::relu", 8 * US), ("aten::empty", 5 * US),
+        ("aten::item", 2 * US), ("aten::mm", 2 * US)]
+    assert dict(zip(ops["operator"], ops["main_category"]))["aten::empty"] == "allocator"
+
+
+def test_queue_depth_and_segments_by_hand(hand_store):
+    store, t = hand_store
+    q = B.queue_depth(store, t, bins=1)
+    # one bin from the first queued start (2 us) to the last activity end (60 us): width 58 us
+    assert list(q["queued_ns"]) == [6 * US] and list(q["max_depth"]) == [1]
+    assert q["mean_depth"].iloc[0] == pytest.approx(6 / 58)
+    assert int(q["queued_ns"].sum()) == launch(store, t).scalars["tklqt_ns"]
+    seg = B.regime_segments(store, t, bins=1)
+    # host wait 49 of the 55 us of span in the bin: more than half -> one cpu_bound segment
+    assert list(seg["regime"]) == ["cpu_bound"] and list(seg["dur_ns"]) == [55 * US]
+    # 58 bins of 1 us: [5,8) busy -> gpu_bound, [8,24) host wait -> cpu_bound, [24,25) gpu, [25,58) cpu,
+    # [58,60) gpu
+    seg = B.regime_segments(store, t, bins=58)
+    assert list(zip(seg["regime"], seg["dur_ns"])) == [
+        ("gpu_bound", 3 * US), ("cpu_bound", 16 * US), ("gpu_bound", 1 * US), ("cpu_bound", 33 * US),
+        ("gpu_bound", 2 * US)]
+
+
+def test_dependency_wait_when_work_is_queued(tmp_path):
+    """k1 [5,8] and k2 [10,12] both launched by 3 us: the gap [8,10) opens with k2 queued -> dependency
+    wait 2 us; no host wait, so no idle causes."""
+    path = write_trace(tmp_path / "dep.json", [
+        op("aten::foo", 0, 4, 1), rt("cudaLaunchKernel", 1, 1, 1, 1), rt("cudaLaunchKernel", 2, 1, 2, 1),
+        kern("k1", 5, 3, 1, 1), kern("k2", 10, 2, 2, 1)])
+    db = tmp_path / "d.duckdb"
+    with open_store(db, read_only=False) as store:
+        (res,) = ingest_paths(store, [path])
+        r = B.bound(store, res.trace_id, bins=10)
+    assert (r.scalars["host_wait_ns"], r.scalars["dependency_wait_ns"], r.scalars["idle_ns"]) == (0, 2 * US, 2 * US)
+    assert r.tables["idle_causes"].empty
+    # queued: k1 [1,5) 4 us, k2 [2,10) 8 us = 12 us = TKLQT
+    assert r.scalars["queued_ns"] == 12 * US
+
+
+def test_bins_option_is_checked(hand_store):
+    store, t = hand_store
+    for bad in (0, 2001, "x", 1.5):
+        with pytest.raises(UsageError):
+            B.bound(store, t, bins=bad)
+
+
+def test_bound_properties_on_samples(session_store):
+    with open_store(session_store.db, read_only=True) as store:
+        for path, t in session_store.ids.items():
+            r = B.bound(store, t)
+            if r.scalars["gpu_span_ns"] is None:
+                continue
+            d = r.tables["devices"]
+            assert ((d.host_wait_ns + d.dependency_wait_ns) == d.idle_ns).all(), path
+            assert ((d.gpu_span_ns - d.busy_ns) == d.idle_ns).all(), path
+            assert int(r.tables["idle_causes"]["idle_ns"].sum()) == r.scalars["host_wait_ns"], path
+            seg = r.tables["segments"]
+            for dev, span in zip(d.device, d.gpu_span_ns):
+                assert int(seg.loc[seg.device == dev, "dur_ns"].sum()) == span, path
+            q = r.tables["queue_depth"]
+            assert len(q) <= B.DEFAULT_BINS * max(1, q[["device", "stream"]].drop_duplicates().shape[0])
+            lr = launch(store, t).scalars
+            if lr["negative_lq"] == 0:
+                assert r.scalars["queued_ns"] == lr["tklqt_ns"], path
+            ops = r.tables["idle_operators"]
+            assert int(ops["idle_ns"].sum()) <= r.scalars["host_wait_ns"]
+
+
+def test_cli_bound_json(hand_store, tmp_path):
+    store, t = hand_store
+    db = str(store.path)
+    store.close()
+    res = CliRunner().invoke(cli, ["analyze", "bound", t, "--json", "--db", db, "-o", "bins=1"])
+    assert res.exit_code == 0, res.output
+    got = json.loads(res.stdout)
+    assert got["host_wait_ns"] == 49 * US
+    assert {r["category"] for r in got["idle_causes"]} == {"d2h_copy", "python", "operator", "allocator", "launch"}
