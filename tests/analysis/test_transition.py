@@ -1,0 +1,168 @@
+"""The transition analysis: brackets by the trace rule and the un-profiled rule.
+
+A synthetic sweep built from hand-made traces (knee exactly at batch 32, computed below), a sweep that is
+GPU-bound throughout (null), and the done-when property on the real llama prefill sweep.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+import pytest
+from click.testing import CliRunner
+from conftest import ROOT
+from storage.kineto_build import kern, op, rt, write_trace
+
+from kernelscope.analysis.transition import bracket, transition
+from kernelscope.cli import cli
+from kernelscope.errors import UsageError
+from kernelscope.storage.ingest import ingest_paths
+from kernelscope.storage.store import open_store
+
+US = 1000
+
+
+def sweep_events(d: float) -> list[dict]:
+    """One operator [0,40] us launching 4 kernels of d us: launch calls at 0, 10, 20, 30 us (2 us each);
+    kernel i starts at max(10 i + 5, end of kernel i-1).
+
+    d <= 10: every kernel starts 5 us after its launch: TKLQT = 4 * 5 = 20 us, span = 30 + d, q < 1.
+    d > 10: kernel i starts at 5 + i d, lq_i = 5 + i (d - 10): TKLQT = 20 + 6 (d - 10), span = 4 d,
+    so q = (6 d - 40) / (4 d) >= 1 iff d >= 20 (d = 16: 56/64 = 0.875; d = 32: 152/128 = 1.1875).
+    busy = 4 d (no steps, so busy per iteration = busy).
+    """
+    ev = [op("aten::foo", 0, 40, 1)]
+    start = None
+    for i in range(4):
+        ev.append(rt("cudaLaunchKernel", 10 * i, 2, i + 1, 1))
+        start = 10 * i + 5 if start is None else max(10 * i + 5, start + d)
+        ev.append(kern(f"k{i}", start, d, i + 1, 1))
+    return ev
+
+
+# batch -> kernel duration batch/8 us and un-profiled time (label unprofiled_ns): a host floor of 12 us
+# until the GPU work (4 d) exceeds it.
+SWEEP = {4: 12000, 8: 12000, 16: 12000, 32: 16000, 64: 32000, 128: 64000, 256: 128000}
+
+
+def _store(tmp_path, points: dict[int, int | None], sweep="syn"):
+    db = tmp_path / "s.duckdb"
+    with open_store(db, read_only=False) as store:
+        for b, unp in points.items():
+            path = write_trace(tmp_path / f"syn_b{b}.json", sweep_events(b / 8))
+            labels = {"batch": str(b), "sweep": sweep}
+            if unp is not None:
+                labels["unprofiled_ns"] = str(unp)
+            (res,) = ingest_paths(store, [path], labels=labels)
+            assert res.status == "ingested", res.message
+    return db
+
+
+def test_synthetic_knee_at_32(tmp_path):
+    """Trace rule: q < 1 up to batch 128 (d = 16), q = 1.1875 at 256 -> bracket (128, 256).
+    Host floor H = median un-profiled time of the trace-rule CPU-bound points (batch 4..128)
+    = median(12, 12, 12, 16, 32, 64) us = 14 us. busy = 4 d = batch/2 us: 8 us at 16 < 14 <= 16 us at 32,
+    so the un-profiled rule gives (16, 32) and decides."""
+    db = _store(tmp_path, SWEEP)
+    with open_store(db, read_only=True) as store:
+        r = transition(store, by="batch", sweep="syn")
+    s = r.scalars
+    assert s["rule"] == "unprofiled"
+    assert s["host_floor_ns"] == 14 * US
+    assert s["transition"]["first_gpu_bound"] == 32 and s["transition"]["last_cpu_bound"] == 16
+    assert s["transition"]["points"] == [4, 8, 16, 32, 64, 128, 256]
+    assert s["brackets"]["trace"]["last_cpu_bound"] == 128 and s["brackets"]["trace"]["first_gpu_bound"] == 256
+    pts = r.tables["points"].set_index("label")
+    assert pts.loc[128, "tklqt_ns"] == 56 * US and pts.loc[128, "mean_queue_depth"] == pytest.approx(0.875)
+    assert pts.loc[256, "tklqt_ns"] == 152 * US and pts.loc[256, "mean_queue_depth"] == pytest.approx(1.1875)
+    assert pts.loc[4, "tklqt_ns"] == 20 * US and pts.loc[4, "gpu_span_ns"] == 30500
+    assert list(pts["busy_per_iter_ns"]) == [b * US // 2 for b in SWEEP]
+    assert list(pts["unprofiled_source"]) == ["label"] * len(SWEEP)
+    # latency: operator start 0 to last kernel end; batch 4: 35 + 0.5 = 35.5 us; inflation 35.5 / 12
+    assert pts.loc[4, "latency_ns"] == 35500 and pts.loc[4, "inflation"] == pytest.approx(35.5 / 12)
+    assert list(pts["regime"]) == ["cpu_bound"] * 3 + ["gpu_bound"] * 4
+
+
+def test_labels_sorted_numerically_and_trace_rule_without_unprofiled(tmp_path):
+    """Without un-profiled times the trace rule decides: (128, 256). Labels 16 < 128 < 256 numerically
+    (as text '128' < '16' < '256')."""
+    db = _store(tmp_path, {256: None, 16: None, 128: None})
+    with open_store(db, read_only=True) as store:
+        r = transition(store)
+    assert r.scalars["rule"] == "trace"
+    assert r.scalars["transition"] == {"last_cpu_bound": 128, "first_gpu_bound": 256, "rule": "trace",
+                                       "points": [16, 128, 256]}
+    assert r.scalars["brackets"]["unprofiled"]["reason"]
+
+
+def test_gpu_bound_throughout_is_null(tmp_path):
+    """d = 32 and 40 us (batch 256, 320): q = 1.1875 and (240 - 40)/160 = 1.25, both GPU-bound; no
+    trace-rule CPU-bound point, so no host floor: null with a reason."""
+    db = _store(tmp_path, {256: 128000, 320: 160000})
+    with open_store(db, read_only=True) as store:
+        r = transition(store, sweep="syn")
+    assert r.scalars["transition"] is None
+    assert "GPU-bound" in r.scalars["transition_reason"]
+
+
+def test_bracket_rules():
+    assert bracket([1, 2, 3], [False, True, True], "x")[0]["last_cpu_bound"] == 1
+    b, reason = bracket([1, 2, 3, 4], [False, True, False, True], "x")
+    assert b is None and "interleave" in reason
+    assert bracket([1, 2], [False, False], "x") == (None, "every point is CPU-bound under the x rule")
+
+
+def test_errors(tmp_path):
+    db = _store(tmp_path, {4: None, 8: None})
+    with open_store(db, read_only=True) as store:
+        with pytest.raises(UsageError):
+            transition(store, by="nolabel")
+        with pytest.raises(UsageError):
+            transition(store, sweep="other")
+
+
+def test_cli_transition(tmp_path):
+    db = str(_store(tmp_path, SWEEP))
+    run = CliRunner()
+    res = run.invoke(cli, ["analyze", "transition", "--by", "batch", "--sweep", "syn", "--json", "--db", db])
+    assert res.exit_code == 0, res.output
+    got = json.loads(res.stdout)
+    assert got["transition"]["first_gpu_bound"] == 32 and len(got["points"]) == 7
+    res = run.invoke(cli, ["analyze", "transition", "syn_b4.json", "syn_b256.json", "--json", "--db", db])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["transition"]["points"] == [4, 256]
+    res = run.invoke(cli, ["analyze", "bound", "syn_b4.json", "--sweep", "syn", "--db", db])
+    assert res.exit_code != 0 and "multi-trace" in res.stderr
+
+
+@pytest.fixture(scope="module")
+def sweep_db(tmp_path_factory):
+    """The llama prefill sample sweep ingested as collector run directories (labels + un-profiled timings)."""
+    runs = sorted((ROOT / "sample_traces").glob("llama_prefill_b*"))
+    if not runs:
+        pytest.skip("no llama_prefill sample runs")
+    db = str(tmp_path_factory.mktemp("sweep") / "sweep.duckdb")
+    res = CliRunner().invoke(cli, ["ingest", *map(str, runs), "--db", db])
+    assert res.exit_code == 0, res.output
+    return db
+
+
+def test_sample_sweep_bracket_contains_knee(sweep_db):
+    """Done-when: the bracket contains the batch where the un-profiled time first exceeds 1.25x its
+    small-batch median (median of the three smallest batches)."""
+    with open_store(sweep_db, read_only=True) as store:
+        r = transition(store, by="batch", sweep="llama_prefill")
+        pts = r.tables["points"]
+        assert list(pts["label"]) == sorted(pts["label"])
+        unp = list(pts["unprofiled_ns"])
+        small = statistics.median(unp[:3])
+        knee = next(lab for lab, u in zip(pts["label"], unp) if u > 1.25 * small)
+        t = r.scalars["transition"]
+        assert t is not None, r.scalars["transition_reason"]
+        assert t["last_cpu_bound"] <= knee <= t["first_gpu_bound"]
+        assert r.scalars["rule"] == "unprofiled"
+        # the GPU-bound tail alone (trace rule) never changes regime: null
+        gpu_ids = list(pts.loc[pts["regime_trace"] == "gpu_bound", "trace_id"])
+        tail = transition(store, gpu_ids)
+        assert tail.scalars["transition"] is None
