@@ -45,7 +45,7 @@ from .result import Result
 DESCRIPTION = "FLOPs and minimum bytes per leaf operator, achieved GB/s and TFLOP/s, % of device peak, roofline."
 PEAKS_ENV = "KERNELSCOPE_DEVICE_PEAKS"
 PEAK_COLUMNS = ("mem_bw_gbps", "fp64_tflops", "fp32_tflops", "fp32_matrix_tflops", "fp16_tflops",
-                "bf16_tflops", "fp8_tflops")
+                "bf16_tflops", "fp8_tflops", "l2_mb")
 # operator peak key -> device-table column (tensor-core work); every other operator uses fp32_tflops.
 _TENSOR_COLUMN = {"bf16": "bf16_tflops", "fp16": "fp16_tflops", "tf32": "fp32_matrix_tflops",
                   "fp32": "fp32_tflops", "fp8": "fp8_tflops", "fp64": "fp64_tflops"}
@@ -207,14 +207,16 @@ def bandwidth(store, trace_id: str, *, peaks: str | Path | None = None, device: 
         if dev_rows[d] is None:
             warnings.append(f"device {d} ({nm or 'no name in the trace'}) is not in the device-peak table: "
                             f"no % of peak and no bound; add a row with peaks=PATH or ${PEAKS_ENV}.")
-    bw_peak, fl_peak = [], []
+    bw_peak, fl_peak, l2 = [], [], []
     for d, dt, tc in zip(ops["device"], ops["dtype"], ops["tensor_core"]):
         row = dev_rows.get(int(d)) if d is not None and not pd.isna(d) else None
         col = _TENSOR_COLUMN.get(dt) if tc else ("fp32_tflops" if dt else None)
         bw_peak.append(row["mem_bw_gbps"] if row else None)
         fl_peak.append(row.get(col) if row and col else None)
+        l2.append(row["l2_mb"] * 2**20 if row and row.get("l2_mb") else None)
     ops["peak_gbps"] = pd.array(bw_peak, dtype="Float64")
     ops["peak_tflops"] = pd.array(fl_peak, dtype="Float64")
+    ops["fits_cache"] = (ops["bytes"].astype("Float64") <= pd.array(l2, dtype="Float64")).fillna(False)
 
     inst = _rates(ops)
     if measured_bytes is not None:
@@ -234,10 +236,18 @@ def bandwidth(store, trace_id: str, *, peaks: str | Path | None = None, device: 
 
     m = inst.loc[modelled]
     flops, nbytes = int(m["flops"].sum()), int(m["bytes"].sum())
-    above = inst[(inst["pct_peak_bw"] > 100) | (inst["pct_peak_flops"] > 100)]
-    if len(above):
-        warnings.append(f"{len(above)} operator instances exceed 100% of a device peak (a modelling or "
-                        "peak-table error): read their numbers with care.")
+    over_bw = (inst["pct_peak_bw"] > 100).fillna(False)
+    over_fl = (inst["pct_peak_flops"] > 100).fillna(False)
+    above = inst[over_bw | over_fl]
+    unexplained = inst[(over_bw & ~inst["fits_cache"]) | over_fl]
+    cached = len(above) - len(unexplained)
+    if cached:
+        warnings.append(f"{cached} operator instances move their modelled bytes faster than the DRAM peak; "
+                        "all of their bytes fit in the device's last-level cache, so inputs written just "
+                        "before were read from cache: their pct_peak_bw overstates DRAM use.")
+    if len(unexplained):
+        warnings.append(f"{len(unexplained)} operator instances exceed 100% of a device peak without a cache "
+                        "explanation (a modelling or peak-table error): read their numbers with care.")
     if int(un["ns"]):
         warnings.append(f"{int(un['n'])} GPU activities ({int(un['ns'])} ns) have no leaf operator "
                         "(CUDA-graph replays or launches outside the trace) and are not modelled.")
@@ -247,6 +257,8 @@ def bandwidth(store, trace_id: str, *, peaks: str | Path | None = None, device: 
         "modelled_gpu_ns": modelled_ns,
         "modelled_share": modelled_ns / total_ns if total_ns else None,
         "unattributed_gpu_ns": int(un["ns"]),
+        "modelled_share_of_all": (modelled_ns / (total_ns + int(un["ns"]))
+                                  if total_ns + int(un["ns"]) else None),
         "flops": flops,
         "bytes": nbytes,
         "achieved_gbps": nbytes / modelled_ns if modelled_ns else None,
@@ -254,6 +266,7 @@ def bandwidth(store, trace_id: str, *, peaks: str | Path | None = None, device: 
         "instances": int(len(inst)),
         "signatures": int(len(sig)),
         "above_peak": int(len(above)),
+        "above_peak_unexplained": int(len(unexplained)),
         "device_peaks": {str(d): ({"device": r["device"], "mem_bw_gbps": r["mem_bw_gbps"],
                                    **{c: r[c] for c in PEAK_COLUMNS[1:]}, "source": r["source"]}
                                   if r else None) for d, r in dev_rows.items()},
@@ -281,7 +294,7 @@ def _rates(ops: pd.DataFrame) -> pd.DataFrame:
     _add_rates(df)
     cols = ["op_id", "name", "input_dims", "input_types", "device", "activities", "gpu_ns", "flops",
             "bytes", "dtype", "tensor_core", "rule", "achieved_gbps", "achieved_tflops", "pct_peak_bw",
-            "pct_peak_flops", "intensity", "bound", "peak_gbps", "peak_tflops", "reason"]
+            "pct_peak_flops", "intensity", "bound", "fits_cache", "peak_gbps", "peak_tflops", "reason"]
     return df[cols].reset_index(drop=True)
 
 

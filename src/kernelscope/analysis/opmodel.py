@@ -552,15 +552,16 @@ def _gather(base: str, args: list[Arg]) -> Cost:
         num = int(_float(_value(args, 2), -1))
         if num < 0 or not g.shape:
             raise NoRule("num_weights not recorded")
-        return Cost(g.numel, g.read_bytes + idx.read_bytes + num * g.shape[-1] * g.size, "fp32", False,
+        rows = min(idx.numel, num)  # rows touched; the zero fill of the whole table is its own operator
+        return Cost(g.numel, g.read_bytes + idx.read_bytes + rows * g.shape[-1] * g.size, "fp32", False,
                     "embedding")
     # nll_loss_forward(self, target, weight, reduction, ignore_index) / nll_loss_backward(grad, self, target, ...)
     if base == "nll_loss_forward":
         x, t = _need(args, 0, 1)
         out_n = 1 if _float(_value(args, 3), 1) != 0 else t.numel
         return Cost(t.numel, t.read_bytes + t.numel * x.size + (out_n + 1) * x.size, "fp32", False, "loss")
-    g, x, t = _need(args, 0, 1, 2)
-    return Cost(t.numel, g.read_bytes + t.read_bytes + x.numel * x.size, "fp32", False, "loss")
+    g, x, t = _need(args, 0, 1, 2)  # grad_input is zero-filled by its own operator; one write per row here
+    return Cost(t.numel, g.read_bytes + t.read_bytes + t.numel * x.size, "fp32", False, "loss")
 
 
 _OPAQUE = re.compile(r"OpaqueType<(\d+)u?>")

@@ -1,0 +1,350 @@
+"""bandwidth analysis: operator rules checked against hand arithmetic (written beside each case), a
+hand-built trace end to end, the device-peak table, and properties on every sample trace."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+from conftest import ROOT
+
+from kernelscope.analysis.bandwidth import bandwidth, load_peaks, match_device
+from kernelscope.analysis.opmodel import element_size_hint, model_op
+from kernelscope.cli import cli
+from kernelscope.errors import UsageError
+from kernelscope.storage.ingest import ingest_file
+from kernelscope.storage.store import open_store
+from storage.kineto_build import kern, rt, write_trace, x
+
+BF16, F32, I64 = '"c10::BFloat16"', '"float"', '"long int"'
+
+
+def cost(name, dims, types, strides=None, concrete=None, **kw):
+    return model_op(name, json.dumps(dims), "[" + ", ".join(types) + "]",
+                    json.dumps(strides) if strides is not None else None,
+                    json.dumps(concrete) if concrete is not None else None, **kw)
+
+
+# ---------------------------------------------------------------- operator rules by hand
+
+
+def test_broadcast_size1_and_stride0():
+    # mul [8,32,128,64] x [1,1,128,64] bf16: out 8*32*128*64 = 2,097,152 elements.
+    # bytes = 2,097,152*2 (a) + 128*64*2 = 16,384 (b, read once) + 2,097,152*2 (out) = 8,404,992
+    c = cost("aten::mul", [[8, 32, 128, 64], [1, 1, 128, 64]], [BF16, BF16],
+             [[262144, 8192, 64, 1], [8192, 8192, 64, 1]], ["", ""])
+    assert (c.flops, c.bytes, c.tensor) == (2_097_152, 8_404_992, False)
+    # add [4,1024] + [4,1024] expanded from one row (strides [0,1]) fp32: the expanded input costs 1024
+    # elements: 4096*4 + 1024*4 + 4096*4 (out) = 36,864 bytes; 4096 FLOPs
+    c = cost("aten::add", [[4, 1024], [4, 1024], []], [F32, F32, '"Scalar"'], [[1024, 1], [0, 1], []])
+    assert (c.flops, c.bytes) == (4096, 36_864)
+    # a wrapped Python float does not widen bf16: add [1024] bf16 + 0-dim double -> bf16 out
+    # 1024*2 + 1*8 + 1024*2 = 4104
+    c = cost("aten::add", [[1024], [], []], [BF16, '"double"', '"Scalar"'])
+    assert c.bytes == 4104
+    # comparison writes bool: ne [8,128] int64 vs scalar: 1024*8 + 1024*1 = 9216
+    assert cost("aten::ne", [[8, 128], []], [I64, '"Scalar"'], [[128, 1], []]).bytes == 9216
+
+
+def test_transpose_is_free_and_strides_do_not_discount_permutations():
+    assert (cost("aten::transpose", [[64, 32], [], []], [F32, '"Scalar"', '"Scalar"']).bytes, 0) == (0, 0)
+    # contiguous copy of a transposed [64,32] fp32 view: strides [1,64] (no zero) -> all 2048 elements:
+    # 2048*4 read + 2048*4 written = 16,384
+    c = cost("aten::copy_", [[64, 32], [64, 32], []], [F32, F32, '"Scalar"'], [[32, 1], [1, 64], []])
+    assert (c.flops, c.bytes) == (0, 16_384)
+    # mm with a transposed B (strides [1, K]) costs the same as with a contiguous B
+    a = cost("aten::mm", [[128, 256], [256, 64]], [BF16, BF16], [[256, 1], [1, 256]])
+    b = cost("aten::mm", [[128, 256], [256, 64]], [BF16, BF16], [[256, 1], [64, 1]])
+    # 2*128*64*256 = 4,194,304 FLOPs; (128*256 + 256*64 + 128*64)*2 = (32768+16384+8192)*2 = 114,688 B
+    assert (a.flops, a.bytes) == (b.flops, b.bytes) == (4_194_304, 114_688)
+    assert a.tensor and a.dtype == "bf16"
+
+
+def test_addmm_with_and_without_bias():
+    dims = [[256], [512, 256], [256, 256], [], []]
+    types = [F32, F32, F32, '"Scalar"', '"Scalar"']
+    # beta = 1: 2*512*256*256 = 67,108,864 + bias add 512*256 = 131,072 -> 67,239,936 FLOPs
+    # bytes (256 bias + 512*256 A + 256*256 B + 512*256 out) * 4 = 327,936 * 4 = 1,311,744
+    c = cost("aten::addmm", dims, types, None, ["", "", "", "1", "1"])
+    assert (c.flops, c.bytes) == (67_239_936, 1_311_744)
+    # beta = 0: the bias is neither added nor read: 67,108,864 FLOPs, (131072+65536+131072)*4 = 1,310,720 B
+    c = cost("aten::addmm", dims, types, None, ["", "", "", "0", "1"])
+    assert (c.flops, c.bytes) == (67_108_864, 1_310_720)
+    # fp32 GEMM runs against the fp32 peak unless TF32 was allowed
+    assert c.dtype == "fp32" and cost("aten::addmm", dims, types, None, ["", "", "", "0", "1"],
+                                      tf32_matmul=True).dtype == "tf32"
+    # linear [4,128,256] x W[512,256] bf16: M = 512, N = 512, K = 256 -> 2*512*512*256 = 134,217,728;
+    # with bias + 512*512 = 262,144 FLOPs and + 512*2 bytes
+    no_bias = cost("aten::linear", [[4, 128, 256], [512, 256], []], [BF16, BF16, '""'])
+    bias = cost("aten::linear", [[4, 128, 256], [512, 256], [512]], [BF16, BF16, BF16])
+    assert no_bias.flops == 134_217_728 and bias.flops == 134_217_728 + 262_144
+    # (512*256 + 512*256 + 512*512)*2 = 1,048,576 bytes without bias
+    assert no_bias.bytes == 1_048_576 and bias.bytes == 1_048_576 + 1024
+
+
+def test_causal_gqa_attention():
+    # _cudnn_attention_forward as the llama samples record it: q [8,32,128,64], k/v [8,8,128,64] bf16,
+    # compute_log_sumexp False (input 8), is_causal True (input 10).
+    dims = [[8, 32, 128, 64], [8, 8, 128, 64], [8, 8, 128, 64]] + [[]] * 10
+    types = [BF16] * 3 + ['""'] * 3 + ['"Scalar"'] * 7
+    conc = ["", "", "", "", "", "", "128", "128", "False", "0.", "True", "False", "0.125"]
+    c = cost("aten::_cudnn_attention_forward", dims, types, None, conc)
+    # FLOPs: 2*B*Hq*Lq*Lk*(D+Dv) = 2*8*32*128*128*128 = 1,073,741,824, halved (causal) = 536,870,912
+    assert c.flops == 536_870_912 and c.tensor and c.dtype == "bf16"
+    # bytes: q 8*32*128*64*2 = 4,194,304; k and v 8*8*128*64*2 = 1,048,576 each (their own 8 heads);
+    # out 8*32*128*64*2 = 4,194,304 -> 10,485,760
+    assert c.bytes == 10_485_760
+    conc[10] = "False"
+    assert cost("aten::_cudnn_attention_forward", dims, types, None, conc).flops == 1_073_741_824
+    # xformers layout [B, L, H, D], custom_mask_type 1 = causal; fp32, no lse: same arithmetic with
+    # B=1, Hq=4, Hk=2, L=256, D=64: 2*1*4*256*256*128/2 = 33,554,432; bytes (65536 + 2*32768 + 65536)*4
+    dims = [[1, 256, 4, 64], [1, 256, 2, 64], [1, 256, 2, 64]] + [[]] * 11
+    conc = [""] * 8 + ["0.", "1", "False", "", "", ""]
+    c = cost("aten::_efficient_attention_forward", dims, [F32] * 3 + ['""'] * 11, None, conc)
+    assert (c.flops, c.bytes) == (33_554_432, 786_432)
+
+
+def test_cat_and_embedding():
+    # cat of [8,1] and an [8,128] expanded from one row (strides [0,1]) int64 (kernel OpaqueType<8u>):
+    # out 8 + 1024 = 1032 elements, reads 8 + 128 distinct -> (136 + 1032)*8 = 9344 bytes
+    dims, types = [[[8, 1], [8, 128]], []], ['"TensorList"', '"Scalar"']
+    strides = [[[1, 1], [0, 1]], []]
+    hint = element_size_hint("void at::native::CatArrayBatchedCopy<at::native::OpaqueType<8u>, unsigned int>")
+    assert hint == 8
+    assert cost("aten::cat", dims, types, strides, ["", "-1"], elem_size_hint=hint).bytes == 9344
+    # without a kernel naming the element size the dtype is unknown: not modelled, with a reason
+    c = cost("aten::cat", dims, types, strides, ["", "-1"])
+    assert c.bytes is None and "dtype" in c.reason
+    # embedding: table [32000,4096] bf16, indices [2,16]: 32 rows gathered, not the table:
+    # 32*8 (indices) + 32*4096*2 (rows read) + 32*4096*2 (out) = 256 + 524,288 = 524,544
+    c = cost("aten::embedding", [[32000, 4096], [2, 16], [], [], []], [BF16, I64, '"Scalar"'] + ['"Scalar"'] * 2)
+    assert (c.flops, c.bytes) == (0, 524_544)
+    # gather with an index expanded over columns (strides [1,0]), as the llama samples embed tokens:
+    # 1024 distinct int64 indices = 8192 B + 1024*2048*2*2 (gathered + written) = 8,396,800
+    c = cost("aten::gather", [[128256, 2048], [], [1024, 2048], [], [1024, 2048]],
+             [BF16, '"Scalar"', I64, '"Scalar"', BF16], [[2048, 1], [], [1, 0], [], [2048, 1]])
+    assert c.bytes == 8_396_800
+
+
+def test_casts_reductions_and_unmodelled():
+    # _to_copy fp32 [1024,1024] to dtype code 15 (bf16): 4 MiB read + 2 MiB written = 6,291,456
+    c = cost("aten::_to_copy", [[1024, 1024], [], [], [], [], [], []], [F32] + ['"Scalar"'] * 6,
+             None, ["", "15", "", "", "", "", ""])
+    assert c.bytes == 6_291_456
+    # mean over the last dim of [8,128,2048] fp32: read 8 MiB, write 1024*4 -> 8,392,704; 2,097,152 FLOPs
+    c = cost("aten::mean", [[8, 128, 2048], [], [], []], [F32, '"ScalarList"', '"Scalar"', '""'],
+             None, ["", "[-1]", "True", ""])
+    assert (c.flops, c.bytes) == (2_097_152, 8_392_704)
+    # foreach ops: Kineto records no shapes for tensor lists -> not modelled, reason given
+    c = cost("aten::_foreach_add_", [[], []], ['"TensorList"', '"Scalar"'])
+    assert c.bytes is None and "tensor-list" in c.reason
+    assert cost("aten::frobnicate", [[4]], [F32]).reason == "no rule for this operator"
+    assert cost("triton_poi_fused_0", [[4]], [F32]).bytes is None
+
+
+# ---------------------------------------------------------------- device peaks
+
+
+@pytest.mark.parametrize("name, device", [
+    ("NVIDIA H200", "NVIDIA H200 SXM"), ("NVIDIA H200 NVL", "NVIDIA H200 NVL"),
+    ("NVIDIA GH200 480GB", "NVIDIA GH200 96GB HBM3"), ("NVIDIA GH200 144G HBM3e", "NVIDIA GH200 144GB HBM3e"),
+    ("NVIDIA H100 80GB HBM3", "NVIDIA H100 SXM"), ("NVIDIA H100 PCIe", "NVIDIA H100 PCIe"),
+    ("NVIDIA A100-SXM4-40GB", "NVIDIA A100 40GB"), ("NVIDIA A100-SXM4-80GB", "NVIDIA A100 80GB SXM"),
+    ("NVIDIA A100 80GB PCIe", "NVIDIA A100 80GB PCIe"), ("NVIDIA L4", "NVIDIA L4"),
+    ("NVIDIA L40S", "NVIDIA L40S"), ("NVIDIA B200", "NVIDIA B200"),
+    ("AMD Instinct MI300X", "AMD Instinct MI300X"), ("AMD Instinct MI250X", "AMD Instinct MI250X (one GCD)"),
+    ("NVIDIA L40", None), ("Test GPU", None),
+])
+def test_device_matching(name, device):
+    row = match_device(name, load_peaks())
+    assert (row["device"] if row else None) == device
+
+
+def test_peak_table_rows_are_sourced_and_dense():
+    for r in load_peaks():
+        assert r["source"] and ("datasheet" in r["source"].lower() or "data sheet" in r["source"].lower())
+        assert r["mem_bw_gbps"] > 0 and r["fp32_tflops"] > 0
+        # dense tensor-core peaks: bf16 above fp32 matrix (TF32) above plain fp32
+        assert r["bf16_tflops"] > r["fp32_matrix_tflops"] >= r["fp32_tflops"]
+
+
+def test_bad_peak_table_is_a_user_error(tmp_path, monkeypatch):
+    bad = tmp_path / "p.csv"
+    bad.write_text("device,match\nX,(\n")
+    with pytest.raises(UsageError, match="lacks the column"):
+        load_peaks(bad)
+    monkeypatch.setenv("KERNELSCOPE_DEVICE_PEAKS", str(tmp_path / "missing.csv"))
+    with pytest.raises(UsageError, match="cannot read"):
+        load_peaks()
+
+
+# ---------------------------------------------------------------- a hand-built trace end to end
+
+
+def _args(dims, types):
+    return {"Input Dims": dims, "Input type": types, "Input Strides": [], "Concrete Inputs": [""] * len(dims)}
+
+
+def _events():
+    """aten::mm bf16 [1024,1024]x[1024,1024] launches k1 [10,14] us (stream 7) and k2 [12,16] us
+    (stream 8): union [10,16] = 6000 ns. aten::add bf16 [1048576]+[1048576] launches k3 [20,22] us =
+    2000 ns. aten::frobnicate (no rule) launches k4 [30,35] us = 5000 ns."""
+    return [
+        x("cpu_op", "aten::mm", 0, 9, **{"External id": 1},
+          **_args([[1024, 1024], [1024, 1024]], ["c10::BFloat16", "c10::BFloat16"])),
+        rt("cudaLaunchKernel", 1, 1, 11, 1), rt("cudaLaunchKernel", 3, 1, 12, 1),
+        x("cpu_op", "aten::add", 17, 2, **{"External id": 2},
+          **_args([[1048576], [1048576], []], ["c10::BFloat16", "c10::BFloat16", "Scalar"])),
+        rt("cudaLaunchKernel", 17.5, 1, 13, 2),
+        x("cpu_op", "aten::frobnicate", 25, 2, **{"External id": 3}, **_args([[4]], ["float"])),
+        rt("cudaLaunchKernel", 25.5, 1, 14, 3),
+        kern("k1", 10, 4, 11, 1), kern("k2", 12, 4, 12, 1, stream=8),
+        kern("k3", 20, 2, 13, 2), kern("k4", 30, 5, 14, 3),
+    ]
+
+
+@pytest.fixture
+def hand(tmp_path):
+    def make(device_name):
+        path = write_trace(tmp_path / f"bw_{device_name.replace(' ', '_')}.json", _events(),
+                           deviceProperties=[{"id": 0, "name": device_name}])
+        s = open_store(tmp_path / f"{device_name.replace(' ', '_')}.duckdb")
+        res = ingest_file(s, path)
+        assert res.status == "ingested", res.message
+        return s, res.trace_id
+    return make
+
+
+def test_hand_trace_rates_and_bound(hand):
+    store, t = hand("NVIDIA H200")
+    r = bandwidth(store, t)
+    rows = r.table("per_instance").set_index("name")
+    mm, add = rows.loc["aten::mm"], rows.loc["aten::add"]
+    # mm: 2*1024^3 = 2,147,483,648 FLOPs, 3*1024*1024*2 = 6,291,456 bytes over the union 6000 ns
+    assert (mm["gpu_ns"], mm["flops"], mm["bytes"], mm["activities"]) == (6000, 2_147_483_648, 6_291_456, 2)
+    assert mm["achieved_gbps"] == pytest.approx(6_291_456 / 6000)  # 1048.576 GB/s
+    assert mm["achieved_tflops"] == pytest.approx(2_147_483_648 / 6000 / 1000)  # 357.91 TFLOP/s
+    assert mm["pct_peak_bw"] == pytest.approx(100 * 1048.576 / 4800)  # 21.85 %
+    assert mm["pct_peak_flops"] == pytest.approx(100 * 357.913941 / 989.5)  # bf16 dense: 36.17 %
+    # intensity 2^31 / 6,291,456 = 341.3 FLOP/B above the bf16 ridge 989.5e3/4800 = 206.1 -> compute
+    assert mm["intensity"] == pytest.approx(341.333333) and mm["bound"] == "compute"
+    # add: 1,048,576 FLOPs, 3*2 MiB = 6,291,456 B in 2000 ns = 3145.728 GB/s = 65.536 % of 4800
+    assert add["pct_peak_bw"] == pytest.approx(65.536) and add["bound"] == "memory"
+    assert add["pct_peak_flops"] == pytest.approx(100 * 1_048_576 / 2000 / 1000 / 67)  # fp32 vector peak
+    s = r.scalars
+    # modelled 6000 + 2000 of 13000 ns
+    assert (s["gpu_ns"], s["modelled_gpu_ns"], s["unattributed_gpu_ns"]) == (13000, 8000, 0)
+    assert s["modelled_share"] == pytest.approx(8000 / 13000)
+    assert s["bytes"] == 2 * 6_291_456 and s["achieved_gbps"] == pytest.approx(2 * 6_291_456 / 8000)
+    un = r.table("unmodelled")
+    assert list(un["name"]) == ["aten::frobnicate"] and list(un["gpu_ns"]) == [5000]
+    assert s["device_peaks"]["0"]["device"] == "NVIDIA H200 SXM" and not r.warnings
+    sig = r.table("per_signature").set_index("name")
+    assert sig.loc["aten::mm", "calls"] == 1 and sig.loc["aten::mm", "gpu_ns"] == 6000
+
+
+def test_unknown_device_user_table_and_measured_bytes(hand, tmp_path, monkeypatch):
+    store, t = hand("Test GPU")
+    r = bandwidth(store, t)
+    mm = r.table("per_instance").set_index("name").loc["aten::mm"]
+    assert mm["achieved_gbps"] == pytest.approx(1048.576)  # rates still computed
+    assert pd.isna(mm["pct_peak_bw"]) and pd.isna(mm["pct_peak_flops"]) and pd.isna(mm["bound"])
+    assert len([w for w in r.warnings if "not in the device-peak table" in w]) == 1
+    # a user table searched first: "Test GPU" with 2000 GB/s -> mm 1048.576/2000 = 52.4288 %
+    user = tmp_path / "peaks.csv"
+    user.write_text("device,match,mem_bw_gbps,fp32_tflops,bf16_tflops,source\n"
+                    "Test,Test GPU,2000,10,100,my lab measurement\n")
+    monkeypatch.setenv("KERNELSCOPE_DEVICE_PEAKS", str(user))
+    r = bandwidth(store, t)
+    mm = r.table("per_instance").set_index("name").loc["aten::mm"]
+    assert mm["pct_peak_bw"] == pytest.approx(52.4288) and mm["pct_peak_flops"] == pytest.approx(357.913941)
+    # above a too-small peak is flagged, not hidden: mm at 357.9 % of 100 TFLOP/s and add at
+    # 3145.728/2000 = 157 % of the bandwidth (this table gives no cache size to explain it)
+    assert r.scalars["above_peak_unexplained"] == 2
+    # measured bytes beside the model: 3,000,000 B over 6000 ns = 500 GB/s
+    op_id = int(r.table("per_instance").set_index("name").loc["aten::mm", "op_id"])
+    r = bandwidth(store, t, measured_bytes=pd.DataFrame({"op_id": [op_id], "measured_bytes": [3_000_000]}))
+    mm = r.table("per_instance").set_index("name").loc["aten::mm"]
+    assert mm["measured_gbps"] == pytest.approx(500.0) and mm["bytes"] == 6_291_456
+
+
+# ---------------------------------------------------------------- samples
+
+
+def _samples(session_store):
+    out = {}
+    with open_store(session_store.db, read_only=True) as s:
+        for tid, name in s.query("SELECT trace_id, name FROM traces").itertuples(index=False):
+            if tid in session_store.ids.values():
+                out[name] = bandwidth(s, tid)
+    return out
+
+
+@pytest.fixture(scope="module")
+def samples(session_store):
+    got = _samples(session_store)
+    if not any(n.startswith("llama_prefill") for n in got):
+        pytest.skip("sample traces not present")
+    return got
+
+
+def test_no_operator_above_peak_on_samples(samples):
+    """No FLOP rate above the dtype's dense peak anywhere; a byte rate above the DRAM peak only for
+    operators whose whole modelled traffic fits in the last-level cache (inputs just written by the
+    previous operator are read from cache)."""
+    for name, r in samples.items():
+        i = r.table("per_instance")
+        assert not (i["pct_peak_flops"] > 100).fillna(False).any(), name
+        assert not ((i["pct_peak_bw"] > 100).fillna(False) & ~i["fits_cache"]).any(), name
+        assert r.scalars["above_peak_unexplained"] == 0, name
+        assert set(i["bound"].dropna()) <= {"memory", "compute"}
+
+
+def test_modelled_share_on_sweep(samples):
+    sweep = {n: r for n, r in samples.items() if n.startswith("llama_prefill")}
+    assert len(sweep) >= 4
+    for name, r in sweep.items():
+        assert r.scalars["modelled_share"] >= 0.9, (name, r.table("unmodelled").head())
+        # GEMMs of a bf16 model: bf16 tensor-core work, compute-bound at large batch
+        mm = r.table("per_signature")
+        assert (mm.loc[mm["name"] == "aten::mm", "dtype"] == "bf16").all()
+
+
+def test_train_step_modelled_except_foreach(samples):
+    r = samples.get("train_step")
+    if r is None:
+        pytest.skip("no train_step sample")
+    un = r.table("unmodelled")
+    foreach = un[un["name"].str.startswith("aten::_foreach_")]["gpu_ns"].sum()
+    assert (r.scalars["modelled_gpu_ns"] + foreach) / r.scalars["gpu_ns"] >= 0.9
+
+
+@pytest.mark.xfail(strict=True, reason="AdamW's aten::_foreach_* ops carry no tensor-list shapes in Kineto "
+                   "(about a quarter of train_step's GPU time): bytes unknown")
+def test_train_step_modelled_share(samples):
+    r = samples.get("train_step")
+    assert r is not None and r.scalars["modelled_share"] >= 0.9
+
+
+def test_cli_json_and_keys_documented(session_store):
+    doc = (ROOT / "docs" / "metrics.md").read_text(encoding="utf-8")
+    documented = set(re.findall(r"`([A-Za-z_][A-Za-z0-9_.]*)`", doc))
+    t = next(iter(session_store.ids.values()))
+    res = CliRunner().invoke(cli, ["analyze", "bandwidth", t, "--format", "json", "--db", str(session_store.db)])
+    assert res.exit_code == 0, res.output
+    got = json.loads(res.stdout)
+    rows = got["per_instance"]
+    for key in ("name", "flops", "bytes", "gpu_ns", "achieved_gbps", "achieved_tflops", "pct_peak_bw",
+                "pct_peak_flops", "bound"):
+        assert all(key in row for row in rows), key
+    keys = set(got) | set(got["trust"])
+    for table in ("per_instance", "per_signature", "unmodelled"):
+        for row in got[table][:1]:
+            keys |= set(row)
+    for dev in got["device_peaks"].values():
+        keys |= set(dev or {})
+    missing = sorted(k for k in keys if k not in documented)
+    assert not missing, f"undocumented bandwidth keys: {missing}"
