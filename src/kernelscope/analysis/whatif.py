@@ -64,11 +64,12 @@ WITH steps AS (
          OR EXISTS (SELECT 1 FROM steps s WHERE l.start_ns >= s.start_ns AND l.start_ns < s.end_ns))
 )
 SELECT *,
-       CASE WHEN is_graph THEN
-         greatest(0, start_ns - lag(end_ns) OVER (PARTITION BY launch_id ORDER BY start_ns, activity_id))
+       CASE WHEN is_graph THEN  -- null for a graph's first node (greatest() would skip the null)
+         CASE WHEN lag(end_ns) OVER w IS NOT NULL THEN greatest(0, start_ns - lag(end_ns) OVER w) END
        END AS node_gap_ns,
        lag(end_ns) OVER (PARTITION BY device, stream ORDER BY start_ns, activity_id) AS prev_end_ns
 FROM a
+WINDOW w AS (PARTITION BY launch_id ORDER BY start_ns, activity_id)
 ORDER BY device, stream, start_ns, activity_id
 """
 
@@ -102,7 +103,7 @@ WITH n AS (
   FROM gpu_activities WHERE trace_id IN (SELECT unnest($ids)) AND is_graph AND launch_id IS NOT NULL
 )
 SELECT CAST(quantile_disc(greatest(gap, 0), 0.5) AS BIGINT) AS gap_ns, count(gap) AS samples,
-       list(DISTINCT trace_id ORDER BY trace_id) AS traces
+       string_agg(DISTINCT trace_id, ',' ORDER BY trace_id) AS traces
 FROM n WHERE gap IS NOT NULL
 """
 
@@ -145,7 +146,7 @@ def _graph_gap(store, ids: list[str]) -> dict[str, Any] | None:
     row = _one(store, _GRAPH_GAPS_SQL, ids=ids)
     if not row.get("samples"):
         return None
-    return {"gap_ns": int(row["gap_ns"]), "samples": int(row["samples"]), "traces": list(row["traces"])}
+    return {"gap_ns": int(row["gap_ns"]), "samples": int(row["samples"]), "traces": str(row["traces"]).split(",")}
 
 
 def _observed(store, t: str) -> tuple[int | None, str, int, dict[str, Any]]:
