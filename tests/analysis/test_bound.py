@@ -160,3 +160,18 @@ def test_cli_bound_json(hand_store, tmp_path):
     got = json.loads(res.stdout)
     assert got["host_wait_ns"] == 49 * US
     assert {r["category"] for r in got["idle_causes"]} == {"d2h_copy", "python", "operator", "allocator", "launch"}
+
+
+def test_every_bound_key_is_documented(hand_store):
+    import re
+
+    from conftest import ROOT
+
+    doc = (ROOT / "docs" / "metrics.md").read_text(encoding="utf-8")
+    documented = set(re.findall(r"`([A-Za-z_][A-Za-z0-9_.]*)`", doc))
+    store, t = hand_store
+    r = B.bound(store, t, bins=4)
+    keys = set(r.scalars) | {c for df in r.tables.values() for c in df.columns} | set(r.tables)
+    keys |= set(B.CAUSES)
+    missing = sorted(k for k in keys if k not in documented)
+    assert not missing, f"undocumented bound keys: {missing}"

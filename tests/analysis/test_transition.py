@@ -166,3 +166,17 @@ def test_sample_sweep_bracket_contains_knee(sweep_db):
         gpu_ids = list(pts.loc[pts["regime_trace"] == "gpu_bound", "trace_id"])
         tail = transition(store, gpu_ids)
         assert tail.scalars["transition"] is None
+
+
+def test_every_transition_key_is_documented(tmp_path):
+    import re
+
+    doc = (ROOT / "docs" / "metrics.md").read_text(encoding="utf-8")
+    documented = set(re.findall(r"`([A-Za-z_][A-Za-z0-9_.]*)`", doc))
+    db = _store(tmp_path, SWEEP)
+    with open_store(db, read_only=True) as store:
+        r = transition(store, sweep="syn")
+    keys = set(r.scalars) | set(r.tables) | set(r.tables["points"].columns) | set(r.scalars["transition"])
+    keys |= {f"brackets.{k}" for k in r.scalars["brackets"]}
+    missing = sorted(k for k in keys if k not in documented)
+    assert not missing, f"undocumented transition keys: {missing}"
