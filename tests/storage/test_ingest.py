@@ -276,3 +276,15 @@ def test_bad_run_json_stores_nothing(store, tmp_path):
     res = ingest_run(store, run)
     assert res.status == "failed" and "kind" in res.message
     assert all_counts(store) == before
+
+
+def test_scratch_folder_removed_after_success_skip_and_failure(store, tmp_path):
+    folder = store.path.parent
+    good = write_trace(tmp_path / "g.json", [op("aten::x", 0, 10, 1)])
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"traceEvents": [{"ph": "X", "cat": "cpu_op"')
+    dup = write_trace(tmp_path / "dup.json", [rt("cudaLaunchKernel", 10, 5, 11, 1),
+                                             rt("cudaLaunchKernel", 20, 5, 11, 2)])
+    res = ingest_paths(store, [good, good, bad, dup])
+    assert [r.status for r in res] == ["ingested", "skipped", "failed", "failed"]
+    assert sorted(p.name for p in folder.iterdir() if "ingest" in p.name) == []

@@ -1,10 +1,13 @@
-"""Link derivation at ingest: raw staged events (TEMP table ``ks_raw``) -> the store's event tables.
+"""Link derivation at ingest: raw staged events (TEMP VIEW ``ks_raw`` over a scratch Parquet file) ->
+the store's event tables. Derived tables are written to scratch Parquet files too (``materialize``), so
+memory stays bounded by DuckDB's memory_limit whatever the trace's size; all derivation is SQL.
 
-Runs inside the ingest transaction. Definitions (DESIGN.md "Data model habits", METRICS.md):
+The final inserts run inside the ingest transaction. Definitions (DESIGN.md "Data model habits", METRICS.md):
 
 - Times: stored ``start_ns = ts_ns + base_time_ns``, ``end_ns = start_ns + dur_ns`` (int64 ns, epoch).
-- Nesting, per host thread (pid, tid): a sweep over cpu_ops, annotations and launch calls in the order
-  (start asc, end desc, annotation < op < launch, seq). A cpu_op's parent is the innermost cpu_op still
+- Nesting, per host thread (pid, tid): the result of a stack sweep over cpu_ops, annotations and launch
+  calls in the order (start asc, end desc, annotation < op < launch, seq), computed out of core by
+  ``links_sql`` (running open counts + ASOF joins; equal to the sweep on properly nested intervals). A cpu_op's parent is the innermost cpu_op still
   open at its start (an op is open at t when start <= t < end); ``depth`` counts the open ops;
   ``top_op_id`` is the outermost open op (the op itself when top-level). A launch call's leaf operator
   is the innermost op open at the call's start. Annotations are phases, not operators: they nest
@@ -21,10 +24,10 @@ Runs inside the ingest transaction. Definitions (DESIGN.md "Data model habits", 
 from __future__ import annotations
 
 import csv
+import pathlib
 import re
 from importlib import resources
 
-import numpy as np
 import pyarrow as pa
 
 from ..errors import ParseError
@@ -34,7 +37,6 @@ LAUNCH_KINDS_SQL = "('runtime', 'driver')"
 #: nsys-style version suffix on API names: cudaLaunchKernel_v7000 -> cudaLaunchKernel.
 API_SUFFIX_RE = r"_v[0-9]+$"
 
-_SWEEP_CHUNK = 262_144
 _NULL_KEY = -(2**62)
 
 
@@ -70,139 +72,104 @@ def check_correlations(con, source: str) -> None:
         )
 
 
-def _sweep_sql() -> str:
-    """Sweep input, numbered in sweep order: (group, pid, tid, start asc, end desc, kind, seq)."""
+def _events_sql() -> str:
+    """The sweep's items: cpu_ops (k=1), annotations (k=0), runtime/driver calls (k=2) in groups
+    (g, p, t): host thread (0, pid, tid) or, for GPU annotations, (1, device, stream)."""
     return f"""
-        CREATE TEMP TABLE ks_sweep AS
-        WITH ev AS (
-            SELECT seq,
-                   CASE WHEN kind IN ('annotation', 'gpu_annotation') THEN 0
-                        WHEN kind = 'cpu_op' THEN 1 ELSE 2 END AS k,
-                   CASE WHEN kind = 'gpu_annotation' THEN 1 ELSE 0 END AS g,
-                   coalesce(CASE WHEN kind = 'gpu_annotation' THEN device ELSE pid END,
-                            {_NULL_KEY}) AS p,
-                   coalesce(CASE WHEN kind = 'gpu_annotation' THEN stream ELSE tid END,
-                            {_NULL_KEY}) AS t,
-                   ts_ns AS s,
-                   CASE WHEN kind IN {LAUNCH_KINDS_SQL} THEN ts_ns
-                        ELSE ts_ns + coalesce(dur_ns, 0) END AS e
-            FROM ks_raw
-            WHERE kind IN ('cpu_op', 'annotation', 'gpu_annotation', 'runtime', 'driver')
-              AND ts_ns IS NOT NULL
-        )
-        SELECT row_number() OVER (ORDER BY g, p, t, s, e DESC, k, seq) - 1 AS rn, *
-        FROM ev
+        SELECT seq,
+               CASE WHEN kind IN ('annotation', 'gpu_annotation') THEN 0
+                    WHEN kind = 'cpu_op' THEN 1 ELSE 2 END AS k,
+               CASE WHEN kind = 'gpu_annotation' THEN 1 ELSE 0 END AS g,
+               coalesce(CASE WHEN kind = 'gpu_annotation' THEN device ELSE pid END, {_NULL_KEY}) AS p,
+               coalesce(CASE WHEN kind = 'gpu_annotation' THEN stream ELSE tid END, {_NULL_KEY}) AS t,
+               ts_ns AS s,
+               CASE WHEN kind IN {LAUNCH_KINDS_SQL} THEN ts_ns ELSE ts_ns + coalesce(dur_ns, 0) END AS e
+        FROM ks_raw
+        WHERE kind IN ('cpu_op', 'annotation', 'gpu_annotation', 'runtime', 'driver')
+          AND ts_ns IS NOT NULL
     """
 
 
-_LINKS_SCHEMA = pa.schema(
-    [
-        ("seq", pa.int64()),
-        ("up", pa.int64()),  # ops: parent op; launches: leaf op; annotations: parent annotation
-        ("top", pa.int64()),  # ops: outermost op (self when top-level); launches: outermost op
-        ("depth", pa.int32()),  # ops only
-        ("phase", pa.int64()),  # ops and launches: innermost annotation
-    ]
-)
+def open_counts_sql() -> str:
+    """Per item: ``od``/``ad`` = cpu_ops/annotations open at its start, ``pos`` = its sweep position.
 
-
-def sweep_links(con) -> int:
-    """Fill TEMP table ``ks_links`` (schema _LINKS_SCHEMA) by one stack sweep per thread; returns rows.
-
-    Streams the ordered events in chunks, so memory stays bounded by the chunk and the stack depth.
+    Sweep order within a group: (start asc, end desc, annotation < op < launch, seq); a launch's end
+    is its start. An event stream holds +1 at each op/annotation start and -1 at its end, sorted by
+    (time, ends of positive-length intervals before starts, then sweep order, a start before its own
+    end); the running sums just before an item's start count the ops/annotations open there
+    (start <= t < end and earlier in sweep order). For an op or annotation that is its depth.
     """
-    con.execute("DROP TABLE IF EXISTS ks_links")
-    con.execute(
-        "CREATE TEMP TABLE ks_links (seq BIGINT, up BIGINT, top BIGINT, depth INTEGER, phase BIGINT)"
-    )
-    con.execute("DROP TABLE IF EXISTS ks_sweep")
-    con.execute(_sweep_sql())
-    n_all = con.execute("SELECT count(*) FROM ks_sweep").fetchall()[0][0]
-    ops_id: list = []
-    ops_end: list = []
-    ann_id: list = []
-    ann_end: list = []
-    last = None
-    total = 0
-    for lo in range(0, n_all, _SWEEP_CHUNK):
-        # A DuckDB connection cannot run a query while a result streams, so read by row-number slices.
-        rb = con.sql(
-            "SELECT seq, k, g, p, t, s, e FROM ks_sweep WHERE rn >= ? AND rn < ? ORDER BY rn",
-            params=[lo, lo + _SWEEP_CHUNK],
-        ).to_arrow_table()
-        n = rb.num_rows
-        if n == 0:
-            continue
-        seq = rb.column("seq").to_numpy()
-        g = rb.column("g").to_numpy()
-        p = rb.column("p").to_numpy()
-        t = rb.column("t").to_numpy()
-        newg = np.empty(n, dtype=bool)
-        newg[1:] = (g[1:] != g[:-1]) | (p[1:] != p[:-1]) | (t[1:] != t[:-1])
-        newg[0] = last != (g[0], p[0], t[0])
-        last = (g[-1], p[-1], t[-1])
-        up = [None] * n
-        top = [None] * n
-        depth = [None] * n
-        phase = [None] * n
-        i = 0
-        for sq, k, ng, s, e in zip(
-            seq.tolist(),
-            rb.column("k").to_numpy().tolist(),
-            newg.tolist(),
-            rb.column("s").to_numpy().tolist(),
-            rb.column("e").to_numpy().tolist(),
-        ):
-            if ng:
-                ops_id.clear()
-                ops_end.clear()
-                ann_id.clear()
-                ann_end.clear()
-            while ops_end and ops_end[-1] <= s:
-                ops_end.pop()
-                ops_id.pop()
-            while ann_end and ann_end[-1] <= s:
-                ann_end.pop()
-                ann_id.pop()
-            if k == 1:
-                if ops_id:
-                    up[i] = ops_id[-1]
-                    top[i] = ops_id[0]
-                else:
-                    top[i] = sq
-                depth[i] = len(ops_id)
-                if ann_id:
-                    phase[i] = ann_id[-1]
-                ops_id.append(sq)
-                ops_end.append(e)
-            elif k == 2:
-                if ops_id:
-                    up[i] = ops_id[-1]
-                    top[i] = ops_id[0]
-                if ann_id:
-                    phase[i] = ann_id[-1]
-            else:
-                if ann_id:
-                    up[i] = ann_id[-1]
-                ann_id.append(sq)
-                ann_end.append(e)
-            i += 1
-        batch = pa.table(
-            [
-                rb.column("seq"),
-                pa.array(up, pa.int64()),
-                pa.array(top, pa.int64()),
-                pa.array(depth, pa.int32()),
-                pa.array(phase, pa.int64()),
-            ],
-            schema=_LINKS_SCHEMA,
+    return f"""
+        WITH ev AS ({_events_sql()}),
+        stream AS (
+            SELECT g, p, t, s AS time, 1 AS ph, s, -e AS ne, k, seq, 0 AS sub,
+                   (k = 1)::INTEGER AS dop, (k = 0)::INTEGER AS dann, e
+            FROM ev
+            UNION ALL
+            SELECT g, p, t, e, CASE WHEN e > s THEN 0 ELSE 1 END, s, -e, k, seq, 1,
+                   -(k = 1)::INTEGER, -(k = 0)::INTEGER, e
+            FROM ev WHERE k < 2
         )
-        con.register("ks_links_batch", batch)
-        con.execute("INSERT INTO ks_links SELECT * FROM ks_links_batch")
-        con.unregister("ks_links_batch")
-        total += n
-    con.execute("DROP TABLE ks_sweep")
-    return total
+        SELECT g, p, t, seq, k, s, e,
+               sum(dop) OVER w - dop AS od, sum(dann) OVER w - dann AS ad, row_number() OVER w AS pos
+        FROM stream
+        WINDOW w AS (PARTITION BY g, p, t ORDER BY time, ph, s, ne, k, seq, sub
+                     ROWS UNBOUNDED PRECEDING)
+        QUALIFY sub = 0
+    """
+
+
+def links_sql(opened: str = "ks_open") -> str:
+    """One row per cpu_op, annotation and runtime/driver call: (seq, up, top, depth, phase, crossing),
+    from ``opened`` (the rows of ``open_counts_sql``).
+
+    up: ops -> parent op; launches -> leaf op; annotations -> parent annotation. top: ops -> outermost
+    op (itself when top-level); launches -> outermost op. depth: ops only. phase: ops and launches ->
+    innermost annotation. For properly nested intervals the open ops form a chain, so the innermost
+    op open at an item with ``od`` open ops is the latest (in sweep order) op of depth od-1 before it
+    (an ASOF join), and the outermost the latest op of depth 0; the same for annotations. This equals
+    a stack sweep on nested intervals. crossing: the item is not nested in ``up`` (it ends after
+    ``up`` ends, or ``up`` ended before it started); such links follow the running counts.
+    """
+    return f"""
+        WITH ops AS (SELECT g, p, t, pos, seq, e, od AS d FROM {opened} WHERE k = 1),
+        tops AS (SELECT g, p, t, pos, seq FROM {opened} WHERE k = 1 AND od = 0),
+        anns AS (SELECT g, p, t, pos, seq, e, ad AS d FROM {opened} WHERE k = 0),
+        px AS (SELECT *, od - 1 AS up_d, ad - 1 AS ph_d FROM {opened} WHERE k > 0),
+        ax AS (SELECT *, ad - 1 AS up_d FROM {opened} WHERE k = 0)
+        SELECT x.seq, u.seq AS up,
+               CASE WHEN x.od > 0 THEN tp.seq WHEN x.k = 1 THEN x.seq END AS top,
+               CASE WHEN x.k = 1 THEN x.od::INTEGER END AS depth,
+               ph.seq AS phase,
+               coalesce(u.e < x.e OR u.e <= x.s, false) AS crossing
+        FROM px x
+        ASOF LEFT JOIN ops u
+          ON u.g = x.g AND u.p = x.p AND u.t = x.t AND u.d = x.up_d AND x.pos > u.pos
+        ASOF LEFT JOIN tops tp
+          ON tp.g = x.g AND tp.p = x.p AND tp.t = x.t AND x.pos > tp.pos
+        ASOF LEFT JOIN anns ph
+          ON ph.g = x.g AND ph.p = x.p AND ph.t = x.t AND ph.d = x.ph_d AND x.pos > ph.pos
+        UNION ALL
+        SELECT x.seq, u.seq, NULL, NULL, NULL, coalesce(u.e < x.e OR u.e <= x.s, false)
+        FROM ax x
+        ASOF LEFT JOIN anns u
+          ON u.g = x.g AND u.p = x.p AND u.t = x.t AND u.d = x.up_d AND x.pos > u.pos
+    """
+
+
+def materialize(con, name: str, select_sql: str, scratch) -> None:
+    """Write ``select_sql`` to ``scratch/name.parquet`` (streaming, spills) and make ``name`` a TEMP
+    VIEW over it, so derived tables live on disk, not in memory."""
+    path = str(pathlib.Path(scratch) / f"{name}.parquet").replace("'", "''")
+    con.execute(f"COPY ({select_sql}) TO '{path}' (FORMAT parquet, COMPRESSION lz4)")
+    con.execute(f"CREATE OR REPLACE TEMP VIEW {name} AS SELECT * FROM read_parquet('{path}')")
+
+
+def derive_links(con, scratch) -> int:
+    """TEMP VIEW ``ks_links`` (see ``links_sql``); returns the number of crossing (not nested) items."""
+    materialize(con, "ks_open", open_counts_sql(), scratch)
+    materialize(con, "ks_links", links_sql("ks_open"), scratch)
+    return con.execute("SELECT count(*) FROM ks_links WHERE crossing").fetchall()[0][0]
 
 
 def ext_ids_are_operator_ids(con) -> bool:
@@ -214,8 +181,8 @@ def ext_ids_are_operator_ids(con) -> bool:
     return n > 0
 
 
-def build_launch_table(con) -> None:
-    """TEMP ``ks_launch``: every runtime/driver call with its type, activity count and links."""
+def build_launch_table(con, scratch) -> None:
+    """TEMP VIEW ``ks_launch``: every runtime/driver call with its type, activity count and links."""
     con.register("ks_api_names", launch_api_table())
     ext_mode = ext_ids_are_operator_ids(con)
     ext_sql = (
@@ -231,10 +198,10 @@ def build_launch_table(con) -> None:
         if ext_mode
         else "ext AS (SELECT NULL::BIGINT AS seq, NULL::BIGINT AS op WHERE false)"
     )
-    con.execute("DROP TABLE IF EXISTS ks_launch")
-    con.execute(
+    materialize(
+        con,
+        "ks_launch",
         f"""
-        CREATE TEMP TABLE ks_launch AS
         WITH acts AS (
             SELECT correlation, count(*) AS n,
                    count(*) FILTER (WHERE kind = 'kernel') AS kernels,
@@ -257,7 +224,8 @@ def build_launch_table(con) -> None:
         LEFT JOIN ks_links lk ON lk.seq = r.seq
         LEFT JOIN ext x ON x.seq = r.seq
         WHERE r.kind IN {LAUNCH_KINDS_SQL} AND r.ts_ns IS NOT NULL
-        """
+        """,
+        scratch,
     )
     con.unregister("ks_api_names")
 
@@ -441,7 +409,10 @@ __all__ = [
     "clock_offset",
     "insert_events",
     "launch_api_table",
-    "sweep_links",
+    "derive_links",
+    "links_sql",
+    "open_counts_sql",
+    "materialize",
     "trace_span",
     "untimed_count",
 ]

@@ -1,8 +1,10 @@
 """Ingest: trace files -> the store, one transaction per file, links derived on the way in.
 
-A file is parsed as a stream of Arrow batches (``kernelscope.parsers.open_trace``) into a TEMP staging
-table, then split and linked by ``derive`` with SQL and one per-thread sweep, and inserted sorted into the
-event tables. Any failure rolls the whole file back: no rows of it remain in any table.
+A file is parsed as a stream of Arrow batches (``kernelscope.parsers.open_trace``) written to a scratch
+Parquet file next to the store; ``derive`` links the events with SQL over it (derived tables are scratch
+Parquet files too), then one transaction inserts the event tables, each sorted. Memory is bounded by one
+parser batch plus DuckDB's memory_limit (it spills), not by the trace's size. Any failure rolls the whole
+file back: no rows of it remain in any table; the scratch folder is removed in every case.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from ..parsers.schema import RAW_EVENTS, TraceMeta
 from . import derive
 
 #: DuckDB memory cap while ingesting (env KERNELSCOPE_MEMORY_LIMIT overrides); spills beyond it.
-DEFAULT_MEMORY_LIMIT = "1GB"
+DEFAULT_MEMORY_LIMIT = "256MB"
 
 _NUM_RE = re.compile(r"^\s*[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?\s*$")
 
@@ -179,25 +181,73 @@ def insert_labels(con, trace_id: str, labels: dict | None) -> None:
     con.executemany("INSERT INTO labels VALUES (?, ?, ?, ?)", rows)
 
 
-def _stage(con, reader, on_batch=None) -> int:
-    """Copy every batch of ``reader`` into TEMP ``ks_raw`` (RAW_EVENTS columns); returns rows."""
-    con.execute("DROP TABLE IF EXISTS ks_raw")
-    con.register("ks_empty", pa.Table.from_batches([], schema=RAW_EVENTS))
-    con.execute("CREATE TEMP TABLE ks_raw AS SELECT * FROM ks_empty")
-    con.unregister("ks_empty")
+def _stage(reader, path: pathlib.Path, on_batch=None) -> int:
+    """Stream every batch of ``reader`` into the Parquet file ``path`` (RAW_EVENTS); returns rows.
+
+    Memory holds one batch at a time, whatever the trace's size.
+    """
+    import pyarrow.parquet as pq
+
     rows = 0
-    for batch in reader:
-        if batch.num_rows == 0:
-            continue
-        if batch.schema != RAW_EVENTS:
-            batch = _conform(batch)
-        con.register("ks_batch", batch)
-        con.execute("INSERT INTO ks_raw SELECT * FROM ks_batch")
-        con.unregister("ks_batch")
-        rows += batch.num_rows
-        if on_batch is not None:
-            on_batch(rows)
+    with pq.ParquetWriter(str(path), RAW_EVENTS, compression="lz4") as writer:
+        for batch in reader:
+            if batch.num_rows == 0:
+                continue
+            if batch.schema != RAW_EVENTS:
+                batch = _conform(batch)
+            writer.write_batch(batch)
+            rows += batch.num_rows
+            if on_batch is not None:
+                on_batch(rows)
     return rows
+
+
+@contextmanager
+def _scratch(store):
+    """A scratch folder next to the store (same disk, no /tmp quota), removed afterwards, also on
+    failure; DuckDB's TEMP views over its files are dropped too."""
+    import shutil
+    import tempfile
+
+    parent = pathlib.Path(store.path).resolve().parent
+    try:
+        folder = tempfile.mkdtemp(prefix=".kernelscope-ingest-", dir=parent)
+    except OSError:
+        folder = tempfile.mkdtemp(prefix="kernelscope-ingest-")
+    try:
+        yield pathlib.Path(folder)
+    finally:
+        _drop_staging(store.con)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+class _Clock:
+    """Seconds per ingest stage, written to stderr when KERNELSCOPE_TIMINGS is set (profiling aid)."""
+
+    def __init__(self):
+        self.enabled = bool(os.environ.get("KERNELSCOPE_TIMINGS"))
+        self.last = time.perf_counter()
+        self.laps: list[tuple[str, float]] = []
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        rss = ""
+        if self.enabled:
+            import resource
+
+            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+            rss = f" (peak {peak} MB)"
+        self.laps.append((name + rss, now - self.last))
+        self.last = now
+
+    def report(self, path) -> None:
+        if self.enabled:
+            laps = ", ".join(f"{n} {s:.2f}" for n, s in self.laps)
+            sys.stderr.write(f"kernelscope: timings {pathlib.Path(path).name}: {laps} s\n")
+
+
+def _sql_path(path: pathlib.Path) -> str:
+    return "'" + str(path).replace("'", "''") + "'"
 
 
 def _conform(batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -215,9 +265,9 @@ def _conform(batch: pa.RecordBatch) -> pa.RecordBatch:
 
 
 def _drop_staging(con) -> None:
-    for t in ("ks_raw", "ks_links", "ks_launch", "ks_sweep"):
+    for t in ("ks_raw", "ks_open", "ks_links", "ks_launch"):
         try:
-            con.execute(f"DROP TABLE IF EXISTS {t}")
+            con.execute(f"DROP VIEW IF EXISTS {t}")
         except Exception:
             pass
 
@@ -246,80 +296,104 @@ def ingest_reader(
     con = store.con
     if store.read_only:
         raise StoreError(f"store {store.path} is open read-only; cannot ingest")
-    con.execute("BEGIN TRANSACTION")
-    try:
-        rows = _stage(con, reader, on_batch)
+    clock = _Clock()
+    with _scratch(store) as scratch:
+        raw = scratch / "raw.parquet"
+        rows = _stage(reader, raw, on_batch)
+        clock.lap("parse+stage")
+        con.execute(f"CREATE OR REPLACE TEMP VIEW ks_raw AS SELECT * FROM read_parquet({_sql_path(raw)})")
         meta: TraceMeta = reader.meta
         content_hash = meta.content_hash or _hash_file(path)
         existing = _stored_id(con, content_hash)
         if existing is not None:
-            con.execute("ROLLBACK")
-            _drop_staging(con)
             return IngestResult(
                 str(path), "skipped", existing, f"already stored as {existing}", rows,
                 time.perf_counter() - t0,
             )
         derive.check_correlations(con, str(path))
-        trace_id = _new_trace_id(con, content_hash)
-        base = int(meta.base_time_ns or 0)
-        derive.sweep_links(con)
-        derive.build_launch_table(con)
-        derive.insert_events(con, trace_id, base)
+        crossing = derive.derive_links(con, scratch)
+        clock.lap("links")
+        derive.build_launch_table(con, scratch)
+        clock.lap("launch table")
         warnings = list(meta.warnings or [])
+        if crossing:
+            warnings.append(
+                f"{crossing} operators/annotations/runtime calls are not nested in the interval that "
+                "encloses their start on their thread (partial overlap); their links follow the count "
+                "of intervals open at their start"
+            )
         missing_ts = derive.untimed_count(con)
         if missing_ts:
             warnings.append(f"{missing_ts} timed events had no timestamp; kept in other_events only")
+        base = int(meta.base_time_ns or 0)
         offset, note = derive.clock_offset(con, base)
         if note:
             warnings.append(note)
         start_ns, end_ns = derive.trace_span(con, base)
-        rank = meta.rank if meta.rank is not None else 0
-        rank_source = "distributedInfo" if meta.rank is not None else "default"
-        con.execute(
-            """INSERT INTO traces (trace_id, name, source, content_hash, format, run_id, rank,
-                   world_size, rank_source, base_time_ns, start_ns, end_ns, device_properties,
-                   distributed_info, provenance, meta, warnings, dropped_notes, clock_offset_ns,
-                   events, ingested_ns, kernelscope_version)
-               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
-            [
-                trace_id,
-                name or _trace_name(path),
-                str(path.resolve()),
-                content_hash,
-                meta.format,
-                run_id,
-                int(rank),
-                meta.world_size,
-                rank_source,
-                base,
-                start_ns,
-                end_ns,
-                _json(meta.device_properties or []),
-                _json(meta.distributed_info),
-                _json(provenance),
-                _json(meta.extra or {}),
-                _json(warnings),
-                _json(list(meta.dropped_notes or [])),
-                offset,
-                int(meta.events or rows),
-                time.time_ns(),
-                __version__,
-            ],
-        )
-        insert_labels(con, trace_id, labels)
-        if extra is not None:
-            extra(con, trace_id)
-        _drop_staging(con)
-        con.execute("COMMIT")
-    except BaseException:
+        clock.lap("checks")
+        con.execute("BEGIN TRANSACTION")
         try:
-            con.execute("ROLLBACK")
-        except Exception:
-            pass
-        _drop_staging(con)
-        raise
+            trace_id = _new_trace_id(con, content_hash)
+            derive.insert_events(con, trace_id, base)
+            clock.lap("insert")
+            _insert_trace_row(
+                con, trace_id, meta, path, name, run_id, provenance, content_hash, base, start_ns,
+                end_ns, warnings, offset, rows,
+            )
+            insert_labels(con, trace_id, labels)
+            if extra is not None:
+                extra(con, trace_id)
+            con.execute("COMMIT")
+            clock.lap("commit")
+        except BaseException:
+            try:
+                con.execute("ROLLBACK")
+            except Exception:
+                pass
+            raise
+    clock.lap("cleanup")
+    clock.report(path)
     return IngestResult(
         str(path), "ingested", trace_id, f"ingested as {trace_id}", rows, time.perf_counter() - t0
+    )
+
+
+def _insert_trace_row(
+    con, trace_id, meta, path, name, run_id, provenance, content_hash, base, start_ns, end_ns,
+    warnings, offset, rows,
+) -> None:
+    rank = meta.rank if meta.rank is not None else 0
+    rank_source = "distributedInfo" if meta.rank is not None else "default"
+    con.execute(
+        """INSERT INTO traces (trace_id, name, source, content_hash, format, run_id, rank,
+               world_size, rank_source, base_time_ns, start_ns, end_ns, device_properties,
+               distributed_info, provenance, meta, warnings, dropped_notes, clock_offset_ns,
+               events, ingested_ns, kernelscope_version)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+        [
+            trace_id,
+            name or _trace_name(path),
+            str(path.resolve()),
+            content_hash,
+            meta.format,
+            run_id,
+            int(rank),
+            meta.world_size,
+            rank_source,
+            base,
+            start_ns,
+            end_ns,
+            _json(meta.device_properties or []),
+            _json(meta.distributed_info),
+            _json(provenance),
+            _json(meta.extra or {}),
+            _json(warnings),
+            _json(list(meta.dropped_notes or [])),
+            offset,
+            int(meta.events or rows),
+            time.time_ns(),
+            __version__,
+        ],
     )
 
 
