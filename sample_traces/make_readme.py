@@ -31,6 +31,12 @@ is stale. Re-capture on a GPU with:
 
     PYTHONPATH=src python3 sample_traces/capture.py --out sample_traces        # the Kineto samples
     bash sample_traces/capture_nsight.sh OUT                                   # the Nsight fixtures (nsight/)
+    PYTHONPATH=src python3 sample_traces/capture_ddp.py --out sample_traces/ddp2 --world 2   # on 2 GPUs
+
+`ddp2/` is one DDP training step (4-layer encoder, d=1024, bf16 autocast, batch 8 x seq 512 per rank) on two
+H200s of one host joined by NVLink (NV18; `logs/ddp2_topo.txt`), NCCL 2.28.9 with NVLink multicast off, one
+run directory per rank (`distributedInfo` carries rank and world size). The provenance table below is the
+single-GPU machine's; each run's own `run.json` has its full provenance.
 
 `nsight/` holds one small workload (2-layer transformer encoder, d=256, batch 4, seq 128, fp32) captured three
 ways: with our collector (`encoder2_kineto/`), under Nsight Systems with `emit_nvtx`
@@ -125,7 +131,7 @@ def render(rows: list[dict], prov: dict) -> str:
         ("power limit", f"{nv.get('power_limit_mw', 0) / 1000:.0f} W"),
         ("SM / memory clock (max)", f"{nv.get('sm_clock_max_mhz')} / {nv.get('mem_clock_max_mhz')} MHz"),
         ("TF32 matmul / cudnn.benchmark", f"{prov.get('tf32_matmul')} / {prov.get('cudnn_benchmark')}"),
-        ("script", "sample_traces/capture.py"),
+        ("scripts", "sample_traces/capture.py, capture_nsight.sh, capture_ddp.py"),
     ]:
         out.append(f"| {k} | {v} |")
     out.append("\n## Headline numbers\n")
