@@ -409,8 +409,7 @@ def analyze(name, traces_, list_, options, by, sweep, fmt, as_json, table, db):
 
     fmt = _fmt(fmt, as_json)
     if list_:
-        df = pd.DataFrame([{"name": a.name, "description": a.description,
-                            "traces": "several" if a.multi else "one"} for a in ANALYSES.values()])
+        df = pd.DataFrame([{"name": a.name, "description": a.description} for a in ANALYSES.values()])
         _emit_frame(df, fmt)
         return
     if not name:
