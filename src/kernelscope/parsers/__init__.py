@@ -11,8 +11,11 @@ from typing import Any
 
 from kernelscope.errors import ParseError
 
-#: File names a directory walk picks up as traces.
-TRACE_SUFFIXES = (".json", ".json.gz")
+#: File names a directory walk picks up as traces (Kineto JSON, nsys SQLite exports and reports).
+TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".sqlite.gz", ".nsys-rep")
+#: Nsight Compute CSV exports (per-kernel metrics, not timelines: storage.ncu ingests them). Not walked
+#: by default: a directory of CSVs may hold other tables (nsys stats output, ...).
+NCU_SUFFIXES = (".csv", ".csv.gz")
 
 
 def _peek(path: Path, n: int = 4096) -> bytes:
@@ -28,14 +31,25 @@ def _peek(path: Path, n: int = 4096) -> bytes:
 
 def detect_format(path: str | Path) -> str:
     """The trace format of a file by its content: ``"kineto"`` for a JSON document (the Kineto reader
-    gives the precise error when it is JSON but not a trace). ParseError for anything else."""
+    gives the precise error when it is JSON but not a trace), ``"nsys"`` for an SQLite file (the nsys
+    reader says when it is not an nsys export) or a ``.nsys-rep`` report, ``"ncu"`` for an Nsight Compute
+    CSV. ParseError for anything else."""
+    if Path(path).name.endswith(".nsys-rep"):
+        return "nsys"
     head = _peek(Path(path)).lstrip()
     if head.startswith(b"\xef\xbb\xbf"):
         head = head[3:].lstrip()
     if head[:1] in (b"{", b"["):
         return "kineto"
     if head.startswith(b"SQLite format 3\x00"):
-        raise ParseError("this is an SQLite file (nsys export?); only Kineto JSON traces are read so far")
+        return "nsys"
+    from kernelscope.parsers.ncu import looks_like_ncu
+
+    verdict = looks_like_ncu(head)
+    if verdict is True:
+        return "ncu"
+    if verdict is not None:
+        raise ParseError(verdict)
     if not head:
         raise ParseError("the file is empty after decompression; it holds no trace")
     raise ParseError(
@@ -51,4 +65,13 @@ def open_trace(path: str | Path, *, python_functions: bool = True) -> Any:
         from kernelscope.parsers.kineto import KinetoReader
 
         return KinetoReader(path, python_functions=python_functions)
+    if fmt == "nsys":
+        from kernelscope.parsers.nsys import NsysReader
+
+        return NsysReader(path)
+    if fmt == "ncu":
+        raise ParseError(
+            "this is an Nsight Compute CSV (per-kernel metrics, not a timeline); ingest it with "
+            "kernelscope.storage.ncu.ingest_ncu (or `kernelscope ingest` once it dispatches .csv files)"
+        )
     raise ParseError(f"unsupported trace format {fmt!r}")  # pragma: no cover - detect_format raises first
