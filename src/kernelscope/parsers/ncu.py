@@ -56,7 +56,7 @@ RAW_METRICS = {
     "block_x": ("launch__block_dim_x",), "block_y": ("launch__block_dim_y",), "block_z": ("launch__block_dim_z",),
     "_smem_static": ("launch__shared_mem_per_block_static",),
     "_smem_dynamic": ("launch__shared_mem_per_block_dynamic",),
-    "sm_clock_hz": ("sm__cycles_elapsed.avg.per_second",),
+    "sm_clock_hz": ("sm__cycles_elapsed.avg.per_second", "gpc__cycles_elapsed.avg.per_second"),
     "dram_clock_hz": ("dram__cycles_elapsed.avg.per_second",),
 }
 #: details-page (Metric Name, required unit class) -> NcuKernel field
@@ -194,7 +194,7 @@ def kernel_name_key(name: str) -> str:
     this key: ``"void at::native::vectorized_elementwise_kernel<(int)4, ...>(int, T2, T3)"`` ->
     ``"vectorized_elementwise_kernel"``.
     """
-    s = (name or "").strip()
+    s = (name or "").strip().replace("<unnamed>", "").replace("(anonymous namespace)", "")
     if s.startswith("void "):
         s = s[5:]
     cut = len(s)

@@ -1,0 +1,195 @@
+"""Nsight Compute CSV -> ``ncu_kernels``, matched to the kernels of a trace of the same workload.
+
+Matching (ncu rows carry no timestamp or correlation id): a row's key is (``kernel_name_key``, grid,
+block); the i-th ncu row of a key (in ncu's launch order) is paired with the i-th kernel of that key in
+the trace (in start order). ``match_rate`` = matched ncu rows / ncu rows.
+
+Which trace: ``match=TRACE`` (a trace id or unique prefix), else automatically the trace (not an 'ncu'
+row) whose distinct kernel name keys cover most of the CSV's keys, the most recently ingested on a tie.
+When no ncu row matches, the rows are stored standalone under a ``traces`` row of their own
+(``format = 'ncu'``). One transaction per file; a file whose content is already stored is skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+
+from ..errors import KernelscopeError, ParseError, StoreError, TraceNotFound
+from ..parsers.ncu import (
+    DEFAULT_CACHE_CONTROL,
+    DEFAULT_CLOCK_CONTROL,
+    DEFAULT_SETTINGS_NOTE,
+    NcuKernel,
+    kernel_name_key,
+    read_ncu_csv,
+)
+
+_COLS = [
+    "trace_id", "activity_id", "ncu_id", "launch_index", "name", "name_key", "process_id", "device", "context",
+    "stream", "cc", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "registers_per_thread",
+    "shared_memory_bytes", "duration_ns", "dram_bytes_read", "dram_bytes_write", "dram_throughput_pct",
+    "sm_throughput_pct", "memory_throughput_pct", "achieved_occupancy_pct", "sm_clock_hz", "dram_clock_hz",
+    "cache_control", "clock_control", "settings_note", "page", "source", "content_hash", "ingested_ns",
+]
+
+
+@dataclass
+class NcuResult:
+    path: str
+    status: str  # 'ingested' | 'skipped' | 'failed'
+    trace_id: str | None  # the matched trace, or the standalone 'ncu' trace row
+    message: str
+    kernels: int = 0
+    matched: int = 0
+
+    @property
+    def match_rate(self) -> float | None:
+        return self.matched / self.kernels if self.kernels else None
+
+
+def _key(name: str, g: tuple, b: tuple) -> tuple:
+    return (kernel_name_key(name), *g, *b)
+
+
+def _resolve_trace(con, ref: str) -> str:
+    rows = con.execute(
+        "SELECT trace_id FROM traces WHERE (trace_id = ? OR trace_id LIKE ? || '%' OR name = ?) "
+        "AND format <> 'ncu'", [ref, ref, ref]
+    ).fetchall()
+    ids = sorted({r[0] for r in rows})
+    exact = [i for i in ids if i == ref]
+    if exact:
+        return exact[0]
+    if len(ids) == 1:
+        return ids[0]
+    if not ids:
+        raise TraceNotFound(f"no trace matches {ref!r} for --match; list traces with `kernelscope traces`")
+    raise TraceNotFound(f"{ref!r} matches {len(ids)} traces ({', '.join(ids[:4])}...); give more of the id")
+
+
+def best_trace(con, kernels: list[NcuKernel]) -> str | None:
+    """The trace whose kernel name keys overlap the CSV's most (latest ingested on a tie); None if none."""
+    want = {kernel_name_key(k.name) for k in kernels}
+    rows = con.execute(
+        """SELECT DISTINCT a.trace_id, a.name, t.ingested_ns FROM gpu_activities a
+           JOIN traces t USING (trace_id) WHERE a.kind = 'kernel' AND t.format <> 'ncu'"""
+    ).fetchall()
+    have: dict[str, set] = defaultdict(set)
+    when: dict[str, int] = {}
+    for tid, name, ing in rows:
+        have[tid].add(kernel_name_key(name))
+        when[tid] = ing or 0
+    best, score = None, (0, 0)
+    for tid, keys in have.items():
+        s = (len(want & keys), when[tid])
+        if s[0] > 0 and s > score:
+            best, score = tid, s
+    return best
+
+
+def match_kernels(con, trace_id: str, kernels: list[NcuKernel]) -> dict[int, int]:
+    """launch_index -> activity_id: per (name key, grid, block), the i-th ncu launch with the i-th kernel."""
+    rows = con.execute(
+        """SELECT activity_id, name, grid_x, grid_y, grid_z, block_x, block_y, block_z FROM gpu_activities
+           WHERE trace_id = ? AND kind = 'kernel' ORDER BY start_ns, activity_id""", [trace_id]
+    ).fetchall()
+    queues: dict[tuple, list[int]] = defaultdict(list)
+    for aid, name, *dims in rows:
+        queues[_key(name, tuple(dims[:3]), tuple(dims[3:]))].append(aid)
+    taken: dict[tuple, int] = defaultdict(int)
+    out = {}
+    for k in sorted(kernels, key=lambda k: k.launch_index):
+        key = _key(k.name, (k.grid_x, k.grid_y, k.grid_z), (k.block_x, k.block_y, k.block_z))
+        i = taken[key]
+        if i < len(queues.get(key, ())):
+            out[k.launch_index] = queues[key][i]
+            taken[key] = i + 1
+    return out
+
+
+def ingest_ncu(
+    store, path, *, match: str | None = None, cache_control: str | None = None,
+    clock_control: str | None = None, name: str | None = None,
+) -> NcuResult:
+    """Parse an ncu CSV and store its kernels (one transaction); failures come back as 'failed'.
+
+    ``cache_control``/``clock_control``: the ``ncu --cache-control``/``--clock-control`` values used for the
+    capture when known; otherwise ncu's defaults ('all', 'base') are recorded with a note saying so.
+    """
+    path = pathlib.Path(path)
+    con = store.con
+    if store.read_only:
+        raise StoreError(f"store {store.path} is open read-only; cannot ingest")
+    try:
+        report = read_ncu_csv(path)
+    except KernelscopeError as exc:
+        return NcuResult(str(path), "failed", None, str(exc).splitlines()[0])
+    except OSError as exc:
+        return NcuResult(str(path), "failed", None, f"cannot read the file: {exc.strerror or exc}")
+    done = con.execute("SELECT trace_id FROM ncu_kernels WHERE content_hash = ? LIMIT 1",
+                       [report.content_hash]).fetchall()
+    if done:
+        return NcuResult(str(path), "skipped", done[0][0], f"already stored with {done[0][0]}",
+                         len(report.kernels))
+    try:
+        trace_id = _resolve_trace(con, match) if match else best_trace(con, report.kernels)
+    except KernelscopeError as exc:
+        return NcuResult(str(path), "failed", None, str(exc))
+    pairs = match_kernels(con, trace_id, report.kernels) if trace_id else {}
+    given = cache_control is not None or clock_control is not None
+    note = ("capture settings given at ingest" if given else DEFAULT_SETTINGS_NOTE)
+    cache = cache_control or DEFAULT_CACHE_CONTROL
+    clock = clock_control or DEFAULT_CLOCK_CONTROL
+    now = time.time_ns()
+    con.execute("BEGIN TRANSACTION")
+    try:
+        if not pairs:
+            trace_id = _standalone_trace(con, path, report, name, now)
+        rows = []
+        for k in report.kernels:
+            d = vars(k)
+            vals = {c: d.get(c) for c in _COLS}
+            vals.update(trace_id=trace_id, activity_id=pairs.get(k.launch_index), name_key=kernel_name_key(k.name),
+                        cache_control=cache, clock_control=clock, settings_note=note, page=report.page,
+                        source=str(path.resolve()), content_hash=report.content_hash, ingested_ns=now)
+            rows.append(tuple(vals[c] for c in _COLS))
+        con.executemany(f"INSERT INTO ncu_kernels ({', '.join(_COLS)}) VALUES ({', '.join('?' * len(_COLS))})",
+                        rows)
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    n, m = len(report.kernels), len(pairs)
+    where = f"matched {m}/{n} kernels ({100.0 * m / n:.1f}%) to trace {trace_id}" if pairs else (
+        f"no kernel of {'trace ' + match if match else 'any stored trace'} matched by name, grid and block; "
+        f"stored standalone as {trace_id}")
+    return NcuResult(str(path), "ingested", trace_id, where, n, m)
+
+
+def _standalone_trace(con, path: pathlib.Path, report, name, now: int) -> str:
+    from .. import __version__
+
+    h = report.content_hash
+    n = 12
+    while con.execute("SELECT 1 FROM traces WHERE trace_id = ?", [h[:n]]).fetchall() and n < len(h):
+        n += 4
+    tid = h[:n]
+    stem = path.name
+    for suffix in (".csv.gz", ".csv"):
+        if stem.endswith(suffix):
+            stem = stem[: -len(suffix)]
+    con.execute(
+        """INSERT INTO traces (trace_id, name, source, content_hash, format, rank, rank_source, warnings, meta,
+               events, ingested_ns, kernelscope_version)
+           VALUES (?, ?, ?, ?, 'ncu', 0, 'default', ?, ?, ?, ?, ?)""",
+        [tid, name or stem, str(path.resolve()), h, json.dumps(report.warnings),
+         json.dumps({"ncu_page": report.page}), len(report.kernels), now, __version__],
+    )
+    return tid
+
+
+__all__ = ["NcuResult", "best_trace", "ingest_ncu", "match_kernels", "ParseError"]
