@@ -207,9 +207,10 @@ def kernel_name_key(name: str) -> str:
 
 
 def _dims(text: str | None) -> tuple[int | None, int | None, int | None]:
-    nums = re.findall(r"\d+", (text or "").replace(",", " "))
-    if len(nums) == 3:
-        return int(nums[0]), int(nums[1]), int(nums[2])
+    """``"(1,024, 2, 1)"`` -> (1024, 2, 1): items are separated by ", ", commas inside are thousands."""
+    parts = [p.replace(",", "").strip() for p in (text or "").strip().strip("()").split(", ")]
+    if len(parts) == 3 and all(p.isdigit() for p in parts):
+        return int(parts[0]), int(parts[1]), int(parts[2])
     return None, None, None
 
 
