@@ -233,23 +233,26 @@ st AS (
         SELECT *, row_number() OVER (PARTITION BY pid, tid, t ORDER BY is_start DESC, k DESC) AS rn FROM ev
     ) WHERE rn = 1
 ),
-at_gap AS (
-    SELECT h.device, h.pid, h.tid, h.g0 AS t, coalesce(s.kind, 'none') AS kind, s.ref
-    FROM hw h ASOF LEFT JOIN st s ON s.pid = h.pid AND s.tid = h.tid AND h.g0 >= s.t
-    WHERE h.pid IS NOT NULL
+tl AS (  -- the thread's state changes and the gap starts in one ordered stream per (device, thread)
+    SELECT d.device, s.pid, s.tid, s.t, 0 AS is_gap, s.kind, s.ref, NULL::BIGINT AS g1
+    FROM st s JOIN (SELECT DISTINCT device, pid, tid FROM hw WHERE pid IS NOT NULL) d USING (pid, tid)
+    UNION ALL
+    SELECT device, pid, tid, g0, 1, NULL, NULL, g1 FROM hw WHERE pid IS NOT NULL
 ),
-tl AS (
-    SELECT DISTINCT * FROM (
-        SELECT d.device, s.pid, s.tid, s.t, s.kind, s.ref
-        FROM st s JOIN (SELECT DISTINCT device, pid, tid FROM hw WHERE pid IS NOT NULL) d USING (pid, tid)
-        UNION ALL SELECT * FROM at_gap
-    )
+seg AS (  -- each row: the state in force from t (last change at or before t) and the gap open at t
+    SELECT device, pid, tid, t,
+           lead(t) OVER w AS t1,
+           last_value(CASE WHEN is_gap = 0 THEN {'kind': kind, 'ref': ref} END IGNORE NULLS) OVER w0 AS state,
+           last_value(CASE WHEN is_gap = 1 THEN t END IGNORE NULLS) OVER w0 AS g0,
+           last_value(g1 IGNORE NULLS) OVER w0 AS g1
+    FROM tl
+    WINDOW w AS (PARTITION BY device, pid, tid ORDER BY t, is_gap),
+           w0 AS (PARTITION BY device, pid, tid ORDER BY t, is_gap ROWS UNBOUNDED PRECEDING)
 ),
-seg AS (SELECT *, lead(t) OVER (PARTITION BY device, pid, tid ORDER BY t) AS t1 FROM tl),
 pieces AS (
-    SELECT s.device, h.g0, s.pid, s.tid, s.kind, s.ref, least(coalesce(s.t1, h.g1), h.g1) - s.t AS ns
-    FROM seg s ASOF JOIN hw h ON h.device = s.device AND h.pid = s.pid AND h.tid = s.tid AND s.t >= h.g0
-    WHERE s.t < h.g1
+    SELECT device, g0, pid, tid, coalesce(state.kind, 'none') AS kind, state.ref AS ref,
+           least(coalesce(t1, g1), g1) - t AS ns
+    FROM seg WHERE g0 IS NOT NULL AND t < g1
     UNION ALL
     SELECT device, g0, NULL, NULL, 'unknown', NULL, g1 - g0 FROM hw WHERE pid IS NULL
 ),
