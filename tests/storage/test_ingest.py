@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from kernelscope.errors import UsageError
-from kernelscope.storage.ingest import ingest_file, ingest_paths, ingest_run
+from kernelscope.storage.ingest import expand_paths, ingest_file, ingest_paths, ingest_run
 from kernelscope.storage.queries import (
     list_traces,
     parse_label,
@@ -285,6 +285,49 @@ def test_scratch_folder_removed_after_success_skip_and_failure(store, tmp_path):
     bad.write_text('{"traceEvents": [{"ph": "X", "cat": "cpu_op"')
     dup = write_trace(tmp_path / "dup.json", [rt("cudaLaunchKernel", 10, 5, 11, 1),
                                              rt("cudaLaunchKernel", 20, 5, 11, 2)])
-    res = ingest_paths(store, [good, good, bad, dup])
+    twin = shutil.copy(good, tmp_path / "g2.json")
+    res = ingest_paths(store, [good, twin, bad, dup])
     assert [r.status for r in res] == ["ingested", "skipped", "failed", "failed"]
     assert sorted(p.name for p in folder.iterdir() if "ingest" in p.name) == []
+
+
+SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
+
+
+def test_directory_walk_ingests_run_directories_once_with_their_record(store, tmp_path):
+    root = tmp_path / "tree"
+    shutil.copytree(SAMPLES / "compiled", root / "runs" / "compiled")
+    shutil.copytree(SAMPLES / "small_kernels_graph", root / "runs" / "graph_no_name")
+    record = json.loads((root / "runs" / "graph_no_name" / "run.json").read_text())
+    record.pop("name", None)
+    (root / "runs" / "graph_no_name" / "run.json").write_text(json.dumps(record))
+    (root / "plain").mkdir()
+    write_trace(root / "plain" / "my_trace.json.gz", [op("aten::x", 0, 10, 1)], gz=True)
+    (root / "plain" / "run.json").write_text("{}")  # a stray run record without a trace: not a trace
+    res = ingest_paths(store, [root])
+    assert [(Path(r.path).name, r.status) for r in res] == [
+        ("my_trace.json.gz", "ingested"), ("trace.json.gz", "ingested"), ("trace.json.gz", "ingested")]
+    rows = store.con.execute(
+        """SELECT t.name, (SELECT count(*) FROM telemetry m WHERE m.trace_id = t.trace_id),
+                  (SELECT count(*) FROM labels l WHERE l.trace_id = t.trace_id), t.provenance IS NOT NULL
+           FROM traces t ORDER BY t.name""").fetchall()
+    want_name = json.loads((SAMPLES / "compiled" / "run.json").read_text())["name"]
+    telemetry = pq.read_metadata(SAMPLES / "compiled" / "telemetry.parquet").num_rows
+    assert telemetry > 0
+    by_name = {r[0]: r[1:] for r in rows}
+    assert set(by_name) == {want_name, "graph_no_name", "my_trace"}
+    assert by_name[want_name][0] == telemetry and by_name[want_name][1] > 0 and by_name[want_name][2]
+    assert by_name["my_trace"] == (0, 0, False)
+    # again: everything is already stored; the run's trace is never tried on its own
+    again = ingest_paths(store, [root, root / "runs" / "compiled", root / "runs" / "compiled" / "trace.json.gz",
+                                 root / "runs" / "compiled" / "run.json"])
+    assert [r.status for r in again] == ["skipped"] * 3
+    assert store.con.execute("SELECT count(*) FROM traces").fetchall()[0][0] == 3
+    assert expand_paths([root]) == [root / "plain" / "my_trace.json.gz"]
+
+
+def test_plain_trace_name_drops_json_and_gz(store, tmp_path):
+    a = ingest_paths(store, [write_trace(tmp_path / "step.7.json.gz", [op("aten::x", 0, 10, 1)], gz=True)])
+    b = ingest_paths(store, [write_trace(tmp_path / "other.json", [op("aten::y", 0, 10, 1)])])
+    names = dict(store.con.execute("SELECT trace_id, name FROM traces").fetchall())
+    assert names[a[0].trace_id] == "step.7" and names[b[0].trace_id] == "other"

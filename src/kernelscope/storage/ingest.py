@@ -445,52 +445,99 @@ def _trace_suffixes() -> tuple[str, ...]:
         return (".json", ".json.gz")
 
 
-def expand_paths(paths) -> list[pathlib.Path]:
-    """Files as given; directories walked recursively for names ending in a trace suffix, sorted."""
+#: The files a collector run directory holds besides telemetry: its record and its trace.
+RUN_RECORD = "run.json"
+RUN_TRACES = ("trace.json.gz", "trace.json")
+
+
+def is_run_dir(folder) -> bool:
+    """A collector run directory: run.json beside trace.json.gz or trace.json."""
+    folder = pathlib.Path(folder)
+    return (folder / RUN_RECORD).is_file() and any((folder / n).is_file() for n in RUN_TRACES)
+
+
+def collect_paths(paths) -> list[tuple[str, pathlib.Path]]:
+    """What to ingest, as ('run', folder) or ('file', path), in the order given (walks sorted).
+
+    A directory is walked recursively: a run directory in it (``is_run_dir``) is one 'run'; its
+    run.json and trace.json(.gz) are never ingested on their own; any other file whose name ends in a
+    trace suffix is a 'file' (a stray run.json is not a trace and is left out). A given run
+    directory, or a given file inside one that is its run.json or trace, is that 'run'. Each item
+    appears once.
+    """
     suffixes = _trace_suffixes()
-    out: list[pathlib.Path] = []
-    for p in paths:
-        p = pathlib.Path(p)
+    out: list[tuple[str, pathlib.Path]] = []
+    seen: set[tuple[str, pathlib.Path]] = set()
+
+    def add(kind: str, path: pathlib.Path) -> None:
+        key = (kind, path.resolve())
+        if key not in seen:
+            seen.add(key)
+            out.append((kind, path))
+
+    for p in map(pathlib.Path, paths):
         if p.is_dir():
-            found = sorted(
-                f for f in p.rglob("*") if f.is_file() and f.name.endswith(suffixes)
-            )
-            out.extend(found)
+            if is_run_dir(p):
+                add("run", p)
+                continue
+            found = []
+            for f in p.rglob("*"):
+                if not f.is_file() or not f.name.endswith(suffixes):
+                    continue
+                if is_run_dir(f.parent):
+                    if f.name == RUN_RECORD or f.name in RUN_TRACES:
+                        found.append(("run", f.parent))
+                        continue
+                elif f.name == RUN_RECORD:
+                    continue
+                found.append(("file", f))
+            for kind, f in sorted(set(found), key=lambda kf: (str(kf[1]), kf[0])):
+                add(kind, f)
+        elif (p.name == RUN_RECORD or p.name in RUN_TRACES) and is_run_dir(p.parent):
+            add("run", p.parent)
         else:
-            out.append(p)
+            add("file", p)
     return out
+
+
+def expand_paths(paths) -> list[pathlib.Path]:
+    """The plain trace files ``collect_paths`` finds (run directories and their files left out)."""
+    return [p for kind, p in collect_paths(paths) if kind == "file"]
 
 
 def ingest_paths(
     store, paths, *, labels=None, name=None, python_functions=True, progress=None
 ) -> list[IngestResult]:
-    """Ingest files and directories (recursive), each file in its own transaction.
+    """Ingest files, run directories and directories (recursive; see ``collect_paths``), each trace in
+    its own transaction; a run directory with ``ingest_run`` (telemetry, provenance, timings, labels).
 
     A file that fails leaves no rows and the rest still land; content already stored (same sha256 of
     the decompressed bytes) is 'skipped'. ``progress``: None = a progress line on a terminal only,
     after one second; True/False force it on/off.
     """
-    files = []
+    items = []
     results: list[IngestResult] = []
-    for p in expand_paths(paths):
+    for kind, p in collect_paths(paths):
         if not p.exists():
             results.append(IngestResult(str(p), "failed", None, "no such file or directory"))
-        elif p.is_dir():
+        elif kind == "file" and p.is_dir():
             continue
         else:
-            files.append(p)
-    if name is not None and len(files) > 1:
-        raise UsageError("--name applies to one file; give one file or leave --name out")
-    bar = _Progress(progress, len(files))
+            items.append((kind, p))
+    if name is not None and len(items) > 1:
+        raise UsageError("--name applies to one trace; give one file or leave --name out")
+    bar = _Progress(progress, len(items))
     try:
-        for i, f in enumerate(files):
-            results.append(
-                ingest_file(
-                    store, f, labels=labels, name=name, python_functions=python_functions,
-                    _on_batch=lambda n, i=i, f=f: bar.update(i, f, n),
-                )
-            )
-            bar.update(i, f, results[-1].events)
+        for i, (kind, p) in enumerate(items):
+            on_batch = lambda n, i=i, p=p: bar.update(i, p, n)  # noqa: E731
+            if kind == "run":
+                res = ingest_run(store, p, name=name, labels=labels,
+                                 python_functions=python_functions, _on_batch=on_batch)
+            else:
+                res = ingest_file(store, p, labels=labels, name=name,
+                                  python_functions=python_functions, _on_batch=on_batch)
+            results.append(res)
+            bar.update(i, p, res.events)
     finally:
         bar.done()
     return results
@@ -565,13 +612,18 @@ def _timing_rows(trace_id: str, timings, path) -> list[tuple]:
     return rows
 
 
-def ingest_run(store, run_dir, *, name=None, labels=None) -> IngestResult:
+def ingest_run(
+    store, run_dir, *, name=None, labels=None, python_functions=True, _on_batch=None
+) -> IngestResult:
     """Ingest a collector run directory (trace.json.gz [+ telemetry.parquet] [+ run.json]) as one trace,
-    with its telemetry, provenance, timings and labels, in ONE transaction."""
+    with its telemetry, provenance, timings and labels, in ONE transaction.
+
+    Name: ``name``, else run.json's "name", else the folder's name. Labels: run.json's, then ``labels``.
+    """
     run_dir = pathlib.Path(run_dir)
     t0 = time.perf_counter()
     trace = next(
-        (run_dir / n for n in ("trace.json.gz", "trace.json") if (run_dir / n).exists()), None
+        (run_dir / n for n in RUN_TRACES if (run_dir / n).exists()), None
     )
     if not run_dir.is_dir() or trace is None:
         return _fail(run_dir, ParseError("not a run directory: no trace.json.gz in it"), t0)
@@ -600,9 +652,11 @@ def ingest_run(store, run_dir, *, name=None, labels=None) -> IngestResult:
         store,
         trace,
         labels=merged,
-        name=name or meta.get("name"),
+        name=name or meta.get("name") or run_dir.resolve().name,
         run_id=meta.get("run_id"),
         provenance=meta.get("provenance"),
+        python_functions=python_functions,
+        _on_batch=_on_batch,
         _extra=extra,
     )
     return result
