@@ -89,3 +89,11 @@ def test_not_ncu_csv_one_line_nothing_stored(store, tmp_path):
 def test_unknown_match_trace(store):
     r = ingest_ncu(store, RAW, match="nope")
     assert r.status == "failed" and "no trace matches 'nope'" in r.message
+
+
+def test_ingest_file_dispatches_ncu_csv(store):
+    tid = ingest_file(store, NSIGHT / "encoder2_nvtx.sqlite.gz").trace_id
+    r = ingest_file(store, RAW)
+    assert (r.status, r.trace_id, r.events) == ("ingested", tid, 60) and "59/60" in r.message
+    bad = ingest_file(store, NSIGHT / "encoder2_nvtx_cuda_gpu_kern_sum.csv")
+    assert bad.status == "failed" and "not an Nsight Compute export" in bad.message
