@@ -91,7 +91,7 @@ def _events_sql() -> str:
 
 
 def open_counts_sql() -> str:
-    """Per item: ``od``/``ad`` = cpu_ops/annotations open at its start, ``pos`` = its sweep position.
+    """Per item: ``od``/``ad`` = cpu_ops/annotations open at its start, ``pos`` = its sweep rank.
 
     Sweep order within a group: (start asc, end desc, annotation < op < launch, seq); a launch's end
     is its start. An event stream holds +1 at each op/annotation start and -1 at its end, sorted by
@@ -100,21 +100,22 @@ def open_counts_sql() -> str:
     (start <= t < end and earlier in sweep order). For an op or annotation that is its depth.
     """
     return f"""
-        WITH ev AS ({_events_sql()}),
-        stream AS (
-            SELECT g, p, t, s AS time, 1 AS ph, s, -e AS ne, k, seq, 0 AS sub,
-                   (k = 1)::INTEGER AS dop, (k = 0)::INTEGER AS dann, e
-            FROM ev
+        WITH items AS (
+            SELECT *, row_number() OVER (PARTITION BY g, p, t ORDER BY s, e DESC, k, seq) AS rn
+            FROM ({_events_sql()})
+        ), stream AS (
+            SELECT g, p, t, s AS time, 1 AS ph, rn, 0 AS sub,
+                   (k = 1)::INTEGER AS dop, (k = 0)::INTEGER AS dann, seq, k, s, e
+            FROM items
             UNION ALL
-            SELECT g, p, t, e, CASE WHEN e > s THEN 0 ELSE 1 END, s, -e, k, seq, 1,
-                   -(k = 1)::INTEGER, -(k = 0)::INTEGER, e
-            FROM ev WHERE k < 2
+            SELECT g, p, t, e, CASE WHEN e > s THEN 0 ELSE 1 END, rn, 1,
+                   -(k = 1)::INTEGER, -(k = 0)::INTEGER, NULL, NULL, NULL, NULL
+            FROM items WHERE k < 2
         )
-        SELECT g, p, t, seq, k, s, e,
-               sum(dop) OVER w - dop AS od, sum(dann) OVER w - dann AS ad, row_number() OVER w AS pos
+        SELECT g, p, t, seq, k, s, e, rn AS pos,
+               sum(dop) OVER w - dop AS od, sum(dann) OVER w - dann AS ad
         FROM stream
-        WINDOW w AS (PARTITION BY g, p, t ORDER BY time, ph, s, ne, k, seq, sub
-                     ROWS UNBOUNDED PRECEDING)
+        WINDOW w AS (PARTITION BY g, p, t ORDER BY time, ph, rn, sub ROWS UNBOUNDED PRECEDING)
         QUALIFY sub = 0
     """
 
