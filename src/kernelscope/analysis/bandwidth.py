@@ -36,7 +36,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
+import pyarrow.compute as pc
 
 from ..errors import UsageError
 from .opmodel import element_size_hint, model_op
@@ -50,31 +52,30 @@ PEAK_COLUMNS = ("mem_bw_gbps", "fp64_tflops", "fp32_tflops", "fp32_matrix_tflops
 _TENSOR_COLUMN = {"bf16": "bf16_tflops", "fp16": "fp16_tflops", "tf32": "fp32_matrix_tflops",
                   "fp32": "fp32_tflops", "fp8": "fp8_tflops", "fp64": "fp64_tflops"}
 
-# One row per leaf operator instance with GPU activity: the union of its activity intervals (islands
-# of overlapping intervals per operator), its device, activity count and an element-size hint.
-_SQL_OPS = """
+# Leaf operator instances grouped by everything a rule reads (name, recorded inputs, the element-size
+# hint their kernels give: cat kernels name OpaqueType<N>) and device; per group the instances' op ids,
+# activity counts and GPU times as lists (one row per group, so the inputs are read and grouped once).
+# An instance's GPU time is the union of its activity intervals: sorted by start, each activity adds the
+# part of it that ends after every earlier one, end - max(start, running max of earlier ends).
+_SQL_GROUPS = """
 WITH a AS (
-  SELECT leaf_op_id AS op_id, device, name, start_ns, end_ns,
+  SELECT leaf_op_id AS op_id, device, start_ns, end_ns,
          max(end_ns) OVER (PARTITION BY leaf_op_id ORDER BY start_ns, end_ns
-                           ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
+                           ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end,
+         CASE WHEN name LIKE '%OpaqueType<%'
+              THEN nullif(regexp_extract(name, 'OpaqueType<(\\d+)u?>', 1), '') END AS hint
   FROM gpu_activities WHERE trace_id = $t AND leaf_op_id IS NOT NULL
-), g AS (
-  SELECT *, sum(CASE WHEN prev_end IS NULL OR start_ns > prev_end THEN 1 ELSE 0 END)
-              OVER (PARTITION BY op_id ORDER BY start_ns, end_ns ROWS UNBOUNDED PRECEDING) AS island
-  FROM a
-), isl AS (
-  SELECT op_id, min(start_ns) AS s, max(end_ns) AS e, min(device) AS device, count(*) AS activities,
-         max(nullif(regexp_extract(name, 'OpaqueType<(\\d+)u?>', 1), '')) AS hint
-  FROM g GROUP BY op_id, island
 ), per AS (
-  SELECT op_id, min(device) AS device, CAST(sum(activities) AS BIGINT) AS activities,
-         CAST(sum(e - s) AS BIGINT) AS gpu_ns, max(hint) AS hint
-  FROM isl GROUP BY op_id
+  SELECT op_id, min(device) AS device, count(*) AS activities, max(hint) AS hint,
+         CAST(coalesce(sum(end_ns - greatest(start_ns, coalesce(prev_end, start_ns)))
+                       FILTER (WHERE prev_end IS NULL OR end_ns > prev_end), 0) AS BIGINT) AS gpu_ns
+  FROM a GROUP BY op_id
 )
-SELECT per.op_id, o.name, o.input_dims, o.input_types, o.input_strides, o.concrete_inputs,
-       per.device, per.activities, per.gpu_ns, per.hint
+SELECT o.name, o.input_dims, o.input_types, o.input_strides, o.concrete_inputs, per.hint, per.device,
+       list(per.op_id) AS op_ids, list(per.activities) AS activities, list(per.gpu_ns) AS gpu_ns
 FROM per JOIN cpu_ops o ON o.trace_id = $t AND o.op_id = per.op_id
-ORDER BY per.op_id
+GROUP BY ALL
+ORDER BY o.name, o.input_dims, o.input_types, o.input_strides, o.concrete_inputs, per.hint, per.device
 """
 
 _SQL_UNATTRIBUTED = """
@@ -174,7 +175,6 @@ def bandwidth(store, trace_id: str, *, peaks: str | Path | None = None, device: 
     when given, ``measured_bytes`` and ``measured_gbps`` columns appear beside the modelled ones.
     """
     t = trace_id
-    ops = store.query(_SQL_OPS, {"t": t})
     un = store.query(_SQL_UNATTRIBUTED, {"t": t}).iloc[0]
     names, prov = device_names(store, t)
     table = load_peaks(peaks)
@@ -183,70 +183,102 @@ def bandwidth(store, trace_id: str, *, peaks: str | Path | None = None, device: 
     tf32_mm = bool(prov.get("tf32_matmul", False))
     tf32_conv = bool(prov.get("tf32_cudnn", True))
 
-    # Model each distinct (operator, inputs, hint) once; instances share the result.
-    key_cols = ["name", "input_dims", "input_types", "input_strides", "concrete_inputs", "hint"]
-    costs = {}
-    for k in ops[key_cols].drop_duplicates().itertuples(index=False, name=None):
-        hint = int(k[5]) if k[5] is not None and not pd.isna(k[5]) else None
-        costs[k] = model_op(k[0], k[1], k[2], k[3], k[4], elem_size_hint=hint, tf32_matmul=tf32_mm,
-                            tf32_conv=tf32_conv)
-    keys = list(ops[key_cols].itertuples(index=False, name=None))
-    c = [costs[k] for k in keys]
-    ops["flops"] = pd.array([x.flops for x in c], dtype="Int64")
-    ops["bytes"] = pd.array([x.bytes for x in c], dtype="Int64")
-    ops["dtype"] = [x.dtype for x in c]
-    ops["tensor_core"] = [x.tensor for x in c]
-    ops["rule"] = [x.rule for x in c]
-    ops["reason"] = [x.reason for x in c]
+    # One row per group of identical calls: model it once, attach the device's peaks.
+    groups = store.query_arrow(_SQL_GROUPS, {"t": t})
+    g = groups.drop_columns(["op_ids", "activities", "gpu_ns"]).to_pandas()
+    costs = [model_op(r.name, r.input_dims, r.input_types, r.input_strides, r.concrete_inputs,
+                      elem_size_hint=int(r.hint) if isinstance(r.hint, str) else None,
+                      tf32_matmul=tf32_mm, tf32_conv=tf32_conv) for r in g.itertuples(index=False)]
+    g["flops"] = pd.array([c.flops for c in costs], dtype="Int64")
+    g["bytes"] = pd.array([c.bytes for c in costs], dtype="Int64")
+    g["dtype"] = pd.Series([c.dtype for c in costs], dtype="object")
+    g["tensor_core"] = pd.Series([c.tensor for c in costs], dtype=bool)
+    g["rule"] = pd.Series([c.rule for c in costs], dtype="object")
+    g["reason"] = pd.Series([c.reason for c in costs], dtype="object")
 
-    # Peaks per device.
     dev_rows: dict[int, dict[str, Any] | None] = {}
-    for d in sorted(set(int(x) for x in ops["device"].dropna())):
+    for d in sorted(int(x) for x in g["device"].dropna().unique()):
         nm = device or names.get(d) or (next(iter(names.values())) if len(names) == 1 else None)
         dev_rows[d] = match_device(nm, table)
         if dev_rows[d] is None:
             warnings.append(f"device {d} ({nm or 'no name in the trace'}) is not in the device-peak table: "
                             f"no % of peak and no bound; add a row with peaks=PATH or ${PEAKS_ENV}.")
     bw_peak, fl_peak, l2 = [], [], []
-    for d, dt, tc in zip(ops["device"], ops["dtype"], ops["tensor_core"]):
+    for d, dt, tc in zip(g["device"], g["dtype"], g["tensor_core"]):
         row = dev_rows.get(int(d)) if d is not None and not pd.isna(d) else None
-        col = _TENSOR_COLUMN.get(dt) if tc else ("fp32_tflops" if dt else None)
+        col = (_TENSOR_COLUMN.get(dt) if tc else "fp32_tflops") if isinstance(dt, str) else None
         bw_peak.append(row["mem_bw_gbps"] if row else None)
         fl_peak.append(row.get(col) if row and col else None)
         l2.append(row["l2_mb"] * 2**20 if row and row.get("l2_mb") else None)
-    ops["peak_gbps"] = pd.array(bw_peak, dtype="Float64")
-    ops["peak_tflops"] = pd.array(fl_peak, dtype="Float64")
-    ops["fits_cache"] = (ops["bytes"].astype("Float64") <= pd.array(l2, dtype="Float64")).fillna(False)
+    g["peak_gbps"] = pd.array(bw_peak, dtype="Float64")
+    g["peak_tflops"] = pd.array(fl_peak, dtype="Float64")
+    g["fits_cache"] = (g["bytes"].astype("Float64") <= pd.array(l2, dtype="Float64")).fillna(False).astype(bool)
 
-    inst = _rates(ops)
+    # Instances: the groups' lists flattened (numpy), group values repeated, ordered by op id.
+    n = len(g)
+    counts = pc.list_value_length(groups["op_ids"]).to_numpy(zero_copy_only=False) if n else np.zeros(0, int)
+    gi = np.repeat(np.arange(n), counts)
+    flat = {c: np.asarray(pc.list_flatten(groups[c]).to_numpy(zero_copy_only=False) if n else [], dtype="int64")
+            for c in ("op_ids", "activities", "gpu_ns")}
+    order = np.argsort(flat["op_ids"], kind="stable")
+    gi, ns = gi[order], flat["gpu_ns"][order]
+    g["gpu_ns"] = np.bincount(gi, weights=ns, minlength=n).astype("int64") if n else []
+    g["calls"] = np.asarray(counts, dtype="int64")
+    g["activities"] = np.bincount(gi, weights=flat["activities"][order], minlength=n).astype("int64") if n else []
+    _add_rates(g)  # intensity and bound are properties of a group (same calls, same peaks)
+
+    inst = pd.DataFrame({"op_id": flat["op_ids"][order], "name": g["name"].to_numpy(object)[gi],
+                         "signature": np.zeros(len(gi), dtype="int64"),
+                         "device": g["device"].to_numpy()[gi], "activities": flat["activities"][order],
+                         "gpu_ns": ns})
+    for col in ("flops", "bytes"):
+        inst[col] = g[col].take(gi).reset_index(drop=True)
+    for col in ("dtype", "tensor_core", "rule"):
+        inst[col] = g[col].to_numpy()[gi]
+    fl, by = _floats(g["flops"])[gi], _floats(g["bytes"])[gi]
+    pbw, pfl = _floats(g["peak_gbps"])[gi], _floats(g["peak_tflops"])[gi]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        nsf = np.where(ns > 0, ns.astype(float), np.nan)
+        inst["achieved_gbps"] = by / nsf
+        inst["achieved_tflops"] = fl / nsf / 1e3
+        inst["pct_peak_bw"] = 100 * inst["achieved_gbps"].to_numpy() / pbw
+        inst["pct_peak_flops"] = 100 * inst["achieved_tflops"].to_numpy() / pfl
+    inst["intensity"] = _floats(g["intensity"])[gi]
+    inst["bound"] = g["bound"].to_numpy(object)[gi]
+    inst["fits_cache"] = g["fits_cache"].to_numpy(bool)[gi]
+    inst["peak_gbps"], inst["peak_tflops"] = pbw, pfl
     if measured_bytes is not None:
         inst = _with_measured(inst, measured_bytes)
 
-    sig = _signatures(inst)
-    modelled = inst["bytes"].notna()
-    total_ns = int(inst["gpu_ns"].sum()) if len(inst) else 0
-    modelled_ns = int(inst.loc[modelled, "gpu_ns"].sum()) if len(inst) else 0
-    unm = inst.loc[~modelled]
+    sig = _signatures(g)
+    if n:
+        inst["signature"] = g["signature"].to_numpy("int64")[gi]
+    modelled_g = g["bytes"].notna().to_numpy(bool)
+    total_ns = int(ns.sum())
+    modelled_ns = int(g.loc[modelled_g, "gpu_ns"].sum())
+    unm = g.loc[~modelled_g]
     unmodelled = (unm.groupby(["name", "reason"], dropna=False, sort=False)
-                  .agg(calls=("op_id", "size"), gpu_ns=("gpu_ns", "sum")).reset_index()
+                  .agg(calls=("calls", "sum"), gpu_ns=("gpu_ns", "sum")).reset_index()
                   .sort_values(["gpu_ns", "name"], ascending=[False, True], kind="stable"))
     unmodelled["gpu_ns"] = unmodelled["gpu_ns"].astype("int64")
+    unmodelled["calls"] = unmodelled["calls"].astype("int64")
     unmodelled["share"] = unmodelled["gpu_ns"] / total_ns if total_ns else float("nan")
     unmodelled = unmodelled[["name", "calls", "gpu_ns", "share", "reason"]].reset_index(drop=True)
 
-    m = inst.loc[modelled]
-    flops, nbytes = int(m["flops"].sum()), int(m["bytes"].sum())
-    over_bw = (inst["pct_peak_bw"] > 100).fillna(False)
-    over_fl = (inst["pct_peak_flops"] > 100).fillna(False)
-    above = inst[over_bw | over_fl]
-    unexplained = inst[(over_bw & ~inst["fits_cache"]) | over_fl]
-    cached = len(above) - len(unexplained)
+    m = g.loc[modelled_g]
+    flops = int((m["flops"].astype("int64") * m["calls"]).sum())
+    nbytes = int((m["bytes"].astype("int64") * m["calls"]).sum())
+    over_bw = np.nan_to_num(inst["pct_peak_bw"].to_numpy(float)) > 100
+    over_fl = np.nan_to_num(inst["pct_peak_flops"].to_numpy(float)) > 100
+    above = int((over_bw | over_fl).sum())
+    unexplained = int(((over_bw & ~inst["fits_cache"].to_numpy(bool)) | over_fl).sum())
+    cached = above - unexplained
     if cached:
         warnings.append(f"{cached} operator instances move their modelled bytes faster than the DRAM peak; "
                         "all of their bytes fit in the device's last-level cache, so inputs written just "
                         "before were read from cache: their pct_peak_bw overstates DRAM use.")
-    if len(unexplained):
-        warnings.append(f"{len(unexplained)} operator instances exceed 100% of a device peak without a cache "
+    if unexplained:
+        warnings.append(f"{unexplained} operator instances exceed 100% of a device peak without a cache "
                         "explanation (a modelling or peak-table error): read their numbers with care.")
     if int(un["ns"]):
         warnings.append(f"{int(un['n'])} GPU activities ({int(un['ns'])} ns) have no leaf operator "
@@ -265,16 +297,16 @@ def bandwidth(store, trace_id: str, *, peaks: str | Path | None = None, device: 
         "achieved_tflops": flops / modelled_ns / 1e3 if modelled_ns else None,
         "instances": int(len(inst)),
         "signatures": int(len(sig)),
-        "above_peak": int(len(above)),
-        "above_peak_unexplained": int(len(unexplained)),
+        "above_peak": above,
+        "above_peak_unexplained": unexplained,
         "device_peaks": {str(d): ({"device": r["device"], "mem_bw_gbps": r["mem_bw_gbps"],
                                    **{c: r[c] for c in PEAK_COLUMNS[1:]}, "source": r["source"]}
                                   if r else None) for d, r in dev_rows.items()},
         "tf32_matmul": tf32_mm,
     }
     trust = {
-        "instances_modelled": int(modelled.sum()),
-        "instances_unmodelled": int((~modelled).sum()),
+        "instances_modelled": int(g.loc[modelled_g, "calls"].sum()),
+        "instances_unmodelled": int(g.loc[~modelled_g, "calls"].sum()),
         "devices_matched": len(matched),
         "devices_unmatched": len(dev_rows) - len(matched),
         "tf32_from": "provenance" if "tf32_matmul" in prov else "default (off for matmul, on for cuDNN)",
@@ -283,19 +315,15 @@ def bandwidth(store, trace_id: str, *, peaks: str | Path | None = None, device: 
     if not len(inst):
         warnings.append("no GPU activity is attributed to a leaf operator: nothing to model.")
     return Result(name="bandwidth", definition=__doc__.strip(), scalars=scalars,
-                  tables={"per_instance": inst.drop(columns=["reason"]), "per_signature": sig,
+                  tables={"per_instance": inst,
+                          "per_signature": sig,
                           "unmodelled": unmodelled},
                   warnings=warnings, trust=trust)
 
 
-def _rates(ops: pd.DataFrame) -> pd.DataFrame:
-    """Achieved rates, % of peak, intensity and bound per instance (nullable where unknown)."""
-    df = ops.rename(columns={"hint": "elem_size_hint"}).copy()
-    _add_rates(df)
-    cols = ["op_id", "name", "input_dims", "input_types", "device", "activities", "gpu_ns", "flops",
-            "bytes", "dtype", "tensor_core", "rule", "achieved_gbps", "achieved_tflops", "pct_peak_bw",
-            "pct_peak_flops", "intensity", "bound", "fits_cache", "peak_gbps", "peak_tflops", "reason"]
-    return df[cols].reset_index(drop=True)
+def _floats(col: pd.Series) -> np.ndarray:
+    """A nullable column as float64 with NaN for missing."""
+    return col.astype("Float64").to_numpy(dtype="float64", na_value=np.nan)
 
 
 def _add_rates(df: pd.DataFrame) -> None:
@@ -307,33 +335,43 @@ def _add_rates(df: pd.DataFrame) -> None:
     df["pct_peak_flops"] = 100 * df["achieved_tflops"] / df["peak_tflops"]
     df["intensity"] = f / b.where(b > 0)
     ridge = df["peak_tflops"] * 1e3 / df["peak_gbps"]  # FLOP per byte
-    bound = pd.Series(pd.NA, index=df.index, dtype="object")
-    known = df["intensity"].notna() & ridge.notna()
-    bound[known & (df["intensity"] < ridge)] = "memory"
-    bound[known & (df["intensity"] >= ridge)] = "compute"
+    known = (df["intensity"].notna() & ridge.notna()).to_numpy(dtype=bool)
+    below = (df["intensity"] < ridge).fillna(False).to_numpy(dtype=bool)
+    bound = pd.Series(None, index=df.index, dtype="object")
+    bound[known & below] = "memory"
+    bound[known & ~below] = "compute"
     df["bound"] = bound
 
 
-def _signatures(inst: pd.DataFrame) -> pd.DataFrame:
-    """Per signature (name + input shapes + dtypes): sums over instances, rates over the summed time."""
-    if not len(inst):
-        return inst.drop(columns=["op_id", "device", "reason"]).assign(calls=pd.Series(dtype="int64"))
+def _signatures(g: pd.DataFrame) -> pd.DataFrame:
+    """Per signature (name + input shapes + dtypes), from the groups of identical calls: sums, and rates
+    over the summed time; flops/bytes null when any call is unmodelled. Sorted by GPU time; ``g`` gets a
+    ``signature`` column: its row number in this table."""
     key = ["name", "input_dims", "input_types"]
-    g = inst.groupby(key, dropna=False, sort=False)
-    sig = g.agg(calls=("op_id", "size"), activities=("activities", "sum"), gpu_ns=("gpu_ns", "sum"),
-                dtype=("dtype", "first"), tensor_core=("tensor_core", "first"), rule=("rule", "first"),
-                peak_gbps=("peak_gbps", "first"), peak_tflops=("peak_tflops", "first")).reset_index()
-    # sums that stay null when any instance is unmodelled
+    if not len(g):
+        g["signature"] = pd.Series(dtype="int64")
+        cols = key + ["calls", "activities", "gpu_ns", "flops", "bytes", "dtype", "tensor_core", "rule",
+                      "achieved_gbps", "achieved_tflops", "pct_peak_bw", "pct_peak_flops", "intensity",
+                      "bound", "peak_gbps", "peak_tflops"]
+        return pd.DataFrame(columns=cols)
+    x = g.assign(tf=g["flops"] * g["calls"], tb=g["bytes"] * g["calls"], missing=g["bytes"].isna())
+    grp = x.groupby(key, dropna=False, sort=False)
+    sig = grp.agg(calls=("calls", "sum"), activities=("activities", "sum"), gpu_ns=("gpu_ns", "sum"),
+                  flops=("tf", "sum"), bytes=("tb", "sum"), missing=("missing", "any"),
+                  dtype=("dtype", "first"), tensor_core=("tensor_core", "first"), rule=("rule", "first"),
+                  peak_gbps=("peak_gbps", "first"), peak_tflops=("peak_tflops", "first")).reset_index()
     for col in ("flops", "bytes"):
-        s = g[col].agg(lambda x: pd.NA if x.isna().any() else int(x.sum()))
-        sig = sig.merge(s.rename(col).reset_index(), on=key, how="left")
-        sig[col] = sig[col].astype("Int64")
-    sig["gpu_ns"] = sig["gpu_ns"].astype("int64")
+        sig[col] = sig[col].astype("Int64").mask(sig["missing"])
+    for col in ("calls", "activities", "gpu_ns"):
+        sig[col] = sig[col].astype("int64")
     _add_rates(sig)
-    sig = sig.sort_values(["gpu_ns", "name"], ascending=[False, True], kind="stable").reset_index(drop=True)
-    return sig[["name", "input_dims", "input_types", "calls", "activities", "gpu_ns", "flops", "bytes",
-                "dtype", "tensor_core", "rule", "achieved_gbps", "achieved_tflops", "pct_peak_bw",
-                "pct_peak_flops", "intensity", "bound", "peak_gbps", "peak_tflops"]]
+    sig = sig.sort_values(["gpu_ns", "name", "input_dims"], ascending=[False, True, True],
+                          kind="stable").reset_index(drop=True)
+    index = {k: i for i, k in enumerate(sig[key].itertuples(index=False, name=None))}
+    g["signature"] = [index[k] for k in g[key].itertuples(index=False, name=None)]
+    return sig[key + ["calls", "activities", "gpu_ns", "flops", "bytes", "dtype", "tensor_core", "rule",
+                      "achieved_gbps", "achieved_tflops", "pct_peak_bw", "pct_peak_flops", "intensity",
+                      "bound", "peak_gbps", "peak_tflops"]]
 
 
 def _with_measured(inst: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
