@@ -191,7 +191,8 @@ def _args(dims, types):
 def _events():
     """aten::mm bf16 [1024,1024]x[1024,1024] launches k1 [10,14] us (stream 7) and k2 [12,16] us
     (stream 8): union [10,16] = 6000 ns. aten::add bf16 [1048576]+[1048576] launches k3 [20,22] us =
-    2000 ns. aten::frobnicate (no rule) launches k4 [30,35] us = 5000 ns."""
+    2000 ns. aten::frobnicate (no rule) launches k4 [30,35] us = 5000 ns. aten::relu bf16 [1024] launches
+    k5 [40,44], k6 [41,42] (inside k5, stream 8) and k7 [50,51]: union 4 + 1 us = 5000 ns."""
     return [
         x("cpu_op", "aten::mm", 0, 9, **{"External id": 1},
           **_args([[1024, 1024], [1024, 1024]], ["c10::BFloat16", "c10::BFloat16"])),
@@ -203,6 +204,10 @@ def _events():
         rt("cudaLaunchKernel", 25.5, 1, 14, 3),
         kern("k1", 10, 4, 11, 1), kern("k2", 12, 4, 12, 1, stream=8),
         kern("k3", 20, 2, 13, 2), kern("k4", 30, 5, 14, 3),
+        x("cpu_op", "aten::relu", 38, 3, **{"External id": 4}, **_args([[1024]], ["c10::BFloat16"])),
+        rt("cudaLaunchKernel", 38.5, 0.5, 15, 4), rt("cudaLaunchKernel", 39.2, 0.5, 16, 4),
+        rt("cudaLaunchKernel", 40, 0.5, 17, 4),
+        kern("k5", 40, 4, 15, 4), kern("k6", 41, 1, 16, 4, stream=8), kern("k7", 50, 1, 17, 4),
     ]
 
 
@@ -234,11 +239,15 @@ def test_hand_trace_rates_and_bound(hand):
     # add: 1,048,576 FLOPs, 3*2 MiB = 6,291,456 B in 2000 ns = 3145.728 GB/s = 65.536 % of 4800
     assert add["pct_peak_bw"] == pytest.approx(65.536) and add["bound"] == "memory"
     assert add["pct_peak_flops"] == pytest.approx(100 * 1_048_576 / 2000 / 1000 / 67)  # fp32 vector peak
+    # relu: union of [40,44], [41,42] (nested) and [50,51] us = 5000 ns; 1024*2*2 = 4096 bytes
+    relu = rows.loc["aten::relu"]
+    assert (relu["gpu_ns"], relu["activities"], relu["bytes"]) == (5000, 3, 4096)
     s = r.scalars
-    # modelled 6000 + 2000 of 13000 ns
-    assert (s["gpu_ns"], s["modelled_gpu_ns"], s["unattributed_gpu_ns"]) == (13000, 8000, 0)
-    assert s["modelled_share"] == pytest.approx(8000 / 13000)
-    assert s["bytes"] == 2 * 6_291_456 and s["achieved_gbps"] == pytest.approx(2 * 6_291_456 / 8000)
+    # modelled 6000 + 2000 + 5000 of 18000 ns
+    assert (s["gpu_ns"], s["modelled_gpu_ns"], s["unattributed_gpu_ns"]) == (18000, 13000, 0)
+    assert s["modelled_share"] == pytest.approx(13000 / 18000)
+    assert s["bytes"] == 2 * 6_291_456 + 4096
+    assert s["achieved_gbps"] == pytest.approx((2 * 6_291_456 + 4096) / 13000)
     un = r.table("unmodelled")
     assert list(un["name"]) == ["aten::frobnicate"] and list(un["gpu_ns"]) == [5000]
     assert s["device_peaks"]["0"]["device"] == "NVIDIA H200 SXM" and not r.warnings
