@@ -20,5 +20,9 @@ python3 "$here/nsight_workload.py" --mode kineto --out "$out" || echo "kineto tw
     python3 "$here/nsight_workload.py" --mode ncu > "$out/encoder2_ncu_raw.csv" 2> "$out/ncu_raw.err" || echo "ncu raw failed"
 "$NCU" --csv --page details --launch-count 20 \
     python3 "$here/nsight_workload.py" --mode ncu > "$out/encoder2_ncu_details.csv" 2> "$out/ncu_details.err" || echo "ncu details failed"
+# DRAM bytes (measured traffic beside the bandwidth model's minimum bytes): the default set lacks them.
+"$NCU" --csv --page raw --print-units base --set basic --metrics dram__bytes_read.sum,dram__bytes_write.sum \
+    --launch-count 60 python3 "$here/nsight_workload.py" --mode ncu > "$out/encoder2_ncu_dram.csv" \
+    2> "$out/ncu_dram.err" || echo "ncu dram failed"
 "$NSYS" --version > "$out/nsight_versions.txt" 2>&1; "$NCU" --version >> "$out/nsight_versions.txt" 2>&1
 ls -la "$out"
