@@ -357,3 +357,32 @@ def test_cli_json_and_keys_documented(session_store):
         keys |= set(dev or {})
     missing = sorted(k for k in keys if k not in documented)
     assert not missing, f"undocumented bandwidth keys: {missing}"
+
+
+def test_convolution_baddbmm_norm_softmax():
+    # cudnn_convolution(x [8,3,32,32], w [16,3,3,3], padding [1,1], stride [1,1], dilation [1,1], groups 1)
+    # bf16: output 32x32; 2*8*16*(32*32)*3*(3*3) = 7,077,888 FLOPs;
+    # bytes (8*3*1024 + 16*27 + 8*16*1024)*2 = (24576 + 432 + 131072)*2 = 312,160
+    c = cost("aten::cudnn_convolution", [[8, 3, 32, 32], [16, 3, 3, 3], [], [], [], [], [], [], []],
+             [BF16, BF16] + ['"ScalarList"'] * 3 + ['"Scalar"'] * 4, None,
+             ["", "", "[1, 1]", "[1, 1]", "[1, 1]", "1", "False", "False", "True"])
+    assert (c.flops, c.bytes, c.dtype) == (7_077_888, 312_160, "bf16")
+    # aten::convolution stride 2, no padding, bias [16]: output (32-2-1)//2+1 = 15 -> 15x15;
+    # 2*8*16*225*27 = 1,555,200 + bias 8*16*225 = 28,800 -> 1,584,000 FLOPs
+    c = cost("aten::convolution", [[8, 3, 32, 32], [16, 3, 3, 3], [16], [], [], [], [], [], []],
+             [F32, F32, F32] + ['"ScalarList"'] * 3 + ['"Scalar"', '"ScalarList"', '"Scalar"'], None,
+             ["", "", "", "[2, 2]", "[0, 0]", "[1, 1]", "False", "[0, 0]", "1"])
+    assert c.flops == 1_584_000 and c.dtype == "tf32"  # cuDNN may use TF32 by default
+    # baddbmm(self [4,1,64], b1 [4,32,16], b2 [4,16,64], beta 1) fp32: 2*4*32*64*16 = 262,144 + 4*32*64
+    # = 8,192 -> 270,336 FLOPs; bytes (256 + 2048 + 4096 + 8192)*4 = 58,368
+    c = cost("aten::baddbmm", [[4, 1, 64], [4, 32, 16], [4, 16, 64], [], []],
+             [F32, F32, F32, '"Scalar"', '"Scalar"'], None, ["", "", "", "1", "1"])
+    assert (c.flops, c.bytes) == (270_336, 58_368)
+    # native_layer_norm [4,128,256] bf16 over [256]: 131,072 elements, 512 rows;
+    # bytes 131072*2 (x) + 2*256*2 (w, b) + 131072*2 (out) + 2*512*4 (mean, rstd) = 529,408
+    c = cost("aten::native_layer_norm", [[4, 128, 256], [], [256], [256], []],
+             [BF16, '"ScalarList"', BF16, BF16, '"Scalar"'], None, ["", "[256]", "", "", "1e-05"])
+    assert (c.flops, c.bytes) == (8 * 131_072, 529_408)
+    # _softmax [64,1024] bf16 with half_to_float: 65536*2 read + 65536*4 written = 393,216 B; 5*65536 FLOPs
+    c = cost("aten::_softmax", [[64, 1024], [], []], [BF16, '"Scalar"', '"Scalar"'], None, ["", "-1", "True"])
+    assert (c.flops, c.bytes) == (327_680, 393_216)
