@@ -285,6 +285,9 @@ def test_scratch_folder_removed_after_success_skip_and_failure(store, tmp_path):
     bad.write_text('{"traceEvents": [{"ph": "X", "cat": "cpu_op"')
     dup = write_trace(tmp_path / "dup.json", [rt("cudaLaunchKernel", 10, 5, 11, 1),
                                              rt("cudaLaunchKernel", 20, 5, 11, 2)])
+    stale = folder / f".{store.path.name}.ingest-killed"  # left by an ingest that was killed
+    (stale / "raw.parquet").parent.mkdir()
+    (stale / "raw.parquet").write_bytes(b"x")
     twin = shutil.copy(good, tmp_path / "g2.json")
     res = ingest_paths(store, [good, twin, bad, dup])
     assert [r.status for r in res] == ["ingested", "skipped", "failed", "failed"]

@@ -128,26 +128,29 @@ def links_sql(opened: str = "ks_open") -> str:
     op (itself when top-level); launches -> outermost op. depth: ops only. phase: ops and launches ->
     innermost annotation. For properly nested intervals the open ops form a chain, so the innermost
     op open at an item with ``od`` open ops is the latest (in sweep order) op of depth od-1 before it
-    (an ASOF join), and the outermost the latest op of depth 0; the same for annotations. This equals
-    a stack sweep on nested intervals. crossing: the item is not nested in ``up`` (it ends after
-    ``up`` ends, or ``up`` ended before it started); such links follow the running counts.
+    (an ASOF join), and the outermost the latest op of depth 0 up to it (a window); the same for
+    annotations. This equals a stack sweep on nested intervals. crossing: the item is not nested in
+    ``up`` (it ends after ``up`` ends, or ``up`` ended before it started); such links follow the
+    running counts.
     """
     return f"""
         WITH ops AS (SELECT g, p, t, pos, seq, e, od AS d FROM {opened} WHERE k = 1),
-        tops AS (SELECT g, p, t, pos, seq FROM {opened} WHERE k = 1 AND od = 0),
         anns AS (SELECT g, p, t, pos, seq, e, ad AS d FROM {opened} WHERE k = 0),
-        px AS (SELECT *, od - 1 AS up_d, ad - 1 AS ph_d FROM {opened} WHERE k > 0),
+        px AS (
+            SELECT *, od - 1 AS up_d, ad - 1 AS ph_d,
+                   last_value(CASE WHEN k = 1 AND od = 0 THEN seq END IGNORE NULLS)
+                       OVER (PARTITION BY g, p, t ORDER BY pos ROWS UNBOUNDED PRECEDING) AS top0
+            FROM {opened} WHERE k > 0
+        ),
         ax AS (SELECT *, ad - 1 AS up_d FROM {opened} WHERE k = 0)
         SELECT x.seq, u.seq AS up,
-               CASE WHEN x.od > 0 THEN tp.seq WHEN x.k = 1 THEN x.seq END AS top,
+               CASE WHEN x.od > 0 OR x.k = 1 THEN x.top0 END AS top,
                CASE WHEN x.k = 1 THEN x.od::INTEGER END AS depth,
                ph.seq AS phase,
                coalesce(u.e < x.e OR u.e <= x.s, false) AS crossing
         FROM px x
         ASOF LEFT JOIN ops u
           ON u.g = x.g AND u.p = x.p AND u.t = x.t AND u.d = x.up_d AND x.pos > u.pos
-        ASOF LEFT JOIN tops tp
-          ON tp.g = x.g AND tp.p = x.p AND tp.t = x.t AND x.pos > tp.pos
         ASOF LEFT JOIN anns ph
           ON ph.g = x.g AND ph.p = x.p AND ph.t = x.t AND ph.d = x.ph_d AND x.pos > ph.pos
         UNION ALL

@@ -132,7 +132,7 @@ def _hash_file(path: pathlib.Path) -> str:
 
 def _trace_name(path: pathlib.Path) -> str:
     name = path.name
-    for suffix in (".json.gz", ".json", ".sqlite.gz", ".gz", ".sqlite", ".nsys-rep", ".parquet"):
+    for suffix in (".json.gz", ".json", ".gz", ".sqlite", ".parquet"):
         if name.endswith(suffix):
             return name[: -len(suffix)] or name
     return name
@@ -204,14 +204,22 @@ def _stage(reader, path: pathlib.Path, on_batch=None) -> int:
 
 @contextmanager
 def _scratch(store):
-    """A scratch folder next to the store (same disk, no /tmp quota), removed afterwards, also on
-    failure; DuckDB's TEMP views over its files are dropped too."""
+    """A scratch folder next to the store (same disk, no /tmp quota), ``.<store name>.ingest-*``,
+    removed afterwards, also on failure; DuckDB's TEMP views over its files are dropped too.
+
+    We hold the store's write lock, so an older folder of that name was left by a killed ingest of
+    this store: it is removed first.
+    """
     import shutil
     import tempfile
 
-    parent = pathlib.Path(store.path).resolve().parent
+    store_path = pathlib.Path(store.path).resolve()
+    prefix = f".{store_path.name}.ingest-"
+    for stale in store_path.parent.glob(prefix + "*"):
+        if stale.is_dir():
+            shutil.rmtree(stale, ignore_errors=True)
     try:
-        folder = tempfile.mkdtemp(prefix=".kernelscope-ingest-", dir=parent)
+        folder = tempfile.mkdtemp(prefix=prefix, dir=store_path.parent)
     except OSError:
         folder = tempfile.mkdtemp(prefix="kernelscope-ingest-")
     try:
@@ -422,11 +430,6 @@ def ingest_file(
 
     path = pathlib.Path(path)
     t0 = time.perf_counter()
-    if path.name.endswith((".csv", ".csv.gz")):  # Nsight Compute metrics: matched to a stored trace
-        from .ncu import ingest_ncu
-
-        r = ingest_ncu(store, path, name=name)
-        return IngestResult(r.path, r.status, r.trace_id, r.message, r.kernels, time.perf_counter() - t0)
     with ingest_settings(store.con):
         try:
             reader = open_trace(path, python_functions=python_functions)
