@@ -132,7 +132,7 @@ def _hash_file(path: pathlib.Path) -> str:
 
 def _trace_name(path: pathlib.Path) -> str:
     name = path.name
-    for suffix in (".json.gz", ".json", ".gz", ".sqlite", ".parquet"):
+    for suffix in (".json.gz", ".json", ".sqlite.gz", ".gz", ".sqlite", ".nsys-rep", ".parquet"):
         if name.endswith(suffix):
             return name[: -len(suffix)] or name
     return name
@@ -430,6 +430,11 @@ def ingest_file(
 
     path = pathlib.Path(path)
     t0 = time.perf_counter()
+    if path.name.endswith((".csv", ".csv.gz")):  # Nsight Compute metrics: matched to a stored trace
+        from .ncu import ingest_ncu
+
+        r = ingest_ncu(store, path, name=name)
+        return IngestResult(r.path, r.status, r.trace_id, r.message, r.kernels, time.perf_counter() - t0)
     with ingest_settings(store.con):
         try:
             reader = open_trace(path, python_functions=python_functions)
