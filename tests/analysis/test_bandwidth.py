@@ -386,3 +386,11 @@ def test_convolution_baddbmm_norm_softmax():
     # _softmax [64,1024] bf16 with half_to_float: 65536*2 read + 65536*4 written = 393,216 B; 5*65536 FLOPs
     c = cost("aten::_softmax", [[64, 1024], [], []], [BF16, '"Scalar"', '"Scalar"'], None, ["", "-1", "True"])
     assert (c.flops, c.bytes) == (327_680, 393_216)
+
+
+def test_missing_recorded_inputs_are_unmodelled_not_errors():
+    # a trace recorded without shapes: NULL columns arrive as None or NaN
+    for missing in (None, float("nan")):
+        c = model_op("aten::mm", missing, missing, missing, missing)
+        assert c.bytes is None and c.reason
+    assert model_op(None, None, None, None, None).bytes is None

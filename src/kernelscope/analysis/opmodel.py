@@ -116,7 +116,7 @@ def parse_args(dims: str | None, types: str | None, strides: str | None,
 
 
 def _load(text: str | None) -> list:
-    if not text:
+    if not isinstance(text, str) or not text:  # missing (None / NaN from a NULL column)
         return []
     try:
         v = json.loads(text)
@@ -594,7 +594,7 @@ def model_op(name: str, dims: str | None, types: str | None, strides: str | None
     (they then run against the TF32 peak). ``elem_size_hint``: element size for tensor-list inputs
     whose dtype Kineto does not record (``cat``), taken from the kernel name by the caller.
     """
-    base = name.split("::", 1)[1] if name.startswith("aten::") else None
+    base = name.split("::", 1)[1] if isinstance(name, str) and name.startswith("aten::") else None
     if base is None:
         return Cost(None, None, reason="not an aten operator (no rule)")
     base = base.split(".", 1)[0]
