@@ -394,3 +394,16 @@ def test_missing_recorded_inputs_are_unmodelled_not_errors():
         c = model_op("aten::mm", missing, missing, missing, missing)
         assert c.bytes is None and c.reason
     assert model_op(None, None, None, None, None).bytes is None
+
+
+def test_out_variant_writes_its_out_tensor():
+    # mul(self [4096,1024] fp32, 0-dim double, out=[4096,1024] fp32), as DDP's gradient scaling records
+    # it: the out tensor is written, not read: 4096*1024*4 + 8 + 4096*1024*4 = 33,554,440 bytes
+    c = cost("aten::mul", [[4096, 1024], [], [4096, 1024]], [F32, '"double"', F32])
+    assert (c.flops, c.bytes) == (4_194_304, 33_554_440)
+    # where(cond, a, b) has three real inputs: bool 1024 + 2 * 1024*4 read, 1024*4 written = 13,312
+    c = cost("aten::where", [[1024], [1024], [1024]], ['"bool"', F32, F32])
+    assert c.bytes == 1024 + 3 * 4096
+    # div with a rounding mode (a string, not a tensor) is not an out variant: 2*4096 + 4096 = 12,288
+    c = cost("aten::div", [[1024], [1024], []], [F32, F32, '"c10::string_view"'], None, ["", "", "floor"])
+    assert c.bytes == 12_288

@@ -243,7 +243,25 @@ REDUCE = {"sum", "mean", "amax", "amin", "max", "min", "prod", "norm", "linalg_v
 SCAN = {"cumsum", "cumprod"}
 
 
+# Arguments of the functional (non-out) schema of elementwise ops; 1 for unary ops and 2 for binary ops
+# unless listed. A call with more arguments whose last one is a tensor is an ``out=`` variant: that
+# tensor is the output (written), not an input.
+_ARITY = {"add": 3, "sub": 3, "rsub": 3, "where": 3, "lerp": 3, "clamp": 3, "masked_fill": 3,
+          "threshold": 3, "threshold_backward": 3, "gelu_backward": 3, "hardtanh": 3, "softplus": 3,
+          "addcmul": 4, "addcdiv": 4, "elu": 4, "nan_to_num": 4, "leaky_relu_backward": 4,
+          "hardtanh_backward": 4, "native_dropout_backward": 3, "gelu": 2, "leaky_relu": 2, "round": 2,
+          "logit": 2}
+
+
 def _elementwise(base: str, inplace: bool, args: list[Arg]) -> Cost:
+    arity = _ARITY.get(base, 1 if base in UNARY or base in ("logical_not", "isnan", "isinf", "isfinite")
+                       else 2)
+    if not inplace and len(args) > arity and args[-1].is_tensor:
+        out, tensors = args[-1], _tensors(args[:-1])
+        if not tensors:
+            raise NoRule("no tensor inputs recorded")
+        return Cost(out.numel, sum(a.read_bytes for a in tensors) + out.numel * out.size, "fp32", False,
+                    "elementwise")
     tensors = _tensors(args)
     if not tensors:
         raise NoRule("no tensor inputs recorded")
@@ -596,6 +614,8 @@ def model_op(name: str, dims: str | None, types: str | None, strides: str | None
     """
     base = name.split("::", 1)[1] if isinstance(name, str) and name.startswith("aten::") else None
     if base is None:
+        if name in ("record_param_comms",) or (isinstance(name, str) and name.startswith(("c10d::", "nccl:"))):
+            return Cost(None, None, reason="collective communication (interconnect traffic, not modelled)")
         return Cost(None, None, reason="not an aten operator (no rule)")
     base = base.split(".", 1)[0]
     args = parse_args(dims, types, strides, concrete)
