@@ -6,7 +6,8 @@ Definitions (docs/metrics.md, "Bandwidth and compute utilisation"):
 - **Minimum bytes**: each input tensor read once and each output written once. An input's read counts
   only its distinct elements: a dimension whose stride is 0 (a broadcast / expanded dimension) costs
   nothing. Outputs are not recorded by Kineto and are inferred per operator (elementwise: the broadcast
-  shape of the tensor inputs and the promoted dtype; in-place ``op_``: the first input). Views
+  shape of the tensor inputs and the promoted dtype; in-place ``op_``: the first input; an ``out=``
+  variant, recognised by a trailing tensor beyond the functional schema's arguments: that tensor). Views
   (transpose, view, permute, ...) move no bytes.
 - **FLOPs**: GEMM ``2·M·N·K`` (+ ``M·N`` when a bias is added: addmm/baddbmm with ``beta != 0``, linear
   with a bias); convolution ``2·N·C_out·prod(out spatial)·(C_in/groups)·prod(kernel)``; attention
