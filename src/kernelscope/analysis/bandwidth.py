@@ -227,14 +227,14 @@ def bandwidth(store, trace_id: str, *, peaks: str | Path | None = None, device: 
     g["activities"] = np.bincount(gi, weights=flat["activities"][order], minlength=n).astype("int64") if n else []
     _add_rates(g)  # intensity and bound are properties of a group (same calls, same peaks)
 
-    inst = pd.DataFrame({"op_id": flat["op_ids"][order], "name": g["name"].to_numpy(object)[gi],
+    inst = pd.DataFrame({"op_id": flat["op_ids"][order], "name": _repeat(g["name"], gi),
                          "signature": np.zeros(len(gi), dtype="int64"),
                          "device": g["device"].to_numpy()[gi], "activities": flat["activities"][order],
                          "gpu_ns": ns})
     for col in ("flops", "bytes"):
         inst[col] = g[col].take(gi).reset_index(drop=True)
-    for col in ("dtype", "tensor_core", "rule"):
-        inst[col] = g[col].to_numpy()[gi]
+    inst["dtype"], inst["tensor_core"] = _repeat(g["dtype"], gi), g["tensor_core"].to_numpy(bool)[gi]
+    inst["rule"] = _repeat(g["rule"], gi)
     fl, by = _floats(g["flops"])[gi], _floats(g["bytes"])[gi]
     pbw, pfl = _floats(g["peak_gbps"])[gi], _floats(g["peak_tflops"])[gi]
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -244,7 +244,7 @@ def bandwidth(store, trace_id: str, *, peaks: str | Path | None = None, device: 
         inst["pct_peak_bw"] = 100 * inst["achieved_gbps"].to_numpy() / pbw
         inst["pct_peak_flops"] = 100 * inst["achieved_tflops"].to_numpy() / pfl
     inst["intensity"] = _floats(g["intensity"])[gi]
-    inst["bound"] = g["bound"].to_numpy(object)[gi]
+    inst["bound"] = _repeat(g["bound"], gi)
     inst["fits_cache"] = g["fits_cache"].to_numpy(bool)[gi]
     inst["peak_gbps"], inst["peak_tflops"] = pbw, pfl
     if measured_bytes is not None:
@@ -319,6 +319,16 @@ def bandwidth(store, trace_id: str, *, peaks: str | Path | None = None, device: 
                           "per_signature": sig,
                           "unmodelled": unmodelled},
                   warnings=warnings, trust=trust)
+
+
+def _repeat(col: pd.Series, gi: np.ndarray) -> pd.Categorical:
+    """Per-group text values repeated per instance (``gi`` = group of each instance), as a categorical:
+    a million instances share a few dozen distinct strings. Missing values stay missing."""
+    vals = list(col)
+    cats = sorted({v for v in vals if isinstance(v, str)})
+    pos = {c: i for i, c in enumerate(cats)}
+    codes = np.array([pos.get(v, -1) if isinstance(v, str) else -1 for v in vals], dtype=np.int32)
+    return pd.Categorical.from_codes(codes[gi] if len(codes) else codes, categories=cats)
 
 
 def _floats(col: pd.Series) -> np.ndarray:
