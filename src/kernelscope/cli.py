@@ -236,7 +236,9 @@ def cli():
 @click.option("--no-python", is_flag=True, help="Skip python_function events.")
 @_db_option
 def ingest(paths, labels, name, no_python, db):
-    """Ingest Kineto trace files (.json, .json.gz) or directories of them (recursive).
+    """Ingest traces: Kineto (.json, .json.gz), Nsight Systems (.sqlite, .sqlite.gz, .nsys-rep), Nsight
+    Compute CSVs (.csv, .csv.gz: matched to the stored trace of the same workload), or directories of
+    traces (recursive).
 
     A collector run directory (run.json beside trace.json.gz, as `kernelscope profile` writes) is
     ingested as one trace with its telemetry, provenance, un-profiled timings and labels.
@@ -244,15 +246,11 @@ def ingest(paths, labels, name, no_python, db):
     Prints one line per file (ingested or skipped, with the trace id); failures go to stderr as
     `kernelscope: <path>: <reason>` and make the exit code non-zero. A file that fails leaves no rows.
     """
-    from .storage.ingest import expand_paths, ingest_paths, ingest_run
+    from .storage.ingest import ingest_paths
 
     label_map = _label_pairs(labels)
-    run_dirs, files = _split_run_dirs(paths, expand_paths)
     with _open(db, read_only=False) as store:
-        results = [ingest_run(store, d, name=name, labels=label_map) for d in run_dirs]
-        if files or not run_dirs:
-            results += ingest_paths(store, files, labels=label_map, name=name,
-                                    python_functions=not no_python)
+        results = ingest_paths(store, paths, labels=label_map, name=name, python_functions=not no_python)
     failed = 0
     for r in results:
         if r.status == "failed":
@@ -261,31 +259,10 @@ def ingest(paths, labels, name, no_python, db):
         elif r.status == "skipped":
             click.echo(f"skipped   {r.trace_id}  {r.path}  ({r.message or 'already stored'})")
         else:
-            click.echo(f"ingested  {r.trace_id}  {r.path}  ({r.events} events, {r.seconds:.2f} s)")
+            note = "" if not r.message or r.message.startswith("ingested as") else f"; {r.message}"
+            click.echo(f"ingested  {r.trace_id}  {r.path}  ({r.events} events, {r.seconds:.2f} s{note})")
     if failed:
         sys.exit(1)
-
-
-def _is_run_dir(folder) -> bool:
-    """A collector run directory: run.json beside trace.json(.gz) (plus telemetry.parquet, optional)."""
-    return (folder / "run.json").is_file() and any(
-        (folder / n).is_file() for n in ("trace.json.gz", "trace.json"))
-
-
-def _split_run_dirs(paths, expand_paths):
-    """(run directories, other trace files): a run directory (given, or found under a given directory)
-    is ingested as one trace with its telemetry, provenance and labels; every other file as a trace."""
-    from pathlib import Path
-
-    run_dirs, files = [], []
-    for p in map(Path, paths):
-        if not p.is_dir():
-            files.append(p)
-            continue
-        found = sorted({f.parent for f in p.rglob("run.json") if _is_run_dir(f.parent)})
-        run_dirs += found
-        files += [f for f in expand_paths([p]) if not any(d in f.parents for d in found)]
-    return run_dirs, files
 
 
 @cli.command()
