@@ -464,11 +464,31 @@ def profile(name, labels, run_dir, db, command):
 
 
 # ---------------------------------------------------------------------------------------------------
-# DASHBOARD: the `kernelscope dashboard` command is added here by the dashboard work (it does not exist
-# yet; do not stub it).
+# Dashboard
 # ---------------------------------------------------------------------------------------------------
 
 
+@cli.command()
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Interface to bind; the default serves this machine only.")
+@click.option("--port", default=8050, show_default=True, type=click.IntRange(1, 65535))
+@_db_option
+def dashboard(host, port, db):
+    """Serve the web dashboard over a store and print its URL.
+
+    Pages read through short-lived read-only connections, so `kernelscope ingest` can run meanwhile;
+    new traces appear on refresh. Stop with Ctrl-C.
+    """
+    try:
+        from .dashboard.app import serve
+    except ImportError as exc:  # dash is an extra
+        raise UsageError(f"the dashboard needs dash ({exc.name} is missing): pip install 'kernelscope[dashboard]'")
+    with _open(db, read_only=True):  # a missing or foreign store fails here, in one line
+        pass
+    serve(_db_path(db), host=host, port=port)
+
+
+# ---------------------------------------------------------------------------------------------------
 # ------------------------------------------------------------------------------------- CLI reference
 
 
