@@ -20,6 +20,7 @@ relative to ``TraceMeta.base_time_ns`` exactly as the file writes it.
 
 from __future__ import annotations
 
+import gc
 import gzip
 import hashlib
 import math
@@ -117,6 +118,10 @@ _RUN_DEC = msgspec.json.Decoder(list[_EventTyped])
 _ONE_DEC = msgspec.json.Decoder(_EventTyped)
 _ANY_DEC = msgspec.json.Decoder()
 _NO_ARGS = _Args()
+#: µs with 3 fractional digits; its unscaled value (< 10^18) is the time in ns and fits int64.
+_DEC_US = pa.decimal128(18, 3)
+_ARGS_FIELDS = _Args.__struct_fields__
+_astuple = msgspec.structs.astuple
 _DECODE_ERRORS = (msgspec.DecodeError, UnicodeDecodeError)
 
 _COLLECTIVE_KEYS = (
@@ -388,9 +393,27 @@ def _raw_strings(raws: list[_Raw]) -> pa.Array:
         return pa.array([bytes(r).decode("utf-8", "replace") if r else None for r in raws], pa.string())
 
 
+def _validity(arr: pa.Array) -> pa.Buffer | None:
+    """The validity bitmap of ``arr`` re-based to offset 0 (None when it has no nulls)."""
+    if arr.null_count == 0:
+        return None
+    if arr.offset == 0:
+        return arr.buffers()[0]
+    return pc.is_valid(arr).buffers()[1]
+
+
 def _dims(vals: list, bad: Counter, col: str) -> tuple[pa.Array, pa.Array, pa.Array]:
     """``[x, y, z]`` lists -> three int32 columns (only rows that have the key are visited)."""
     n = len(vals)
+    try:  # fast path: every value absent or a list of exactly 3 int32 (or null) items
+        lists = pa.array(vals, pa.list_(pa.int32()))
+        if lists.null_count == n:
+            return pa.nulls(n, pa.int32()), pa.nulls(n, pa.int32()), pa.nulls(n, pa.int32())
+        lo, hi = pc.min_max(pc.list_value_length(lists)).values()
+        if lo.as_py() == hi.as_py() == 3:
+            return tuple(pc.list_element(lists, d) for d in range(3))  # type: ignore[return-value]
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError, ValueError):
+        pass
     out: list[list] = [[None] * n, [None] * n, [None] * n]
     for i in [i for i, v in enumerate(vals) if v is not None]:
         v = vals[i]
@@ -411,6 +434,31 @@ def _cast_or_null(arr: pa.Array, typ: pa.DataType) -> pa.Array:
 
 def _other_kind(cat: Any) -> str:
     return CAT_KIND.get(cat.lower(), "other") if isinstance(cat, str) else "other"
+
+
+def _columns(structs: list) -> list[tuple]:
+    """Transpose Structs into one tuple of values per field, in C. The row tuples are short-lived and
+    hold no cycles, so the cyclic GC (which their allocation would trigger over and over) is paused."""
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        return list(zip(*map(_astuple, structs)))
+    finally:
+        if paused:
+            gc.enable()
+
+
+def _kinds(ph: pa.Array, cat: pa.Array) -> pa.Array:
+    """``kind`` per row: by ``ph`` (flow, meta, instant), else by ``cat`` (CAT_KIND, case-insensitive,
+    else "other"). Looked up once per distinct value, then spread with ``take``."""
+    cats = cat.dictionary_encode()
+    by_cat = pa.array([CAT_KIND.get(c) or _other_kind(c) for c in cats.dictionary.to_pylist()], pa.string())
+    kind = by_cat.take(cats.indices).fill_null("other")
+    phs = ph.dictionary_encode()
+    by_ph = [_PH_KIND.get(p) for p in phs.dictionary.to_pylist()]
+    if any(by_ph):
+        kind = pc.coalesce(pa.array(by_ph, pa.string()).take(phs.indices), kind)
+    return kind
 
 
 # --------------------------------------------------------------------------------------------- reader
@@ -804,27 +852,27 @@ class KinetoReader:
             yield batch
 
     def _to_batch(self, evs: list[_EventTyped]) -> pa.RecordBatch:
-        """One Arrow batch from decoded events: column by column, vectorised where Arrow can do it."""
+        """One Arrow batch from decoded events: the Structs are transposed into columns in C
+        (``astuple`` + ``zip``), then every column is built and converted by Arrow, vectorised."""
         n = len(evs)
         seq0 = self._seq
         self._seq += n
         bad = self._bad_numbers
         i32, i64, f64, s = pa.int32(), pa.int64(), pa.float64(), pa.string()
-        ph = _str_array([e.ph for e in evs])
-        cat_list = [e.cat for e in evs]
-        cat = _str_array(cat_list)
-        name = _str_array([e.name for e in evs])
-        ph_list = [e.ph for e in evs]
-        kind_list = [_PH_KIND.get(p) or CAT_KIND.get(c) or _other_kind(c) for p, c in zip(ph_list, cat_list)]
-        kind = pa.array(kind_list, s)
+        ph_l, cat_l, name_l, pid_l, tid_l, ts_l, dur_l, id_l, args_l = _columns(evs)
+        ph = _str_array(ph_l)
+        cat = _str_array(cat_l)
+        name = _str_array(name_l)
+        kind = _kinds(ph, cat)
         step = pc.and_(pc.equal(kind, "cpu_op"), pc.fill_null(pc.starts_with(name, "ProfilerStep#"), False))
         if pc.any(step).as_py():
             kind = pc.if_else(step, "annotation", kind)
-        A = [e.args or _NO_ARGS for e in evs]
+        A = [_NO_ARGS if a is None else a for a in args_l]
+        a_col = dict(zip(_ARGS_FIELDS, _columns(A)))  # args field -> its values, one per row
 
         # times: decimal text -> exact ns
-        ts_ns = self._times([e.ts for e in evs], "ts", seq0)
-        dur_ns = self._times([e.dur for e in evs], "dur", seq0)
+        ts_ns = self._times(ts_l, "ts", seq0)
+        dur_ns = self._times(dur_l, "dur", seq0)
         is_x = pc.fill_null(pc.equal(ph, "X"), False)
         if ts_ns.null_count:
             missing = pc.and_(is_x, pc.is_null(ts_ns))
@@ -842,64 +890,62 @@ class KinetoReader:
                 dur_ns = pc.if_else(missing, 0, dur_ns)
 
         # pid / tid: integers, or text ("Spans", "Traces") kept in pid_text
-        pid_list = [e.pid for e in evs]
         try:
-            pid = pa.array(pid_list, i64)
+            pid = pa.array(pid_l, i64)
             pid_text = pa.nulls(n, s)
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
-            pid_text = pa.array(
-                [None if type(p) is int else _text_pid(p) for p in pid_list], s  # noqa: E721
-            )
-            pid = pa.array([p if type(p) is int else _int_or_none(p) for p in pid_list], i64)  # noqa: E721
-        tid_list = [e.tid for e in evs]
+            pid_text = pa.array([None if type(p) is int else _text_pid(p) for p in pid_l], s)  # noqa: E721
+            pid = pa.array([p if type(p) is int else _int_or_none(p) for p in pid_l], i64)  # noqa: E721
         try:
-            tid = pa.array(tid_list, i64)
+            tid = pa.array(tid_l, i64)
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
-            tid = pa.array([t if type(t) is int else _int_or_none(t) for t in tid_list], i64)  # noqa: E721
+            tid = pa.array([t if type(t) is int else _int_or_none(t) for t in tid_l], i64)  # noqa: E721
 
         # GPU placement: args.device / args.stream, else pid / tid
         gpu = pc.is_in(kind, value_set=_GPU_KINDS_ARR)
         none_i32 = pa.scalar(None, i32)
         none_i64 = pa.scalar(None, i64)
         device = pc.if_else(
-            gpu,
-            pc.coalesce(_num_array([a.device for a in A], i32, bad, "device"), _cast_or_null(pid, i32)),
-            none_i32,
+            gpu, pc.coalesce(_num_array(a_col["device"], i32, bad, "device"), _cast_or_null(pid, i32)), none_i32
         )
-        stream = pc.if_else(gpu, pc.coalesce(_num_array([a.stream for a in A], i64, bad, "stream"), tid), none_i64)
+        stream = pc.if_else(gpu, pc.coalesce(_num_array(a_col["stream"], i64, bad, "stream"), tid), none_i64)
 
         # flows
         is_flow = pc.equal(kind, "flow")
-        any_flow = pc.any(is_flow).as_py()
-        if any_flow:
-            flow_id = pc.if_else(is_flow, _num_array([e.id for e in evs], i64, bad, "flow id"), none_i64)
+        if pc.any(is_flow).as_py():
+            flow_id = pc.if_else(is_flow, _num_array(id_l, i64, bad, "flow id"), none_i64)
             flow_phase = pc.if_else(is_flow, ph, pa.scalar(None, s))
         else:
             flow_id, flow_phase = pa.nulls(n, i64), pa.nulls(n, s)
 
-        # text: meta values, collective args
+        # text: meta values, collective args (few rows: visited one by one)
         text: list = [None] * n
         for i in pc.indices_nonzero(pc.equal(kind, "meta")).to_pylist():
             a = A[i]
             v = a.name if a.name is not None else (a.labels if a.labels is not None else a.sort_index)
             text[i] = v if isinstance(v, str) or v is None else msgspec.json.encode(v).decode()
-        for i in [i for i, a in enumerate(A) if a.coll_name is not None or a.pg_name is not None]:
-            a = A[i]
-            text[i] = msgspec.json.encode(
-                {key: getattr(a, attr) for attr, key in _COLLECTIVE_KEYS if getattr(a, attr) is not None}
-            ).decode()
+        coll_name, pg_name = a_col["coll_name"], a_col["pg_name"]
+        if coll_name.count(None) != n or pg_name.count(None) != n:
+            for i in [i for i, (c, p) in enumerate(zip(coll_name, pg_name)) if c is not None or p is not None]:
+                a = A[i]
+                text[i] = msgspec.json.encode(
+                    {key: getattr(a, attr) for attr, key in _COLLECTIVE_KEYS if getattr(a, attr) is not None}
+                ).decode()
 
         # the profiler's own notes about lost data
         for i in pc.indices_nonzero(pc.is_in(kind, value_set=_NOTE_KINDS_ARR)).to_pylist():
-            nm = evs[i].name
+            nm = name_l[i]
             if isinstance(nm, str) and _DROPPED_TEXT.search(nm):
                 a = A[i]
                 self.meta.dropped_notes.append(nm if a is _NO_ARGS else f"{nm} {msgspec.json.encode(a).decode()}")
 
-        gx, gy, gz = _dims([a.grid for a in A], bad, "grid")
-        bx, by, bz = _dims([a.block for a in A], bad, "block")
+        ev_idx, ev_idx_old = a_col["ev_idx"], a_col["ev_idx_old"]
+        if ev_idx_old.count(None) != n:
+            ev_idx = [e if e is not None else o for e, o in zip(ev_idx, ev_idx_old)]
+        gx, gy, gz = _dims(a_col["grid"], bad, "grid")
+        bx, by, bz = _dims(a_col["block"], bad, "block")
         cols = [
-            pa.array(range(seq0, seq0 + n), i64),
+            pa.array(np.arange(seq0, seq0 + n, dtype=np.int64)),
             kind,
             cat,
             ph,
@@ -909,8 +955,8 @@ class KinetoReader:
             pid_text,
             ts_ns,
             dur_ns,
-            _num_array([a.correlation for a in A], i64, bad, "correlation"),
-            _num_array([a.external_id for a in A], i64, bad, "External id"),
+            _num_array(a_col["correlation"], i64, bad, "correlation"),
+            _num_array(a_col["external_id"], i64, bad, "External id"),
             device,
             stream,
             gx,
@@ -919,19 +965,19 @@ class KinetoReader:
             bx,
             by,
             bz,
-            _num_array([a.registers for a in A], i32, bad, "registers per thread"),
-            _num_array([a.shared_memory for a in A], i64, bad, "shared memory"),
-            _num_array([a.blocks_per_sm for a in A], f64, bad, "blocks per SM"),
-            _num_array([a.warps_per_sm for a in A], f64, bad, "warps per SM"),
-            _num_array([a.occupancy for a in A], f64, bad, "est. achieved occupancy %"),
-            _num_array([a.nbytes for a in A], i64, bad, "bytes"),
-            _num_array([a.seq_number for a in A], i64, bad, "Sequence number"),
-            _num_array([a.fwd_thread_id for a in A], i64, bad, "Fwd thread id"),
-            _num_array([a.ev_idx if a.ev_idx is not None else a.ev_idx_old for a in A], i64, bad, "Ev Idx"),
-            _raw_strings([a.input_dims for a in A]),
-            _raw_strings([a.input_types for a in A]),
-            _raw_strings([a.input_strides for a in A]),
-            _raw_strings([a.concrete_inputs for a in A]),
+            _num_array(a_col["registers"], i32, bad, "registers per thread"),
+            _num_array(a_col["shared_memory"], i64, bad, "shared memory"),
+            _num_array(a_col["blocks_per_sm"], f64, bad, "blocks per SM"),
+            _num_array(a_col["warps_per_sm"], f64, bad, "warps per SM"),
+            _num_array(a_col["occupancy"], f64, bad, "est. achieved occupancy %"),
+            _num_array(a_col["nbytes"], i64, bad, "bytes"),
+            _num_array(a_col["seq_number"], i64, bad, "Sequence number"),
+            _num_array(a_col["fwd_thread_id"], i64, bad, "Fwd thread id"),
+            _num_array(ev_idx, i64, bad, "Ev Idx"),
+            _raw_strings(a_col["input_dims"]),
+            _raw_strings(a_col["input_types"]),
+            _raw_strings(a_col["input_strides"]),
+            _raw_strings(a_col["concrete_inputs"]),
             flow_id,
             flow_phase,
             pa.array(text, s),
@@ -939,35 +985,40 @@ class KinetoReader:
         return pa.RecordBatch.from_arrays(cols, schema=RAW_EVENTS)
 
     def _times(self, raws: list[_Raw], which: str, seq0: int) -> pa.Array:
-        """Decimal µs texts -> exact int64 ns (null where absent). Vectorised for ``-?digits(.d{0,3})?``;
-        other spellings (exponents, more digits) go through ``units.us_text_to_ns`` one by one."""
+        """Decimal µs texts -> exact int64 ns (null where absent). Vectorised: Arrow reads the texts as
+        decimal128(18, 3) µs -- exact, and an error for anything it cannot hold exactly (more than 3
+        fractional digits, 10^15 µs or more, non-numbers) -- whose unscaled integer is the ns value.
+        Otherwise every text goes through ``units.us_text_to_ns`` one by one."""
         text = _raw_strings(raws)
-        ok = pc.match_substring_regex(text, r"^-?[0-9]{1,16}(\.[0-9]{0,3})?$")
-        if not pc.all(pc.or_kleene(ok, pc.is_null(text))).as_py():
-            out = []
-            for i, t in enumerate(text.to_pylist()):
-                if t is None:
-                    out.append(None)
-                    continue
-                try:
-                    out.append(us_text_to_ns(t))
-                except (ValueError, ArithmeticError):
-                    raise ParseError(
-                        f"event {seq0 + i} has a {which} that is not a number ({t[:40]}); "
-                        "times must be numbers in microseconds, re-export the trace"
-                    ) from None
+        try:
+            dec = pc.cast(text, _DEC_US)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            return self._times_slow(text, which, seq0)
+        n = len(dec)
+        low = np.frombuffer(dec.buffers()[1], np.int64, count=2 * n, offset=16 * dec.offset)[::2]
+        return pa.Array.from_buffers(
+            pa.int64(), n, [_validity(dec), pa.py_buffer(np.ascontiguousarray(low))], null_count=dec.null_count
+        )
+
+    def _times_slow(self, text: pa.Array, which: str, seq0: int) -> pa.Array:
+        out = []
+        for i, t in enumerate(text.to_pylist()):
+            if t is None:
+                out.append(None)
+                continue
             try:
-                return pa.array(out, pa.int64())
-            except OverflowError:
+                out.append(us_text_to_ns(t))
+            except (ValueError, ArithmeticError):
                 raise ParseError(
-                    f"a {which} near event {seq0} is too large for int64 nanoseconds; re-export the trace"
+                    f"event {seq0 + i} has a {which} that is not a number ({t[:40]}); "
+                    "times must be numbers in microseconds, re-export the trace"
                 ) from None
-        pos = pc.find_substring(text, ".")
-        length = pc.utf8_length(text)
-        frac = pc.if_else(pc.less(pos, 0), 0, pc.subtract(pc.subtract(length, pos), 1))
-        pad = pc.choose(pc.subtract(3, frac), "", "0", "00", "000")
-        digits = pc.binary_join_element_wise(pc.replace_substring(text, ".", ""), pad, "")
-        return pc.cast(digits, pa.int64())
+        try:
+            return pa.array(out, pa.int64())
+        except OverflowError:
+            raise ParseError(
+                f"a {which} near event {seq0} is too large for int64 nanoseconds; re-export the trace"
+            ) from None
 
     def _finalise(self, src: _Source) -> None:
         meta = self.meta
