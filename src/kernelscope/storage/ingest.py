@@ -184,21 +184,48 @@ def insert_labels(con, trace_id: str, labels: dict | None) -> None:
 def _stage(reader, path: pathlib.Path, on_batch=None) -> int:
     """Stream every batch of ``reader`` into the Parquet file ``path`` (RAW_EVENTS); returns rows.
 
-    Memory holds one batch at a time, whatever the trace's size.
+    A writer thread encodes Parquet (pyarrow releases the GIL) while the parser, which holds it, decodes
+    the next block: the two overlap on two cores. At most two batches wait in between, so memory holds a
+    few batches whatever the trace's size. A parser error stops the writer and propagates.
     """
+    import queue
+    import threading
+
     import pyarrow.parquet as pq
 
+    pending: queue.Queue = queue.Queue(maxsize=2)
+    failure: list[BaseException] = []
+
+    def write() -> None:
+        try:
+            with pq.ParquetWriter(str(path), RAW_EVENTS, compression="lz4") as writer:
+                while (batch := pending.get()) is not None:
+                    writer.write_batch(batch)
+        except BaseException as exc:  # reported to the parser's thread; keep draining so it never blocks
+            failure.append(exc)
+            while pending.get() is not None:
+                pass
+
+    writer = threading.Thread(target=write, name="kernelscope-stage", daemon=True)
+    writer.start()
     rows = 0
-    with pq.ParquetWriter(str(path), RAW_EVENTS, compression="lz4") as writer:
+    try:
         for batch in reader:
+            if failure:
+                break
             if batch.num_rows == 0:
                 continue
             if batch.schema != RAW_EVENTS:
                 batch = _conform(batch)
-            writer.write_batch(batch)
+            pending.put(batch)
             rows += batch.num_rows
             if on_batch is not None:
                 on_batch(rows)
+    finally:
+        pending.put(None)
+        writer.join()
+    if failure:
+        raise failure[0]
     return rows
 
 
