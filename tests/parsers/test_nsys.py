@@ -264,3 +264,148 @@ def test_nsys_rep_without_nsys_says_how(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(ParseError, match="nsys export --type sqlite"):
         list(open_trace(p))
+
+
+# ------------------------------------------------------------------ Parquet export of the same report
+
+PARQUET_DIR = NSIGHT / "encoder2_nvtx_pq"
+
+
+def _sorted(table: pa.Table) -> pa.Table:
+    return table.sort_by([("kind", "ascending"), ("ts_ns", "ascending"), ("name", "ascending"),
+                          ("tid", "ascending")])
+
+
+def test_parquetdir_yields_the_sqlite_rows_and_meta(sqlite_path):
+    from kernelscope.parsers import parquet_dir_kind
+
+    assert parquet_dir_kind(PARQUET_DIR) == "nsys" and detect_format(PARQUET_DIR) == "nsys"
+    sq, msq = read_all(SQLITE_GZ)
+    pq_, mpq = read_all(PARQUET_DIR)
+    assert pq_.num_rows == sq.num_rows == 800 == mpq.events
+    assert _sorted(pq_).drop_columns(["seq"]).equals(_sorted(sq).drop_columns(["seq"]))
+    assert pq_.equals(sq)  # same tables in the same order: the same seq numbering too
+    con = sqlite3.connect(sqlite_path)
+    assert mpq.base_time_ns == msq.base_time_ns == con.execute(
+        "SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()[0]
+    assert mpq.device_properties == msq.device_properties
+    assert mpq.device_properties[0]["numSms"] == 132 and mpq.device_properties[0]["memoryBandwidth"] == 4814304000000
+    assert mpq.warnings == msq.warnings == [] and mpq.extra == msq.extra
+    assert mpq.dropped_notes == msq.dropped_notes
+    assert mpq.content_hash and mpq.content_hash != msq.content_hash  # the directory's own bytes
+
+
+def test_parquet_uint64_wraps_like_sqlite_integer(sqlite_path):
+    """DIAGNOSTIC_EVENT.globalPid holds a uint64 above 2**63: loaded as SQLite's signed INTEGER holds it."""
+    from kernelscope.parsers.nsys import _ParquetSource
+
+    src = _ParquetSource(PARQUET_DIR)
+    got = sorted(r[0] for r in src.con.execute("SELECT globalPid FROM DIAGNOSTIC_EVENT"))
+    want = sorted(r[0] for r in sqlite3.connect(sqlite_path).execute("SELECT globalPid FROM DIAGNOSTIC_EVENT"))
+    assert got == want and min(got) < 0
+    assert "ANALYSIS_FILE" in src.tables() and "ANALYSIS_FILE" not in {
+        r[0] for r in src.con.execute("SELECT name FROM sqlite_master")}  # listed, not loaded: not read
+    src.close()
+
+
+def test_cli_ingest_parquetdir_summary_equals_sqlite(tmp_path):
+    from click.testing import CliRunner
+
+    from kernelscope.analysis.launch import launch
+    from kernelscope.analysis.summary import summary
+    from kernelscope.cli import cli
+    from kernelscope.storage.store import open_store
+
+    db = tmp_path / "s.duckdb"
+    for p in (PARQUET_DIR, SQLITE_GZ):
+        res = CliRunner().invoke(cli, ["ingest", str(p), "--db", str(db)])
+        assert res.exit_code == 0, res.output
+        assert res.output.count("ingested ") == 1
+    with open_store(db, read_only=True) as st:
+        ids = dict(st.con.execute("SELECT name, trace_id FROM traces").fetchall())
+        assert set(ids) == {"encoder2_nvtx_pq", "encoder2_nvtx"}
+        keys = ("kernels", "kernel_time_ns", "busy_ns", "gpu_span_ns", "launches", "cpu_ops", "memsets")
+        a, b = (summary(st, ids[n]).scalars for n in ("encoder2_nvtx_pq", "encoder2_nvtx"))
+        assert {k: a[k] for k in keys} == {k: b[k] for k in keys}
+        assert (a["kernels"], a["kernel_time_ns"]) == (66, 511421)
+        la, lb = (launch(st, ids[n]).scalars["tklqt_ns"] for n in ("encoder2_nvtx_pq", "encoder2_nvtx"))
+        assert la == lb and la > 0
+    # a second ingest of the same directory is recognised by its content hash
+    res = CliRunner().invoke(cli, ["ingest", str(PARQUET_DIR), "--db", str(db)])
+    assert res.exit_code == 0 and res.output.startswith("skipped")
+
+
+def test_walk_finds_parquetdir_as_one_trace(tmp_path):
+    from kernelscope.storage.ingest import collect_paths
+
+    root = tmp_path / "root"
+    shutil.copytree(PARQUET_DIR, root / "a" / "export_pq")
+    shutil.copy(SQLITE_GZ, root / "b.sqlite.gz")
+    assert collect_paths([root]) == [("export", root / "a" / "export_pq"), ("file", root / "b.sqlite.gz")]
+    assert collect_paths([root / "a" / "export_pq"]) == [("export", root / "a" / "export_pq")]
+
+
+def _partial_copy(tmp_path, keep) -> Path:
+    out = tmp_path / "pq"
+    out.mkdir()
+    for f in PARQUET_DIR.glob("*.parquet"):
+        if keep(f.stem):
+            shutil.copy(f, out / f.name)
+    return out
+
+
+def test_parquetdir_missing_tables_and_columns_warn(tmp_path):
+    import pyarrow.parquet as pq
+
+    d = _partial_copy(tmp_path, lambda n: n not in ("CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_MEMSET"))
+    k = pq.read_table(d / "CUPTI_ACTIVITY_KIND_KERNEL.parquet").drop_columns(["registersPerThread"])
+    pq.write_table(k, d / "CUPTI_ACTIVITY_KIND_KERNEL.parquet")
+    table, meta = read_all(d)
+    kinds = table.column("kind").to_pylist()
+    assert kinds.count("kernel") == 66 and "memset" not in kinds and "runtime" not in kinds
+    assert any("CUPTI_ACTIVITY_KIND_RUNTIME" in w for w in meta.warnings)
+    assert any("registersPerThread" in w for w in meta.warnings)
+    regs = table.filter(pa.compute.equal(table.column("kind"), "kernel")).column("registers_per_thread")
+    assert regs.null_count == 66
+
+
+def test_parquetdir_with_dictionary_columns_reads_the_same(tmp_path):
+    """Column types may differ between exports: dictionary-encoded strings and narrower ints read alike."""
+    import pyarrow.parquet as pq
+
+    d = _partial_copy(tmp_path, lambda n: True)
+    s = pq.read_table(d / "StringIds.parquet")
+    s = s.set_column(1, "value", s.column("value").dictionary_encode())
+    pq.write_table(s, d / "StringIds.parquet")
+    assert pa.types.is_dictionary(pq.read_schema(d / "StringIds.parquet").field("value").type)
+    assert read_all(d)[0].equals(read_all(PARQUET_DIR)[0])
+
+
+@pytest.mark.parametrize("case", ["not_nsys", "no_stringids", "damaged"])
+def test_bad_parquetdir_one_line(case, tmp_path):
+    from click.testing import CliRunner
+
+    from kernelscope.cli import cli
+
+    if case == "not_nsys":
+        d = tmp_path / "other_pq"
+        d.mkdir()
+        import pyarrow.parquet as pq
+
+        pq.write_table(pa.table({"x": [1, 2]}), d / "people.parquet")
+        want = "not an Nsight Systems export"
+    elif case == "no_stringids":
+        d = _partial_copy(tmp_path, lambda n: n != "StringIds")
+        want = "no StringIds table"
+    else:
+        d = _partial_copy(tmp_path, lambda n: True)
+        (d / "NVTX_EVENTS.parquet").write_bytes((d / "NVTX_EVENTS.parquet").read_bytes()[:5000])
+        want = "cannot read NVTX_EVENTS.parquet"
+    with pytest.raises(ParseError, match=want):
+        list(open_trace(d))
+    db = tmp_path / "s.duckdb"
+    res = CliRunner().invoke(cli, ["ingest", str(d), "--db", str(db)])
+    assert res.exit_code == 1
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"kernelscope: {d}: ") and want in lines[0], res.stderr
+    assert "Traceback" not in res.output

@@ -16,6 +16,29 @@ TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".sqlite.gz", ".nsys-rep")
 #: Nsight Compute CSV exports (per-kernel metrics, not timelines: storage.ncu ingests them). Not walked
 #: by default: a directory of CSVs may hold other tables (nsys stats output, ...).
 NCU_SUFFIXES = (".csv", ".csv.gz")
+#: Tables whose ``<name>.parquet`` marks a directory as an ``nsys export --type parquetdir`` output.
+NSYS_PARQUET_MARKERS = ("StringIds", "TARGET_INFO_SESSION_START_TIME", "META_DATA_EXPORT", "NVTX_EVENTS",
+                        "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME")
+
+
+def parquet_dir_kind(path: str | Path) -> str | None:
+    """What a directory is as a trace: ``"nsys"`` when it holds one of Nsight Systems' tables as
+    ``<TABLE>.parquet`` (``NSYS_PARQUET_MARKERS``: an ``nsys export --type parquetdir``, perhaps
+    incomplete), ``"parquet"`` when it holds only ``.parquet`` files (at least one) but none of those, None
+    otherwise (not a directory, or a directory of other things: walk it)."""
+    p = Path(path)
+    if not p.is_dir():
+        return None
+    try:
+        entries = list(p.iterdir())
+    except OSError:
+        return None
+    names = {e.name for e in entries if e.is_file()}
+    if any(f"{m}.parquet" in names for m in NSYS_PARQUET_MARKERS):
+        return "nsys"
+    if entries and all(e.is_file() and e.name.endswith(".parquet") for e in entries):
+        return "parquet"
+    return None
 
 
 def _peek(path: Path, n: int = 4096) -> bytes:
@@ -33,9 +56,24 @@ def detect_format(path: str | Path) -> str:
     """The trace format of a file by its content: ``"kineto"`` for a JSON document (the Kineto reader
     gives the precise error when it is JSON but not a trace), ``"nsys"`` for an SQLite file (the nsys
     reader says when it is not an nsys export) or a ``.nsys-rep`` report, ``"ncu"`` for an Nsight Compute
-    CSV. ParseError for anything else."""
+    CSV, ``"nsys"`` for a directory that is an ``nsys export --type parquetdir`` (``parquet_dir_kind``).
+    ParseError for anything else."""
     if Path(path).name.endswith(".nsys-rep"):
         return "nsys"
+    if Path(path).is_dir():
+        kind = parquet_dir_kind(path)
+        if kind == "nsys":
+            return "nsys"
+        if kind == "parquet":
+            raise ParseError(
+                "this directory of Parquet files is not an Nsight Systems export (none of StringIds, "
+                "TARGET_INFO_SESSION_START_TIME, CUPTI_ACTIVITY_KIND_*.parquet); give the output of "
+                "`nsys export --type parquetdir`"
+            )
+        raise ParseError(
+            "this is a directory, not a trace file, and not an `nsys export --type parquetdir` output; "
+            "give a trace file, or a directory to `kernelscope ingest` (it walks directories)"
+        )
     head = _peek(Path(path)).lstrip()
     if head.startswith(b"\xef\xbb\xbf"):
         head = head[3:].lstrip()

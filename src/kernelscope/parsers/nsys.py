@@ -1,8 +1,14 @@
-"""Reader for Nsight Systems SQLite exports (``nsys export --type sqlite``), plain or gzip, and ``.nsys-rep``
-reports (exported first when an ``nsys`` binary is on PATH).
+"""Reader for Nsight Systems exports: SQLite (``nsys export --type sqlite``), plain or gzip, Parquet
+directories (``nsys export --type parquetdir``: one ``<TABLE>.parquet`` per table), and ``.nsys-rep``
+reports (exported to SQLite first when an ``nsys`` binary is on PATH).
 
-Read with Python's ``sqlite3`` (DuckDB's SQLite extension is downloaded at run time and cannot be
-assumed); a ``.sqlite.gz`` is decompressed to a temporary file that is removed after iteration.
+One mapping, two sources. The mapping is SQL over nsys's tables, run with Python's ``sqlite3`` (DuckDB's
+SQLite extension is downloaded at run time and cannot be assumed): a ``.sqlite.gz`` is decompressed to a
+temporary file that is removed after iteration; for a Parquet directory the tables the mapping reads
+(``TABLES_READ``) are loaded into an in-memory SQLite database, with each column converted to what nsys's
+SQLite export holds (uint64 -> int64 two's complement, as SQLite's INTEGER stores it; dictionaries
+decoded; booleans -> 0/1). Table and column lists come from the source (``sqlite_master`` / the Parquet
+files and their schemas), so missing tables and columns are handled alike.
 
 What becomes which ``RAW_EVENTS`` row (``kind``):
 
@@ -158,8 +164,95 @@ class _Batcher:
         return pa.RecordBatch.from_arrays(arrays, schema=RAW_EVENTS)
 
 
+#: Every nsys table the mapping reads (the Parquet source loads these, and only these, into SQLite).
+TABLES_READ = (
+    "StringIds", "META_DATA_EXPORT", "TARGET_INFO_SESSION_START_TIME", "TARGET_INFO_GPU", "TARGET_INFO_CUDA_DEVICE",
+    "DIAGNOSTIC_EVENT", "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_MEMCPY",
+    "CUPTI_ACTIVITY_KIND_MEMSET", "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", "CUPTI_ACTIVITY_KIND_GRAPH_TRACE",
+    "NVTX_EVENTS", "PROFILER_OVERHEAD", "ThreadNames", "PROCESSES", "ENUM_CUDA_MEM_KIND", "ENUM_CUPTI_SYNC_TYPE",
+)
+
+
+class _SqliteSource:
+    """An nsys SQLite export opened read-only: ``tables``, ``columns(table)``, ``con`` for the mapping's SQL."""
+
+    what = "SQLite file"
+    export_type = "sqlite"
+
+    def __init__(self, db: str):
+        try:
+            self.con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        except sqlite3.Error as exc:
+            raise ParseError(f"cannot open the SQLite file ({exc}); check the file") from None
+
+    def tables(self) -> set[str]:
+        return {r[0] for r in self.con.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
+
+    def columns(self, table: str) -> list[str]:
+        return [r[1] for r in self.con.execute(f'PRAGMA table_info("{table}")')]
+
+    def close(self) -> None:
+        self.con.close()
+
+
+def _sqlite_column(arr: pa.ChunkedArray) -> list:
+    """A Parquet column as the Python values nsys's SQLite export holds for it."""
+    t = arr.type
+    if pa.types.is_dictionary(t):
+        arr = arr.cast(t.value_type)
+        t = t.value_type
+    if pa.types.is_unsigned_integer(t) or pa.types.is_boolean(t):
+        arr = arr.cast(pa.int64(), safe=False)  # uint64 above 2**63 wraps, as in SQLite's signed INTEGER
+    elif not (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_string(t)
+              or pa.types.is_large_string(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t)):
+        arr = arr.cast(pa.string())
+    return arr.to_pylist()
+
+
+class _ParquetSource(_SqliteSource):
+    """An ``nsys export --type parquetdir`` directory: every ``<TABLE>.parquet`` is a table; those in
+    ``TABLES_READ`` are loaded into an in-memory SQLite database with the export's column names."""
+
+    what = "Parquet directory"
+    export_type = "parquetdir"
+
+    def __init__(self, folder: Path):
+        import pyarrow.parquet as pq
+
+        self.files = {f.name[: -len(".parquet")]: f for f in sorted(folder.glob("*.parquet")) if f.is_file()}
+        self.schemas: dict[str, list[str]] = {}
+        self.con = sqlite3.connect(":memory:")
+        for name, f in self.files.items():
+            try:
+                self.schemas[name] = list(pq.read_schema(f).names)
+                if name not in TABLES_READ:
+                    continue
+                table = pq.read_table(f)
+            except (pa.ArrowException, OSError) as exc:
+                self.con.close()
+                raise ParseError(
+                    f"cannot read {f.name} of the Parquet export ({str(exc).splitlines()[0] if str(exc) else exc}); "
+                    "export the report again with `nsys export --type parquetdir`"
+                ) from None
+            cols = ", ".join(f'"{c}"' for c in table.column_names)
+            self.con.execute(f'CREATE TABLE "{name}" ({cols})')
+            if table.num_rows:
+                marks = ", ".join("?" * table.num_columns)
+                values = [_sqlite_column(c) for c in table.columns]
+                self.con.executemany(f'INSERT INTO "{name}" VALUES ({marks})', zip(*values))
+            if name == "StringIds" and "id" in table.column_names:  # looked up once per row, as nsys's key
+                self.con.execute('CREATE INDEX "StringIds_id" ON "StringIds" (id)')
+
+    def tables(self) -> set[str]:
+        return set(self.files)
+
+    def columns(self, table: str) -> list[str]:
+        return self.schemas.get(table, [])
+
+
 class NsysReader:
-    """Iterate an nsys SQLite export as ``RAW_EVENTS`` record batches; ``meta`` is complete afterwards."""
+    """Iterate an nsys export (SQLite file, ``.sqlite.gz``, ``.nsys-rep`` or Parquet directory) as
+    ``RAW_EVENTS`` record batches; ``meta`` is complete afterwards."""
 
     def __init__(self, path: str | Path, *, batch_rows: int = 65536, **_ignored: Any):
         self.path = Path(path)
@@ -217,37 +310,54 @@ class NsysReader:
             raise ParseError(f"`nsys export --type sqlite` failed on the report ({last[0]}); export it by hand")
         return out
 
+    def _hash_folder(self) -> None:
+        """content_hash of a Parquet export: sha256 over its ``.parquet`` files (name and bytes, by name)."""
+        import hashlib
+
+        h = hashlib.sha256()
+        for f in sorted(self.path.glob("*.parquet")):
+            h.update(f.name.encode() + b"\0")
+            with open(f, "rb") as fh:
+                for block in iter(lambda: fh.read(1 << 22), b""):
+                    h.update(block)
+        self.meta.content_hash = h.hexdigest()
+
     def __iter__(self) -> Iterator[pa.RecordBatch]:
         with tempfile.TemporaryDirectory(prefix="kernelscope-nsys-") as tmpdir:
-            db = self._materialize(tmpdir)
+            if self.path.is_dir():
+                self._hash_folder()
+                src: _SqliteSource = _ParquetSource(self.path)
+            else:
+                src = _SqliteSource(self._materialize(tmpdir))
             try:
-                con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-            except sqlite3.Error as exc:
-                raise ParseError(f"cannot open the SQLite file ({exc}); check the file") from None
-            try:
-                yield from self._read(con)
+                yield from self._read(src)
             except sqlite3.DatabaseError as exc:
                 raise ParseError(
                     f"the SQLite file is damaged or truncated ({exc}); export it again with "
                     "`nsys export --type sqlite`"
                 ) from None
             finally:
-                con.close()
+                src.close()
 
     # ------------------------------------------------------------------------------------------ reading
 
-    def _read(self, con: sqlite3.Connection) -> Iterator[pa.RecordBatch]:
-        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
+    def _read(self, src: _SqliteSource) -> Iterator[pa.RecordBatch]:
+        con = src.con
+        tables = src.tables()
         event_tables = {"CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS"}
-        if "StringIds" not in tables or not (
-            tables & {"TARGET_INFO_SESSION_START_TIME", "META_DATA_EXPORT"} or tables & event_tables
-        ):
+        nsys_like = tables & {"TARGET_INFO_SESSION_START_TIME", "META_DATA_EXPORT"} or tables & event_tables
+        if nsys_like and "StringIds" not in tables:
             raise ParseError(
-                "this SQLite file is not an Nsight Systems export (no StringIds/TARGET_INFO/CUPTI tables); "
-                "give the output of `nsys export --type sqlite`"
+                f"this Nsight Systems {src.what} export has no StringIds table (the names of kernels and "
+                f"calls); export the whole report again with `nsys export --type {src.export_type}`"
+            )
+        if not nsys_like:
+            raise ParseError(
+                f"this {src.what} is not an Nsight Systems export (no StringIds/TARGET_INFO/CUPTI tables); "
+                f"give the output of `nsys export --type {src.export_type}`"
             )
         self.tables = tables
-        self.cols = {t: [r[1] for r in con.execute(f'PRAGMA table_info("{t}")')] for t in tables}
+        self.cols = {t: src.columns(t) for t in tables}
         meta = self.meta
         self._read_meta(con)
         for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME"):

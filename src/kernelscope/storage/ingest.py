@@ -502,9 +502,13 @@ def collect_paths(paths) -> list[tuple[str, pathlib.Path]]:
     A directory is walked recursively: a run directory in it (``is_run_dir``) is one 'run'; its
     run.json and trace.json(.gz) are never ingested on their own; any other file whose name ends in a
     trace suffix is a 'file' (a stray run.json is not a trace and is left out). A given run
-    directory, or a given file inside one that is its run.json or trace, is that 'run'. Each item
-    appears once.
+    directory, or a given file inside one that is its run.json or trace, is that 'run'. An Nsight
+    Systems Parquet export (``parsers.parquet_dir_kind`` 'nsys'; given, or met in a walk) is one
+    ('export', folder), read by ``ingest_file``; a given folder of Parquet files only is one too (its
+    reader says it is not an nsys export). Each item appears once.
     """
+    from ..parsers import parquet_dir_kind
+
     suffixes = _trace_suffixes()
     out: list[tuple[str, pathlib.Path]] = []
     seen: set[tuple[str, pathlib.Path]] = set()
@@ -520,8 +524,14 @@ def collect_paths(paths) -> list[tuple[str, pathlib.Path]]:
             if is_run_dir(p):
                 add("run", p)
                 continue
+            if parquet_dir_kind(p) is not None:
+                add("export", p)
+                continue
             found = []
             for f in p.rglob("*"):
+                if f.is_dir() and parquet_dir_kind(f) == "nsys":
+                    found.append(("export", f))
+                    continue
                 if not f.is_file() or not f.name.endswith(suffixes):
                     continue
                 if is_run_dir(f.parent):
