@@ -236,9 +236,9 @@ def cli():
 @click.option("--no-python", is_flag=True, help="Skip python_function events.")
 @_db_option
 def ingest(paths, labels, name, no_python, db):
-    """Ingest traces: Kineto (.json, .json.gz), Nsight Systems (.sqlite, .sqlite.gz, .nsys-rep), Nsight
-    Compute CSVs (.csv, .csv.gz: matched to the stored trace of the same workload), or directories of
-    traces (recursive).
+    """Ingest traces: Kineto (.json, .json.gz), Nsight Systems (.sqlite, .sqlite.gz, .nsys-rep, or a
+    `nsys export --type parquetdir` folder), Nsight Compute CSVs (.csv, .csv.gz: matched to the stored
+    trace of the same workload), or directories of traces (recursive).
 
     A collector run directory (run.json beside trace.json.gz, as `kernelscope profile` writes) is
     ingested as one trace with its telemetry, provenance, un-profiled timings and labels.
