@@ -387,7 +387,12 @@ def analyze(name, traces_, list_, options, by, sweep, fmt, as_json, table, db):
     fmt = _fmt(fmt, as_json)
     if list_:
         df = pd.DataFrame([{"name": a.name, "description": a.description} for a in ANALYSES.values()])
-        _emit_frame(df, fmt)
+        if fmt == "table":  # whole descriptions: they are the only documentation a user sees here
+            width = max(len(n) for n in df["name"])
+            for row in df.itertuples(index=False):
+                click.echo(f"{row.name:<{width}}  {row.description}")
+        else:
+            _emit_frame(df, fmt)
         return
     if not name:
         raise UsageError("give an analysis name and at least one TRACE, or --list to see the analyses.")
