@@ -32,11 +32,17 @@ def count_text(n) -> str:
 
 
 def table(df, columns: list[tuple[str, str, str]], table_id: str, **kwargs) -> dash_table.DataTable:
-    """A sortable DataTable. ``columns``: (field, header with unit, 'text' | 'numeric')."""
+    """A sortable DataTable. ``columns``: (field, header with unit, 'text' | 'numeric'); text columns are
+    left-aligned. A column ``id`` in ``df`` becomes the row id."""
+    fields = [f for f, _, _ in columns]
+    if "id" in df.columns and "id" not in fields:
+        fields.append("id")  # DataTable row id: active_cell then carries row_id
     return dash_table.DataTable(
         id=table_id,
         columns=[{"id": f, "name": h, "type": t} for f, h, t in columns],
-        data=df[[f for f, _, _ in columns]].to_dict("records"),
+        data=df[fields].to_dict("records"),
+        style_cell_conditional=[{"if": {"column_id": f}, "textAlign": "left"}
+                                for f, _, t in columns if t == "text"],
         sort_action="native",
         style_table={"overflowX": "auto"},
         style_cell={"fontFamily": "system-ui, sans-serif", "fontSize": "13px", "padding": "4px 8px",
