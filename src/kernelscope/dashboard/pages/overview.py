@@ -146,7 +146,10 @@ def _tables(result, kernel_time_ns: int) -> list:
                            ("share_pct", "% of kernel time", "numeric")], "top-kernels",
                       tooltip_data=[{"name": n} for n in tk["name"]], tooltip_duration=None)]
     to = result.tables["top_operators"].copy()
-    if not to.empty:
+    if to.empty and not tk.empty:
+        out.append(message("No kernel in this trace is attributed to a CPU operator, so there is no "
+                           "operator table.", "msg-no-operators"))
+    elif not to.empty:
         to["kernel_ms"] = (to["kernel_time_ns"] / NS_PER_MS).round(3)
         to["share_pct"] = (to["share"] * 100).round(1)
         out += [html.H3("Top operators by kernel time (top-level operators)"),

@@ -23,7 +23,8 @@ def rows(store) -> pd.DataFrame:
         "labels": [", ".join(f"{k}={v}" for k, v in sorted(lab.items())) for lab in df["labels"]],
         "devices": [", ".join(str(d) for d in devs) for devs in df["devices"]],
         "kernels": df["kernels"].astype("int64"),
-        "gpu_span_ms": [None if pd.isna(v) else round(int(v) / NS_PER_MS, 3) for v in df["gpu_span_ns"]],
+        "gpu_span_ms": pd.Series([None if pd.isna(v) else round(int(v) / NS_PER_MS, 3)
+                                  for v in df["gpu_span_ns"]], dtype=object),
     })
     return out
 

@@ -1,0 +1,151 @@
+"""Callbacks and page layouts as plain functions, on a real store."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from kernelscope.analysis.bound import idle_split
+from kernelscope.analysis.registry import get_analysis
+from kernelscope.dashboard.app import route, trace_ref
+from kernelscope.dashboard.pages import overview, traces
+from kernelscope.storage.queries import list_traces
+from kernelscope.storage.store import open_store
+
+from .tree import find, texts
+
+
+def _summary(db, tid):
+    with open_store(db, read_only=True) as store:
+        return get_analysis("summary").fn(store, tid), idle_split(store, tid)
+
+
+def test_trace_ref_from_path_or_query():
+    assert trace_ref("/", "") is None
+    assert trace_ref("/", None) is None
+    assert trace_ref("/trace/abc123", "") == "abc123"
+    assert trace_ref("/trace/abc123/", "") == "abc123"
+    assert trace_ref("/", "?trace=llama_prefill_b1") == "llama_prefill_b1"
+    assert trace_ref("/trace/a%20b", "") == "a b"
+
+
+def test_traces_page_lists_every_trace_with_its_numbers(dash_store):
+    page = route(dash_store.db, "/", "")
+    table = find(page, traces.TABLE_ID)
+    assert table is not None and table.filter_action == "native"
+    by_id = {r["id"]: r for r in table.data}
+    assert set(by_id) == set(dash_store.ids.values())
+    with open_store(dash_store.db, read_only=True) as store:
+        ref = list_traces(store).set_index("trace_id")
+    for tid, row in by_id.items():
+        assert row["trace_id"] == tid and row["name"] == ref.loc[tid, "name"]
+        assert row["kernels"] == ref.loc[tid, "kernels"]
+        span = ref.loc[tid, "gpu_span_ns"]
+        assert row["gpu_span_ms"] == (None if pd.isna(span) else round(int(span) / 1e6, 3))
+    assert by_id[dash_store.ids["two_devices"]]["devices"] == "0, 1"
+    assert by_id[dash_store.ids["cpu_only"]]["gpu_span_ms"] is None
+    assert "batch=1" in by_id[dash_store.ids["llama_prefill_b1"]]["labels"]
+
+
+def test_clicking_a_row_opens_that_trace_whatever_the_filter():
+    # active_cell as DataTable sends it: row is the index in the shown (filtered/sorted) rows, row_id the id.
+    assert traces.open_trace({"row": 0, "column": 1, "column_id": "name", "row_id": "d79dc1ba9fce"}) \
+        == "/trace/d79dc1ba9fce"
+    assert traces.open_trace(None) is None
+    assert traces.open_trace({"row": 0, "column": 0, "column_id": "id"}) is None
+
+
+@pytest.mark.parametrize("name", ["llama_prefill_b1", "compiled", "probe_train", "two_devices"])
+def test_overview_numbers_equal_the_summary(dash_store, name):
+    tid = dash_store.ids[name]
+    page = route(dash_store.db, f"/trace/{tid}", "")
+    result, split = _summary(dash_store.db, tid)
+    s = result.scalars
+    for key, _label, kind, _d in overview.KPIS:
+        el = find(page, f"kpi-{key}")
+        assert el is not None, key
+        raw = getattr(el, "data-value")
+        assert raw == ("" if s[key] is None else str(s[key])), key
+        if kind == "ns" and s[key] is not None:
+            assert el.children == f"{s[key] / 1e6:,.3f} ms"
+    hw = find(page, "kpi-host_wait_share")
+    assert getattr(hw, "data-value") == str(int(split["host_wait_ns"].sum()))
+    assert hw.children == f"{100 * split['host_wait_ns'].sum() / split['gpu_span_ns'].sum():.1f}%"
+    fig = find(page, "busy-figure").figure
+    assert len(fig.data) == s["devices_count"]
+    assert max(max(t.y) for t in fig.data) > 0
+    # Tables: top kernels as the summary ranks them, times in ms.
+    tk = result.tables["top_kernels"]
+    rows = find(page, "top-kernels").data
+    assert [r["name"] for r in rows] == list(tk["name"])
+    assert [r["total_ms"] for r in rows] == [round(v / 1e6, 3) for v in tk["total_ns"]]
+    if result.tables["top_operators"].empty:  # the two-device edge trace has no CPU operators
+        assert "No kernel in this trace is attributed to a CPU operator" in texts(find(page, "msg-no-operators"))
+        assert find(page, "top-operators") is None
+    else:
+        ops = find(page, "top-operators").data
+        assert [r["name"] for r in ops] == list(result.tables["top_operators"]["name"])
+        assert find(page, "msg-no-operators") is None
+
+
+def test_overview_trust_in_words(dash_store):
+    tid = dash_store.ids["llama_prefill_b1"]
+    result, _ = _summary(dash_store.db, tid)
+    words = texts(find(route(dash_store.db, f"/trace/{tid}", ""), "trust"))
+    kl = result.trust["kernels_with_launch"]["count"]
+    k = result.scalars["kernels"]
+    assert f"{kl:,} of {k:,} kernels have a launch call in the trace" in words
+    ops = result.trust["ops_with_kernels"]
+    assert f"{ops['top_level_ops']:,} of {ops['top_level_ops_total']:,} top-level CPU operators" in words
+
+
+def test_trust_sentences_name_the_problems():
+    trust = {"kernels_with_launch": {"count": 1274, "pct": 70.154}, "negative_launch_times": 3,
+             "graph_kernels": 12, "dropped_notes": ["x", "y"], "ext_id_disagreements": {"count": 0}}
+    got = overview.trust_sentences(trust, {"kernels": 1816})
+    assert "1,274 of 1,816 kernels have a launch call in the trace (70.2%)." in got
+    assert any(t.startswith("3 GPU activities start before their launch call") for t in got)
+    assert any(t.startswith("12 kernels ran inside CUDA graphs") for t in got)
+    assert any("(2 notes)" in t for t in got)
+    assert not any("External id" in t for t in got)
+
+
+def test_query_string_and_prefix_and_name_open_the_same_overview(dash_store):
+    tid = dash_store.ids["compiled"]
+    for path, search in ((f"/trace/{tid}", ""), ("/", f"?trace={tid}"), (f"/trace/{tid[:6]}", ""),
+                         ("/", "?trace=compiled")):
+        page = route(dash_store.db, path, search)
+        assert tid in texts(page), (path, search)
+        assert find(page, "kpi-busy_ns") is not None
+
+
+def test_cpu_only_trace_says_so_and_draws_nothing(dash_store):
+    page = route(dash_store.db, f"/trace/{dash_store.ids['cpu_only']}", "")
+    assert "no GPU activity" in texts(find(page, "msg-no-gpu"))
+    assert find(page, "busy-figure") is None
+    assert find(page, "kpi-host_wait_share") is None
+    assert getattr(find(page, "kpi-gpu_span_ns"), "data-value") == ""
+    assert find(page, "kpi-gpu_span_ns").children == "—"
+    assert find(page, "kpi-cpu_ops").children == "2"
+
+
+def test_unknown_trace_unknown_page_empty_and_missing_store(dash_store, empty_db, tmp_path):
+    msg = find(route(dash_store.db, "/trace/ffffffffffff", ""), "msg-unknown-trace")
+    assert "No trace matches 'ffffffffffff' in this store." in texts(msg)
+    assert find(route(dash_store.db, "/operators", ""), "msg-no-page") is not None
+    empty = find(route(empty_db, "/", ""), "msg-empty-store")
+    assert "has no traces yet" in texts(empty)
+    assert "No trace matches" in texts(route(empty_db, "/trace/abc", ""))
+    missing = find(route(tmp_path / "nope.duckdb", "/", ""), "msg-store-error")
+    assert "no store at" in texts(missing)
+    (tmp_path / "junk.duckdb").write_text("not a database")
+    assert "not a kernelscope store" in texts(route(tmp_path / "junk.duckdb", "/", ""))
+
+
+def test_ambiguous_prefix_is_a_sentence(dash_store):
+    ids = list(dash_store.ids.values())
+    # Find the longest shared prefix of two ids; with 5 random ids a 1-character prefix is likely shared.
+    shared = next((a[:1] for a in ids for b in ids if a != b and a[:1] == b[:1]), None)
+    if shared is None:
+        pytest.skip("no two trace ids share a first character in this store")
+    assert "ambiguous" in texts(find(route(dash_store.db, f"/trace/{shared}", ""), "msg-unknown-trace"))

@@ -1,0 +1,81 @@
+"""GPU-busy binning: DuckDB bins (dashboard/data.py) against an independent Python binning of the same
+busy intervals, and the figure builder's filling of empty bins."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from kernelscope.analysis.registry import get_analysis
+from kernelscope.dashboard.data import busy_bins
+from kernelscope.reports.figures import MAX_BINS, bin_width_ns, busy_fraction_bins, busy_fraction_figure
+from kernelscope.storage.store import open_store
+
+
+def test_bin_width_keeps_at_most_max_bins():
+    assert bin_width_ns(4000, 2000) == 2
+    assert bin_width_ns(4001, 2000) == 3  # ceil: 2 would need 2001 bins
+    assert bin_width_ns(10, 2000) == 1
+    assert bin_width_ns(0) == 1
+    for span in (1, 1999, 2000, 2001, 29_648_123, 10**12 + 7):
+        w = bin_width_ns(span)
+        assert -(-span // w) <= MAX_BINS
+        assert w == 1 or -(-span // (w - 1)) > MAX_BINS  # the narrowest width that fits
+
+
+def test_fraction_fills_empty_bins_and_clips_the_last():
+    bins = pd.DataFrame({"device": [0, 0, 1], "bin": [0, 2, 1], "busy_ns": [10, 5, 7]})
+    df = busy_fraction_bins(bins, span_ns=25, width_ns=10)  # bins 0..2, the last one 5 ns long
+    assert list(df["device"]) == [0, 0, 0, 1, 1, 1]
+    assert list(df["busy_ns"]) == [10, 0, 5, 0, 7, 0]
+    assert list(df["bin_ns"]) == [10, 10, 5, 10, 10, 5]
+    assert list(df["start_ns"]) == [0, 10, 20, 0, 10, 20]
+    assert list(df["busy_fraction"]) == [1.0, 0.0, 1.0, 0.0, 0.7, 0.0]
+
+
+def test_figure_one_line_per_device_in_percent():
+    bins = pd.DataFrame({"device": [0, 1], "bin": [0, 1], "busy_ns": [5, 10]})
+    fig = busy_fraction_figure(bins, span_ns=20, width_ns=10)
+    assert [t.name for t in fig.data] == ["GPU 0", "GPU 1"]
+    assert list(fig.data[0].y) == [50.0, 0.0]
+    assert list(fig.data[1].y) == [0.0, 100.0]
+    assert list(fig.data[1].x) == [0.0, 10 / 1e6]  # ms
+
+
+def test_no_gpu_activity_gives_empty_bins_and_no_lines(dash_store):
+    with open_store(dash_store.db, read_only=True) as store:
+        bins, span, width = busy_bins(store, dash_store.ids["cpu_only"])
+    assert bins.empty and span == 0
+    assert busy_fraction_bins(bins, span, width).empty
+    assert len(busy_fraction_figure(bins, span, width).data) == 0
+
+
+def _python_bins(intervals: pd.DataFrame, t0: int, width: int) -> dict[tuple[int, int], int]:
+    """Reference: walk each busy interval bin by bin in plain Python."""
+    out: dict[tuple[int, int], int] = {}
+    for dev, s, e in intervals[["device", "start_ns", "end_ns"]].itertuples(index=False):
+        s, e = int(s), int(e)
+        while s < e:
+            b = (s - t0) // width
+            stop = min(e, t0 + (b + 1) * width)
+            out[(int(dev), b)] = out.get((int(dev), b), 0) + stop - s
+            s = stop
+    return out
+
+
+@pytest.mark.parametrize("name", ["llama_prefill_b1", "compiled", "probe_train", "two_devices"])
+def test_duckdb_bins_equal_python_reference_and_sum_to_busy(dash_store, name):
+    tid = dash_store.ids[name]
+    with open_store(dash_store.db, read_only=True) as store:
+        bins, span, width = busy_bins(store, tid)
+        intervals = store.query("SELECT * FROM busy_intervals WHERE trace_id = ?", [tid])
+        t0 = int(store.query("SELECT min(start_ns) AS t FROM gpu_activities WHERE trace_id = ?", [tid])["t"][0])
+        summary = get_analysis("summary").fn(store, tid)
+    assert span == summary.scalars["gpu_span_ns"]
+    assert width == bin_width_ns(span) and -(-span // width) <= MAX_BINS
+    got = {(int(d), int(b)): int(v) for d, b, v in bins[["device", "bin"] + ["busy_ns"]].itertuples(index=False)}
+    assert got == _python_bins(intervals, t0, width)
+    assert sum(got.values()) == summary.scalars["busy_ns"]  # exact ns, summed over devices
+    full = busy_fraction_bins(bins, span, width)
+    assert full["busy_fraction"].between(0, 1).all()
+    assert full["bin_ns"].groupby(full["device"]).sum().eq(span).all()
