@@ -1,0 +1,113 @@
+"""A real headless Chromium (Debian's /usr/bin/chromium, driven by Playwright) against the app served on a
+free localhost port: traces page, a row click to an overview, the drawn figure, zero console errors, and
+the busy number in the DOM equal to `kernelscope summary --json`."""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import threading
+from pathlib import Path
+
+import pytest
+
+from kernelscope.reports.figures import bin_width_ns
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+
+try:
+    from playwright.sync_api import expect, sync_playwright
+except ImportError:  # pragma: no cover - depends on the environment
+    expect = sync_playwright = None
+
+pytestmark = [
+    pytest.mark.skipif(sync_playwright is None, reason="playwright is not installed (pip install playwright)"),
+    pytest.mark.skipif(not CHROMIUM.exists(), reason="no /usr/bin/chromium (apt-get install -y chromium)"),
+]
+
+
+@pytest.fixture(scope="module")
+def base_url(dash_store):
+    from werkzeug.serving import make_server
+
+    from kernelscope.dashboard.app import create_app
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = make_server("127.0.0.1", port, create_app(dash_store.db).server, threaded=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{port}"
+    server.shutdown()
+    thread.join(5)
+
+
+@pytest.fixture(scope="module")
+def page(base_url):
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        pg = browser.new_page(viewport={"width": 1400, "height": 1000})
+        pg.console_errors = []
+        pg.on("console", lambda m: pg.console_errors.append(m.text) if m.type == "error" else None)
+        pg.on("pageerror", lambda e: pg.console_errors.append(str(e)))
+        yield pg
+        browser.close()
+
+
+def _cli_summary(db, trace_id) -> dict:
+    from click.testing import CliRunner
+
+    from kernelscope.cli import cli
+
+    res = CliRunner().invoke(cli, ["summary", trace_id, "--json", "--db", str(db)])
+    assert res.exit_code == 0, res.output
+    return json.loads(res.stdout)
+
+
+def test_traces_then_overview_in_chromium(page, base_url, dash_store, tmp_path_factory):
+    shots = tmp_path_factory.mktemp("screenshots")
+    page.goto(base_url + "/")
+    page.wait_for_selector("#traces-table td")
+    rows = page.locator("#traces-table tbody tr:has(td)")
+    assert rows.count() == len(dash_store.ids)
+    # Native filtering: type in the name column's filter cell.
+    page.locator("#traces-table th.dash-filter[data-dash-column='name'] input[type=text]").fill("llama")
+    page.keyboard.press("Enter")
+    page.wait_for_function("document.querySelectorAll('#traces-table tbody tr:has(td)').length == 1")
+    page.screenshot(path=str(shots / "traces.png"), full_page=True)
+
+    tid = dash_store.ids["llama_prefill_b1"]
+    page.click("#traces-table td >> text=llama_prefill_b1")
+    page.wait_for_url(f"**/trace/{tid}")
+    page.wait_for_selector("#busy-figure .scatterlayer .trace path.js-line")
+    # _fullData holds the decoded arrays (data[0].x may still be Plotly's base64 typed-array form).
+    n_points = page.evaluate("document.querySelector('#busy-figure .js-plotly-plot')._fullData[0].x.length")
+    line = page.get_attribute("#busy-figure .scatterlayer .trace path.js-line", "d")
+    assert line and line.count("V") > 100  # a drawn step line (H/V segments), not an empty path
+
+    cli = _cli_summary(dash_store.db, tid)
+    width = bin_width_ns(cli["gpu_span_ns"])
+    assert n_points == -(-cli["gpu_span_ns"] // width) <= 2000  # every bin drawn, empty ones at 0
+    busy = page.locator("#kpi-busy_ns")
+    assert busy.get_attribute("data-value") == str(cli["busy_ns"])
+    assert busy.inner_text() == f"{cli['busy_ns'] / 1e6:,.3f} ms"
+    assert page.locator("#kpi-kernels").get_attribute("data-value") == str(cli["kernels"])
+    assert page.locator("#kpi-gpu_span_ns").get_attribute("data-value") == str(cli["gpu_span_ns"])
+    page.screenshot(path=str(shots / "overview.png"), full_page=True)
+    assert page.console_errors == []
+
+
+def test_shared_urls_and_messages_in_chromium(page, base_url, dash_store):
+    tid = dash_store.ids["compiled"]
+    page.goto(f"{base_url}/?trace={tid}")
+    page.wait_for_selector("#busy-figure .scatterlayer .trace path.js-line")
+    page.goto(f"{base_url}/trace/{dash_store.ids['cpu_only']}")
+    expect(page.locator("#msg-no-gpu")).to_contain_text("no GPU activity")
+    expect(page.locator("#kpi-cpu_ops")).to_have_text("2")
+    page.goto(f"{base_url}/trace/0000deadbeef")
+    expect(page.locator("#msg-unknown-trace")).to_contain_text("No trace matches '0000deadbeef'")
+    assert page.console_errors == []
