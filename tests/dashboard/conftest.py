@@ -1,5 +1,6 @@
 """A small real store for the dashboard tests: two collector runs from sample_traces/ (with telemetry),
-the probe training step, a CPU-only trace and a two-device trace from tests/edge_traces.py."""
+the probe training step, a CPU-only trace, a two-device trace from tests/edge_traces.py and the Nsight
+Systems export of sample_traces/nsight."""
 
 from __future__ import annotations
 
@@ -33,7 +34,9 @@ def dash_store(tmp_path_factory) -> DashStore:
             out.ids[name] = res.trace_id
         files = {"probe_train": ROOT / "tests" / "data" / "probe_train.json.gz",
                  "cpu_only": edge_traces.cpu_only(tmp),
-                 "two_devices": edge_traces.multi_stream_multi_device(tmp)}
+                 "two_devices": edge_traces.multi_stream_multi_device(tmp),
+                 # issue 6: an Nsight Systems trace shows like a Kineto one, through the same code
+                 "nsys": ROOT / "sample_traces" / "nsight" / "encoder2_nvtx.sqlite.gz"}
         for name, path in files.items():
             (res,) = ingest_paths(store, [path], progress=False)
             assert res.status == "ingested", res.message

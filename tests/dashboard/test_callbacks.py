@@ -55,7 +55,7 @@ def test_clicking_a_row_opens_that_trace_whatever_the_filter():
     assert traces.open_trace({"row": 0, "column": 0, "column_id": "id"}) is None
 
 
-@pytest.mark.parametrize("name", ["llama_prefill_b1", "compiled", "probe_train", "two_devices"])
+@pytest.mark.parametrize("name", ["llama_prefill_b1", "compiled", "probe_train", "two_devices", "nsys"])
 def test_overview_numbers_equal_the_summary(dash_store, name):
     tid = dash_store.ids[name]
     page = route(dash_store.db, f"/trace/{tid}", "")

@@ -44,7 +44,7 @@ def layout(store) -> html.Div:
         table(
             df,
             [("trace_id", "id", "text"), ("name", "name", "text"), ("labels", "labels", "text"),
-             ("devices", "GPUs", "text"), ("kernels", "kernels", "numeric"),
+             ("devices", "GPU devices", "text"), ("kernels", "kernels", "numeric"),
              ("gpu_span_ms", "GPU span (ms)", "numeric")],
             TABLE_ID,
             filter_action="native",
