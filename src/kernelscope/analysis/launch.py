@@ -37,7 +37,7 @@ from typing import Any
 
 import pandas as pd
 
-from .result import Result
+from .result import Result, py_scalar as _py
 
 DESCRIPTION = "Launch-and-queue time (api/queue/dispatch), TKLQT, mean queue depth, per operator and phase."
 DEFINITION = __doc__.strip()
@@ -211,15 +211,6 @@ def activity_splits(store, trace_id: str) -> pd.DataFrame:
     return store.query(_acts() + " ORDER BY start_ns, activity_id", {"t": trace_id})
 
 
-def _py(v: Any) -> Any:
-    if v is None:
-        return None
-    try:
-        if pd.isna(v):
-            return None
-    except (TypeError, ValueError):
-        return v
-    return v.item() if hasattr(v, "item") else v
 
 
 def _one(store, sql: str, t: str) -> dict[str, Any]:

@@ -19,6 +19,18 @@ import pandas as pd
 from ..errors import UsageError
 
 
+def py_scalar(v: Any) -> Any:
+    """One numpy/pandas scalar -> plain Python; missing (None, NaN, NA, NaT) -> None."""
+    if v is None:
+        return None
+    try:
+        if pd.isna(v):
+            return None
+    except (TypeError, ValueError):
+        return v
+    return v.item() if hasattr(v, "item") else v
+
+
 def json_safe(value: Any) -> Any:
     """Convert numpy/pandas scalars and containers to plain JSON values.
 

@@ -28,7 +28,7 @@ from typing import Any
 
 import pandas as pd
 
-from .result import Result
+from .result import Result, py_scalar as _py
 
 DESCRIPTION = "Counts, GPU busy/idle/span, latency, top kernels and operators, trust."
 TOP_N = 10
@@ -163,16 +163,6 @@ def _one(store, sql: str, **params) -> dict[str, Any]:
     return rows[0] if rows else {}
 
 
-def _py(v: Any) -> Any:
-    """numpy/pandas scalar -> plain Python; missing -> None."""
-    if v is None:
-        return None
-    try:
-        if pd.isna(v):
-            return None
-    except (TypeError, ValueError):
-        return v
-    return v.item() if hasattr(v, "item") else v
 
 
 def _json_list(text: Any) -> list:

@@ -46,7 +46,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import UsageError
-from .result import Result
+from .result import Result, py_scalar as _py
 
 DESCRIPTION = "Predicted time with free launches (graphs/fusion) vs observed and the naive kernel sum."
 DEFINITION = __doc__.strip()
@@ -114,15 +114,6 @@ WHERE trace_id <> $t AND json_extract_string(device_properties, '$[0].name') =
 """
 
 
-def _py(v: Any) -> Any:
-    if v is None:
-        return None
-    try:
-        if pd.isna(v):
-            return None
-    except (TypeError, ValueError):
-        return v
-    return v.item() if hasattr(v, "item") else v
 
 
 def _one(store, sql: str, **params) -> dict[str, Any]:
