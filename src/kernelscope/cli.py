@@ -438,6 +438,43 @@ def _number(text: str) -> Any:
     return text
 
 
+@cli.command()
+@click.argument("a")
+@click.argument("b")
+@click.option("--sweeps", is_flag=True, help="A and B are sweep names (label sweep=NAME): pair their points "
+              "by the --by label.")
+@click.option("--by", "by", default="batch", show_default=True, metavar="LABEL",
+              help="With --sweeps: the numeric label that pairs the points.")
+@click.option("--fail-on", "fail_on", multiple=True, metavar="RULE",
+              help="Exit 1 when B vs A breaks RULE: METRIC>THRESHOLD or METRIC<THRESHOLD, the threshold "
+                   "signed, in % (relative) or absolute (ns), e.g. \"latency_ns>+5%\" (repeatable).")
+@_format_options
+@click.option("--table", "table", default=None, metavar="NAME", help="Print only this table of the result.")
+@_db_option
+def diff(a, b, sweeps, by, fail_on, fmt, as_json, table, db):
+    """Compare trace B with trace A (or sweep B with sweep A with --sweeps): kernel groups matched by
+    operator signature, normalised kernel name, then category; count/time deltas; headline changes.
+
+    With --fail-on, prints one line per violated rule on stderr and exits 1 (for CI).
+    """
+    from .analysis.diff import diff as diff_fn
+    from .analysis.diff import parse_rule, violations
+
+    fmt = _fmt(fmt, as_json)
+    rules = [parse_rule(r) for r in fail_on]
+    with _open(db, read_only=True) as store:
+        if sweeps:
+            result = diff_fn(store, None, by=by, sweep=a, sweep_b=b)
+        else:
+            result = diff_fn(store, _resolve(store, [a, b]), by=by)
+    _emit_result(result, fmt, table)
+    bad = violations(result, rules)
+    for line in bad:
+        click.echo(f"kernelscope: {line}", err=True)
+    if bad:
+        sys.exit(1)
+
+
 @cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--name", default=None, help="Trace name (default: the script's name).")
 @click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help="Label the trace (repeatable).")

@@ -12,6 +12,7 @@ from typing import Callable
 
 from ..errors import UsageError
 from . import bandwidth, bound, graphs, kernels, launch, power, summary, transition, whatif
+from . import recommend
 from .result import Result
 
 
@@ -36,6 +37,7 @@ _TABLE = [
     Analysis("bound", bound.DESCRIPTION, bound.bound),
     Analysis("transition", transition.DESCRIPTION, transition.transition, multi=True),
     Analysis("bandwidth", bandwidth.DESCRIPTION, bandwidth.bandwidth),
+    Analysis("recommend", recommend.DESCRIPTION, recommend.recommend),
     # launch, bound, transition, bandwidth, kernels, idle, energy, diff: add their rows here.
 ]
 

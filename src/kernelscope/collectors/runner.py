@@ -54,7 +54,9 @@ def run_script(argv: list[str], *, name=None, labels=None, db=None, run_dir=None
     env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     rc = subprocess.run(cmd, env=env).returncode
     if ingest and (run_dir / "trace.json.gz").is_file():
-        ingest_run_dir(run_dir, name=name, labels=labels, db=db)
+        res = ingest_run_dir(run_dir, name=name, labels=labels, db=db)
+        print(f"kernelscope: run {run_dir} {res.status} as trace {res.trace_id} "
+              f"(`kernelscope summary {res.trace_id}`)", file=sys.stderr)
     elif ingest:
         print(f"kernelscope: the script wrote no trace in {run_dir}; nothing ingested", file=sys.stderr)
     return rc

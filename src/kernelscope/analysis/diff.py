@@ -1,0 +1,252 @@
+"""Compare two traces (A = before, B = after), or two sweeps point by point.
+
+Definitions (docs/metrics.md, "Diff", is the canonical text; times are int ns; delta = B - A,
+``delta_pct`` = 100 (B - A) / A, null when A is 0 or either side is null):
+
+- Only ``kind = 'kernel'`` activities count. Kernels are matched in three passes, all in SQL:
+  1. **signature**: leaf operator name + ``input_dims`` + ``input_types`` (kernels with a leaf operator);
+     a signature present in both traces is one group.
+  2. **kernel**: the remaining kernels by normalised kernel name: template arguments ``<...>`` and argument
+     lists ``(...)`` removed (innermost first, nested up to 12 deep), a leading ``void`` dropped, and for
+     Triton kernels (``triton_...``) the trailing ``_N`` index / hash removed (``triton_poi_fused_add_0`` ->
+     ``triton_poi_fused_add``); a name present in both is one group.
+  3. **category**: the kernels still left, by kernel category (the kernels analysis' rules); a category
+     present in both is one group.
+  Kernels left after the three passes are grouped by normalised name with ``status`` ``removed`` (only in A)
+  or ``added`` (only in B); matched groups have ``status`` ``matched``.
+- ``groups`` table: ``level`` (signature|kernel|category), ``key``, ``status``, ``count_a``, ``count_b``,
+  ``time_a_ns``, ``time_b_ns``, ``delta_ns``, ``delta_pct``; sorted by |delta_ns|.
+- ``headline`` table: one row per metric (``kernels``, ``kernel_time_ns``, ``busy_ns``, ``gpu_span_ns``,
+  ``idle_ns``, ``latency_ns`` from the summary analysis; ``tklqt_ns``, ``mean_queue_depth`` from the launch
+  analysis when both traces have them) with ``a``, ``b``, ``delta``, ``delta_pct``.
+- Sweeps: points of sweep A and sweep B are paired by the numeric label ``by`` (default ``batch``); each
+  table gains a ``label`` column; labels present in one sweep only are listed in a warning.
+- ``--fail-on "METRIC OP THRESHOLD"``: METRIC a headline metric, OP ``>`` or ``<``, THRESHOLD a signed
+  number, ending in ``%`` for a relative change (``delta_pct``) or without it for an absolute change
+  (``delta``, ns for times). ``latency_ns>+5%`` is violated when B's latency exceeds A's by more than 5%;
+  ``busy_ns<-1000`` when B's busy time is more than 1000 ns below A's. A metric that is null on either side
+  violates the rule (it cannot be checked).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import pandas as pd
+
+from ..errors import UsageError
+from . import kernels as kernels_mod
+from . import launch as launch_mod
+from . import summary as summary_mod
+from .result import Result
+
+DESCRIPTION = ("Two traces (or two sweeps --by batch): kernel groups matched by operator signature, "
+               "normalised kernel name, category; count/time deltas, added/removed, headline changes.")
+DEFINITION = __doc__.strip()
+
+SUMMARY_METRICS = ("kernels", "kernel_time_ns", "busy_ns", "gpu_span_ns", "idle_ns", "latency_ns")
+LAUNCH_METRICS = ("tklqt_ns", "mean_queue_depth")
+METRICS = SUMMARY_METRICS + LAUNCH_METRICS
+_NEST = 12
+_TRITON_RE = r"^(triton_[A-Za-z0-9_]*?)(_[0-9][0-9A-Za-z]*)+$"
+
+
+def normalised_name_sql(col: str) -> str:
+    """SQL expression: the normalised kernel name of ``col`` (see the module docstring)."""
+    expr = col
+    for _ in range(_NEST):
+        expr = f"regexp_replace({expr}, '<[^<>()]*>|\\([^<>()]*\\)', '', 'g')"
+    expr = f"trim(regexp_replace(trim({expr}), '^void ', ''))"
+    return f"regexp_replace({expr}, '{_TRITON_RE}', '\\1')"
+
+
+def _groups_sql() -> tuple[str, dict]:
+    case, params = kernels_mod.category_case("name", "op_name")
+    norm = normalised_name_sql("coalesce(name, '')")
+    one_side = """
+      SELECT {side} AS side, a.dur_ns, a.name, o.name AS op_name,
+             CASE WHEN o.name IS NULL THEN NULL
+                  ELSE o.name || ' ' || coalesce(o.input_dims, '') || ' ' || coalesce(o.input_types, '') END AS sig
+      FROM gpu_activities a LEFT JOIN cpu_ops o ON o.trace_id = a.trace_id AND o.op_id = a.leaf_op_id
+      WHERE a.trace_id = {tid} AND a.kind = 'kernel'"""
+    # Names are normalised and categorised once per distinct (kernel name, leaf operator name), not per row.
+    sql = f"""
+    WITH k0 AS ({one_side.format(side="'A'", tid="$a")} UNION ALL {one_side.format(side="'B'", tid="$b")}),
+    d AS (SELECT name, op_name, {norm} AS norm, {case} AS cat
+          FROM (SELECT DISTINCT name, op_name FROM k0)),
+    k AS (SELECT k0.side, k0.dur_ns, k0.sig, d.norm, d.cat FROM k0 JOIN d
+          ON d.name IS NOT DISTINCT FROM k0.name AND d.op_name IS NOT DISTINCT FROM k0.op_name),
+    l1 AS (SELECT sig FROM k WHERE sig IS NOT NULL GROUP BY sig HAVING count(DISTINCT side) = 2),
+    k2 AS (SELECT * FROM k WHERE sig IS NULL OR sig NOT IN (SELECT sig FROM l1)),
+    l2 AS (SELECT norm FROM k2 GROUP BY norm HAVING count(DISTINCT side) = 2),
+    k3 AS (SELECT * FROM k2 WHERE norm NOT IN (SELECT norm FROM l2)),
+    l3 AS (SELECT cat FROM k3 GROUP BY cat HAVING count(DISTINCT side) = 2),
+    keyed AS (
+      SELECT side, dur_ns,
+        CASE WHEN sig IN (SELECT sig FROM l1) THEN 'signature'
+             WHEN norm IN (SELECT norm FROM l2) THEN 'kernel'
+             WHEN cat IN (SELECT cat FROM l3) THEN 'category' ELSE 'kernel' END AS level,
+        CASE WHEN sig IN (SELECT sig FROM l1) THEN sig
+             WHEN norm IN (SELECT norm FROM l2) THEN norm
+             WHEN cat IN (SELECT cat FROM l3) THEN cat ELSE norm END AS key
+      FROM k
+    ),
+    g AS (
+      SELECT level, key,
+             count(*) FILTER (WHERE side = 'A') AS count_a, count(*) FILTER (WHERE side = 'B') AS count_b,
+             CAST(coalesce(sum(dur_ns) FILTER (WHERE side = 'A'), 0) AS BIGINT) AS time_a_ns,
+             CAST(coalesce(sum(dur_ns) FILTER (WHERE side = 'B'), 0) AS BIGINT) AS time_b_ns
+      FROM keyed GROUP BY level, key
+    )
+    SELECT level, key,
+           CASE WHEN count_a = 0 THEN 'added' WHEN count_b = 0 THEN 'removed' ELSE 'matched' END AS status,
+           count_a, count_b, time_a_ns, time_b_ns, time_b_ns - time_a_ns AS delta_ns,
+           CASE WHEN time_a_ns > 0 THEN 100.0 * (time_b_ns - time_a_ns) / time_a_ns END AS delta_pct
+    FROM g ORDER BY abs(time_b_ns - time_a_ns) DESC, level, key
+    """
+    return sql, params
+
+
+def _headline_values(store, trace_id: str) -> dict:
+    s = summary_mod.summary(store, trace_id).scalars
+    out = {m: s.get(m) for m in SUMMARY_METRICS}
+    lr = launch_mod.launch(store, trace_id).scalars
+    for m in LAUNCH_METRICS:
+        out[m] = lr.get(m)
+    return out
+
+
+def _delta_pct(a, b):
+    if a is None or b is None or a == 0:
+        return None
+    return 100.0 * (b - a) / a
+
+
+def _pair(store, a: str, b: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    sql, params = _groups_sql()
+    groups = store.query(sql, {**params, "a": a, "b": b})
+    va, vb = _headline_values(store, a), _headline_values(store, b)
+    rows = []
+    for m in METRICS:
+        x, y = va[m], vb[m]
+        if m in LAUNCH_METRICS and (x is None or y is None):
+            continue  # the launch numbers exist only where both traces have matched launches
+        rows.append({"metric": m, "a": x, "b": y, "delta": None if x is None or y is None else y - x,
+                     "delta_pct": _delta_pct(x, y)})
+    # object dtype: integer ns stay exact ints next to the float mean_queue_depth
+    return pd.DataFrame(rows, columns=["metric", "a", "b", "delta", "delta_pct"], dtype=object), groups
+
+
+def _sweep_points(store, sweep: str, by: str) -> dict:
+    df = store.query(
+        "SELECT l.trace_id, l.value_num, l.value_text FROM labels l JOIN labels s ON s.trace_id = l.trace_id "
+        "AND s.key = 'sweep' AND s.value_text = $sweep WHERE l.key = $by AND l.value_num IS NOT NULL "
+        "ORDER BY l.value_num, l.trace_id", {"sweep": sweep, "by": by})
+    if not len(df):
+        raise UsageError(f"no trace is labelled sweep={sweep} with a numeric label '{by}'; label traces with "
+                         f"`kernelscope label TRACE sweep={sweep} {by}=N`.")
+    dup = df[df.duplicated("value_num", keep=False)]
+    if len(dup):
+        raise UsageError(f"sweep {sweep} has several traces with {by}={dup['value_text'].iloc[0]}; keep one "
+                         "trace per point (`kernelscope rm TRACE`).")
+    return {float(v): (t, txt) for t, v, txt in zip(df["trace_id"], df["value_num"], df["value_text"])}
+
+
+def _label(text: str, num: float):
+    try:
+        return int(text)
+    except (TypeError, ValueError):
+        return num
+
+
+def diff(store, trace_ids: list[str] | None = None, by: str = "batch", sweep: str | None = None,
+         sweep_b: str | None = None) -> Result:
+    """Diff of trace_ids = [A, B], or of the sweeps ``sweep`` (A) and ``sweep_b`` (B) paired by label ``by``."""
+    warnings: list[str] = []
+    if sweep is not None or sweep_b is not None:
+        if trace_ids or sweep is None or sweep_b is None:
+            raise UsageError("a sweep diff takes two sweep names and no TRACEs: `kernelscope diff SWEEP_A "
+                             "SWEEP_B --sweeps` (or `analyze diff --sweep A -o sweep_b=B`).")
+        pa_, pb_ = _sweep_points(store, sweep, by), _sweep_points(store, sweep_b, by)
+        common = sorted(set(pa_) & set(pb_))
+        only = sorted(set(pa_) ^ set(pb_))
+        if not common:
+            raise UsageError(f"sweeps {sweep} and {sweep_b} share no value of '{by}'; choose another --by.")
+        if only:
+            warnings.append(f"{by} values in one sweep only (not compared): "
+                            f"{', '.join(str(_label(*(pa_.get(v) or pb_[v])[1:], v)) for v in only)}.")
+        heads, groups, pairs = [], [], []
+        for v in common:
+            (ta, txt), (tb, _) = pa_[v], pb_[v]
+            lab = _label(txt, v)
+            h, g = _pair(store, ta, tb)
+            heads.append(h.assign(label=lab))
+            groups.append(g.assign(label=lab))
+            pairs.append({"label": lab, "trace_a": ta, "trace_b": tb})
+        head, grp = pd.concat(heads, ignore_index=True), pd.concat(groups, ignore_index=True)
+        scalars = {"mode": "sweeps", "a": sweep, "b": sweep_b, "by": by, "pairs": pairs}
+    else:
+        ids = list(trace_ids or [])
+        if len(ids) != 2:
+            raise UsageError(f"diff compares exactly two traces (A then B); got {len(ids)}.")
+        head, grp = _pair(store, ids[0], ids[1])
+        scalars = {"mode": "traces", "a": ids[0], "b": ids[1], "by": None, "pairs": None}
+    n = grp["status"].value_counts()
+    scalars.update({"matched_groups": int(n.get("matched", 0)), "added_groups": int(n.get("added", 0)),
+                    "removed_groups": int(n.get("removed", 0))})
+    by_level = grp[grp["status"] == "matched"].groupby("level")[["count_a", "count_b"]].sum()
+    trust = {f"kernels_matched_by_{lv}": {"a": int(r.count_a), "b": int(r.count_b)}
+             for lv, r in by_level.iterrows()}
+    trust["matching"] = "signature, then normalised kernel name, then category; the rest added/removed"
+    if "tklqt_ns" not in set(head["metric"]):
+        warnings.append("tklqt_ns and mean_queue_depth are left out: a trace has no matched launches.")
+    return Result(name="diff", definition=DEFINITION, scalars=scalars,
+                  tables={"headline": head, "groups": grp}, warnings=warnings, trust=trust)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A --fail-on rule: METRIC OP THRESHOLD (relative in % when ``percent``)."""
+
+    text: str
+    metric: str
+    op: str
+    threshold: float
+    percent: bool
+
+
+_RULE_RE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*([<>])\s*([+-]?\d+(?:\.\d+)?)\s*(%?)\s*$")
+
+
+def parse_rule(text: str) -> Rule:
+    """Parse ``METRIC OP THRESHOLD`` (e.g. ``latency_ns>+5%``); a bad expression is a UsageError."""
+    m = _RULE_RE.match(text)
+    if not m:
+        raise UsageError(f"--fail-on '{text}' is not METRIC>THRESHOLD or METRIC<THRESHOLD; write it like "
+                         "\"latency_ns>+5%\" or \"busy_ns<-1000\".")
+    if m.group(1) not in METRICS:
+        raise UsageError(f"--fail-on '{text}': unknown metric '{m.group(1)}'; known: {', '.join(METRICS)}.")
+    return Rule(text.strip(), m.group(1), m.group(2), float(m.group(3)), m.group(4) == "%")
+
+
+def violations(result: Result, rules: list[Rule]) -> list[str]:
+    """One line per (rule, point) the diff violates, naming the values; empty when every rule holds."""
+    head = result.tables["headline"]
+    out = []
+    for rule in rules:
+        rows = head[head["metric"] == rule.metric]
+        if not len(rows):
+            out.append(f"{rule.text}: {rule.metric} is not available for these traces.")
+            continue
+        for r in rows.to_dict("records"):
+            where = f" at {result.scalars['by']}={r['label']}" if "label" in r else ""
+            change = r["delta_pct"] if rule.percent else r["delta"]
+            if change is None or pd.isna(change):
+                out.append(f"{rule.text}{where}: cannot be checked (A={r['a']}, B={r['b']}).")
+                continue
+            bad = change > rule.threshold if rule.op == ">" else change < rule.threshold
+            if bad:
+                shown = f"{change:+.2f}%" if rule.percent else f"{change:+}"
+                out.append(f"{rule.text} violated{where}: {rule.metric} A={r['a']} B={r['b']} change {shown}.")
+    return out

@@ -1,0 +1,270 @@
+"""Recommendations: rules over the other analyses' results, each finding citing the numbers it rests on.
+
+recommend runs bound, launch, whatif, kernels and bandwidth on one trace and checks six rules. A finding
+has a ``rule`` id, a ``severity`` (from the rule's main share: >= 0.5 high, >= 0.2 medium, else low), a
+``message`` with the numbers, ``evidence`` (a list of ``{"analysis", "key", "value"}`` plus ``"row"`` for
+a table cell: the cited analysis' own output, unchanged) and ``saving_ns`` (estimated time saved, null
+when it cannot be computed). No number is re-derived here: every input is read from another Result.
+
+Rules (thresholds below):
+1. ``host_bound_launch``: bound ``host_wait_share`` >= HOST_WAIT_MIN and, among bound's top TOP_IDLE_OPS
+   ``idle_operators``, the launch-heavy ones (launch ``per_leaf_op``: ``launch_bound_calls / calls`` >=
+   LAUNCH_HEAVY_CALLS) cause >= LAUNCH_HEAVY_IDLE_MIN of those operators' idle. Saving: whatif
+   ``observed_ns - predicted_ns``.
+2. ``gpu_bound``: launch ``mean_queue_depth`` >= QUEUE_DEPTH_MIN; names kernels' top category.
+3. ``low_bandwidth``: per bandwidth ``per_signature`` row with ``bound = memory``, ``pct_peak_bw`` <
+   LOW_BW_PCT and ``gpu_ns / gpu_ns(total)`` >= LOW_BW_TIME_SHARE (one finding per signature).
+4. ``short_kernels``: kernels ``short_kernel_share`` >= SHORT_SHARE_MIN.
+5. ``sync_stalls``: bound ``idle_causes`` rows ``sync`` + ``d2h_copy``: summed ``share_of_host_wait`` >=
+   SYNC_SHARE_MIN. Saving: their summed ``idle_ns``.
+6. ``low_tensor_core``: kernels ``categories`` gemm ``share`` >= GEMM_SHARE_MIN and
+   ``tensor_core_share_of_gemm_attention`` < TENSOR_CORE_MIN; cites bandwidth ``tf32_matmul`` when it
+   came from the trace's provenance.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import pandas as pd
+
+from ..errors import KernelscopeError
+from . import bandwidth, bound, kernels, launch, whatif
+from .result import Result
+
+DESCRIPTION = "Rules over bound/launch/whatif/kernels/bandwidth: findings with cited evidence and savings."
+
+# 1. host-bound launches
+HOST_WAIT_MIN = 0.3  # below a third of the span the GPU idles mostly for GPU-side reasons; not the first fix
+TOP_IDLE_OPS = 5  # the operators that cause most idle; past the top few each adds little
+LAUNCH_HEAVY_CALLS = 0.5  # an operator is launch-heavy when most of its calls spend longer launching than running
+LAUNCH_HEAVY_IDLE_MIN = 0.3  # launch-heavy operators must explain a real part of the top operators' idle
+# 2. GPU-bound
+QUEUE_DEPTH_MIN = 1.0  # on average at least one launched activity waits: the host is ahead of the GPU
+# 3. low bandwidth
+LOW_BW_PCT = 30.0  # memory-bound kernels well written reach 60-90% of peak; under 30% something is wrong
+LOW_BW_TIME_SHARE = 0.05  # smaller operators are not worth a finding
+# 4. short kernels
+SHORT_NS_LABEL = "10 us"  # kernels' own short threshold (its short_ns scalar is cited)
+SHORT_SHARE_MIN = 0.3  # a third of kernel time in sub-10-us kernels: launch and tail effects dominate them
+# 5. sync stalls
+SYNC_SHARE_MIN = 0.2  # a fifth of host wait behind syncs/.item(): removable without touching kernels
+# 6. tensor cores
+GEMM_SHARE_MIN = 0.3  # GEMMs must be a large part of kernel time for their precision to matter
+TENSOR_CORE_MIN = 0.5  # most GEMM/attention time off tensor cores: fp32 without TF32 (or fp64)
+
+RULES = ("host_bound_launch", "gpu_bound", "low_bandwidth", "short_kernels", "sync_stalls", "low_tensor_core")
+NEEDS = {"host_bound_launch": ("bound", "launch"), "gpu_bound": ("launch", "kernels"),
+         "low_bandwidth": ("bandwidth",), "short_kernels": ("kernels",), "sync_stalls": ("bound",),
+         "low_tensor_core": ("kernels",)}
+
+
+def _sources() -> dict[str, Callable[..., Result]]:
+    """The analyses recommend reads, looked up at call time (tests replace them with fakes)."""
+    return {"bound": bound.bound, "launch": launch.launch, "whatif": whatif.whatif,
+            "kernels": kernels.kernels, "bandwidth": bandwidth.bandwidth}
+
+
+def severity(share: float) -> str:
+    return "high" if share >= 0.5 else "medium" if share >= 0.2 else "low"
+
+
+def _ev(analysis: str, key: str, value: Any, row: dict[str, Any] | None = None) -> dict[str, Any]:
+    e: dict[str, Any] = {"analysis": analysis, "key": key, "value": value}
+    if row is not None:
+        e["row"] = row
+    return e
+
+
+def _num(v: Any) -> float | None:
+    return None if v is None or pd.isna(v) else float(v)
+
+
+def _ms(ns: float) -> str:
+    return f"{ns / 1e6:.2f} ms"
+
+
+def _finding(rule: str, share: float, message: str, evidence: list, saving_ns: int | None = None) -> dict:
+    return {"rule": rule, "severity": severity(share), "message": message, "saving_ns": saving_ns,
+            "evidence": evidence}
+
+
+def rule_host_bound_launch(res: dict[str, Result]) -> list[dict]:
+    b, lch = res["bound"], res["launch"]
+    hw = _num(b.scalars.get("host_wait_share"))
+    if hw is None or hw < HOST_WAIT_MIN:
+        return []
+    ops = b.tables["idle_operators"].dropna(subset=["operator"])
+    ops = ops.sort_values("idle_ns", ascending=False, kind="stable").head(TOP_IDLE_OPS)
+    per = {r.name: r for r in lch.tables["per_leaf_op"].dropna(subset=["name"]).itertuples(index=False)}
+    total = int(ops["idle_ns"].sum())
+    heavy, ev = [], [_ev("bound", "host_wait_share", b.scalars["host_wait_share"])]
+    for r in ops.itertuples(index=False):
+        p = per.get(r.operator)
+        if p is not None and p.calls > 0 and p.launch_bound_calls / p.calls >= LAUNCH_HEAVY_CALLS:
+            heavy.append((r.operator, int(r.idle_ns)))
+            ev += [_ev("bound", "idle_operators.idle_ns", r.idle_ns, {"operator": r.operator}),
+                   _ev("launch", "per_leaf_op.launch_bound_calls", p.launch_bound_calls, {"name": r.operator}),
+                   _ev("launch", "per_leaf_op.calls", p.calls, {"name": r.operator})]
+    heavy_ns = sum(ns for _, ns in heavy)
+    if total <= 0 or heavy_ns / total < LAUNCH_HEAVY_IDLE_MIN:
+        return []
+    names = ", ".join(n for n, _ in heavy)
+    msg = (f"{hw:.0%} of the GPU span is host wait (bound); launch-heavy operators ({names}) cause "
+           f"{heavy_ns / total:.0%} of the top-{TOP_IDLE_OPS} operators' idle ({_ms(heavy_ns)}).")
+    saving = None
+    w = res.get("whatif")
+    if w is not None:
+        pred, obs = w.scalars.get("predicted_ns"), w.scalars.get("observed_ns")
+        if pred is not None and obs is not None:
+            ev += [_ev("whatif", "predicted_ns", pred), _ev("whatif", "observed_ns", obs)]
+            saving = max(int(obs) - int(pred), 0)
+            msg += (f" CUDA graphs (or fusion) would remove up to {_ms(saving)} (whatif: predicted {_ms(pred)} "
+                    f"vs observed {_ms(obs)}).")
+    else:
+        msg += " CUDA graphs (or fusion) would remove most of it."
+    return [_finding("host_bound_launch", hw, msg, ev, saving)]
+
+
+def rule_gpu_bound(res: dict[str, Result]) -> list[dict]:
+    lch, k = res["launch"], res["kernels"]
+    depth = _num(lch.scalars.get("mean_queue_depth"))
+    cats = k.tables["categories"]
+    if depth is None or depth < QUEUE_DEPTH_MIN or cats.empty:
+        return []
+    top = cats.sort_values("time_ns", ascending=False, kind="stable").iloc[0]
+    share = _num(top["share"]) or 0.0
+    msg = (f"GPU-bound: the mean queue depth is {depth:.2f} (launch), so the next win is kernel efficiency; "
+           f"the top category is {top['category']} at {share:.0%} of kernel time (kernels).")
+    ev = [_ev("launch", "mean_queue_depth", lch.scalars["mean_queue_depth"]),
+          _ev("kernels", "categories.share", top["share"], {"category": top["category"]})]
+    return [_finding("gpu_bound", share, msg, ev)]
+
+
+def rule_low_bandwidth(res: dict[str, Result]) -> list[dict]:
+    bw = res["bandwidth"]
+    total = _num(bw.scalars.get("gpu_ns"))
+    sig = bw.tables["per_signature"]
+    if not total or sig.empty:
+        return []
+    out = []
+    for r in sig.sort_values("gpu_ns", ascending=False, kind="stable").itertuples(index=False):
+        pct = _num(r.pct_peak_bw)
+        share = r.gpu_ns / total
+        if r.bound != "memory" or pct is None or pct >= LOW_BW_PCT or share < LOW_BW_TIME_SHARE:
+            continue
+        row = {"name": r.name, "input_dims": r.input_dims, "input_types": r.input_types}
+        msg = (f"{r.name} {r.input_dims} runs at {pct:.0f}% of peak bandwidth while taking {share:.0%} of GPU "
+               f"time ({_ms(r.gpu_ns)}, bandwidth): fuse it with its neighbours or use a fused kernel.")
+        ev = [_ev("bandwidth", "per_signature.pct_peak_bw", r.pct_peak_bw, row),
+              _ev("bandwidth", "per_signature.gpu_ns", r.gpu_ns, row),
+              _ev("bandwidth", "gpu_ns", bw.scalars["gpu_ns"])]
+        out.append(_finding("low_bandwidth", share, msg, ev))
+    return out
+
+
+def rule_short_kernels(res: dict[str, Result]) -> list[dict]:
+    k = res["kernels"]
+    share = _num(k.scalars.get("short_kernel_share"))
+    if share is None or share < SHORT_SHARE_MIN:
+        return []
+    s = k.scalars
+    msg = (f"{share:.0%} of kernel time is in {s['short_kernels']} kernels shorter than "
+           f"{s['short_ns'] / 1000:g} us (kernels): fuse them (torch.compile) or capture the loop in a CUDA graph.")
+    ev = [_ev("kernels", "short_kernel_share", s["short_kernel_share"]),
+          _ev("kernels", "short_kernels", s["short_kernels"]), _ev("kernels", "short_ns", s["short_ns"])]
+    return [_finding("short_kernels", share, msg, ev)]
+
+
+def rule_sync_stalls(res: dict[str, Result]) -> list[dict]:
+    b = res["bound"]
+    causes = b.tables["idle_causes"]
+    rows = causes[causes["category"].isin(["sync", "d2h_copy"])]
+    share = float(rows["share_of_host_wait"].sum()) if not rows.empty else 0.0
+    if share < SYNC_SHARE_MIN:
+        return []
+    ns = int(rows["idle_ns"].sum())
+    ev = []
+    for r in rows.itertuples(index=False):
+        ev += [_ev("bound", "idle_causes.share_of_host_wait", r.share_of_host_wait, {"category": r.category}),
+               _ev("bound", "idle_causes.idle_ns", r.idle_ns, {"category": r.category})]
+    ops = b.tables["idle_operators"]
+    ops = ops[ops["main_category"].isin(["sync", "d2h_copy"])].dropna(subset=["operator"]).head(3)
+    where = ""
+    if not ops.empty:
+        where = " (mostly in " + ", ".join(ops["operator"]) + ")"
+        ev += [_ev("bound", "idle_operators.idle_ns", r.idle_ns, {"operator": r.operator})
+               for r in ops.itertuples(index=False)]
+    msg = (f"{share:.0%} of host wait is behind syncs and device-to-host copies{where} (bound): remove "
+           f".item()/.cpu()/synchronize calls from the hot loop: {_ms(ns)}.")
+    return [_finding("sync_stalls", share, msg, ev, ns)]
+
+
+def rule_low_tensor_core(res: dict[str, Result]) -> list[dict]:
+    k = res["kernels"]
+    cats = k.tables["categories"]
+    g = cats[cats["category"] == "gemm"]
+    tc = _num(k.scalars.get("tensor_core_share_of_gemm_attention"))
+    if g.empty or tc is None:
+        return []
+    gshare = _num(g.iloc[0]["share"]) or 0.0
+    if gshare < GEMM_SHARE_MIN or tc >= TENSOR_CORE_MIN:
+        return []
+    ev = [_ev("kernels", "categories.share", g.iloc[0]["share"], {"category": "gemm"}),
+          _ev("kernels", "tensor_core_share_of_gemm_attention", k.scalars["tensor_core_share_of_gemm_attention"])]
+    msg = (f"GEMMs are {gshare:.0%} of kernel time but only {tc:.0%} of GEMM/attention time runs on tensor "
+           f"cores (kernels)")
+    bw = res.get("bandwidth")
+    if bw is not None and bw.trust.get("tf32_from") == "provenance" and "tf32_matmul" in bw.scalars:
+        ev.append(_ev("bandwidth", "tf32_matmul", bw.scalars["tf32_matmul"]))
+        msg += f"; TF32 matmul is {'on' if bw.scalars['tf32_matmul'] else 'off'} in this run (bandwidth, provenance)"
+    msg += (": enable TF32 (torch.set_float32_matmul_precision('high')) or run the GEMMs in bf16 "
+            "(torch.autocast).")
+    return [_finding("low_tensor_core", gshare, msg, ev)]
+
+
+_RULE_FNS = {"host_bound_launch": rule_host_bound_launch, "gpu_bound": rule_gpu_bound,
+             "low_bandwidth": rule_low_bandwidth, "short_kernels": rule_short_kernels,
+             "sync_stalls": rule_sync_stalls, "low_tensor_core": rule_low_tensor_core}
+
+
+def evaluate(res: dict[str, Result]) -> tuple[list[dict], list[str]]:
+    """Every rule over the given results; a rule whose analyses are missing is skipped (returned)."""
+    findings, skipped = [], []
+    for rule in RULES:
+        if any(n not in res for n in NEEDS[rule]):
+            skipped.append(rule)
+            continue
+        findings += _RULE_FNS[rule](res)
+    return findings, skipped
+
+
+def recommend(store, trace_id: str) -> Result:
+    """Run the cited analyses on ``trace_id`` and check every rule (module docstring). An analysis that
+    fails (a KernelscopeError) becomes a warning and the rules needing it are skipped."""
+    res: dict[str, Result] = {}
+    warnings: list[str] = []
+    for name, fn in _sources().items():
+        try:
+            res[name] = fn(store, trace_id)
+        except KernelscopeError as e:
+            warnings.append(f"analysis '{name}' failed, its rules are skipped: {e}")
+    findings, skipped = evaluate(res)
+    order = {"high": 0, "medium": 1, "low": 2}
+    findings.sort(key=lambda f: (order[f["severity"]], -(f["saving_ns"] or 0)))
+    cols = ["rule", "severity", "message", "saving_ns", "evidence"]
+    table = pd.DataFrame(findings, columns=cols)
+    table["saving_ns"] = table["saving_ns"].astype("Int64")
+    ev_rows = [{"rule": f["rule"], "analysis": e["analysis"], "key": e["key"],
+                "row": e.get("row"), "value": e["value"]} for f in findings for e in f["evidence"]]
+    evidence = pd.DataFrame(ev_rows, columns=["rule", "analysis", "key", "row", "value"])
+    evidence["value"] = pd.Series([e["value"] for e in ev_rows], dtype=object)  # ints stay ints
+    return Result(
+        name="recommend",
+        definition=__doc__.strip(),
+        scalars={"trace_id": trace_id, "findings_count": len(findings),
+                 "rules_fired": sorted({f["rule"] for f in findings})},
+        tables={"findings": table, "evidence": evidence},
+        warnings=warnings,
+        trust={"analyses_run": sorted(res), "rules_skipped": skipped},
+    )

@@ -1,0 +1,251 @@
+"""recommend: each rule firing and not firing on small fake Results (exact numbers, hand arithmetic in the
+test), the whole analysis with the cited analyses replaced by fakes, and one run over the real b1/b128
+samples where every evidence number must equal the cited analysis' own output."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+from conftest import ROOT
+
+from kernelscope.analysis import bandwidth, bound, kernels, launch, recommend as rec, whatif
+from kernelscope.analysis.result import Result
+from kernelscope.cli import cli
+from kernelscope.errors import UsageError
+from kernelscope.storage.ingest import ingest_run
+from kernelscope.storage.store import open_store
+
+
+def R(name, scalars=None, tables=None, trust=None) -> Result:
+    return Result(name=name, definition="fake", scalars=scalars or {},
+                  tables={k: pd.DataFrame(v) for k, v in (tables or {}).items()}, trust=trust or {})
+
+
+def fake_bound(host_wait_share=0.6, causes=None, ops=None):
+    causes = causes or [{"category": "launch", "idle_ns": 600, "gaps": 3, "share_of_host_wait": 0.6},
+                        {"category": "sync", "idle_ns": 100, "gaps": 1, "share_of_host_wait": 0.1},
+                        {"category": "python", "idle_ns": 300, "gaps": 2, "share_of_host_wait": 0.3}]
+    ops = ops or [{"operator": "aten::mm", "idle_ns": 500, "main_category": "operator", "gaps": 1},
+                  {"operator": "aten::add", "idle_ns": 300, "main_category": "launch", "gaps": 1},
+                  {"operator": "aten::mul", "idle_ns": 200, "main_category": "launch", "gaps": 1}]
+    return R("bound", {"host_wait_share": host_wait_share}, {"idle_causes": causes, "idle_operators": ops})
+
+
+def fake_launch(depth=0.2, add_bound=10):
+    per = [{"name": "aten::mm", "calls": 10, "launch_bound_calls": 1},
+           {"name": "aten::add", "calls": 10, "launch_bound_calls": add_bound},
+           {"name": "aten::mul", "calls": 10, "launch_bound_calls": 5}]
+    return R("launch", {"mean_queue_depth": depth}, {"per_leaf_op": per})
+
+
+def fake_kernels(gemm_share=0.6, tc=0.9, short=0.1):
+    cats = [{"category": "gemm", "time_ns": int(gemm_share * 1000), "share": gemm_share},
+            {"category": "elementwise", "time_ns": 1000 - int(gemm_share * 1000), "share": 1 - gemm_share}]
+    return R("kernels", {"short_kernel_share": short, "short_kernels": 40, "short_ns": 10_000,
+                         "tensor_core_share_of_gemm_attention": tc}, {"categories": cats})
+
+
+def fake_bandwidth(pct=18.0, gpu_ns=100, bound_kind="memory", tf32=None):
+    sig = [{"name": "aten::_softmax", "input_dims": "[[8, 128]]", "input_types": '["float"]', "gpu_ns": gpu_ns,
+            "pct_peak_bw": pct, "bound": bound_kind},
+           {"name": "aten::mm", "input_dims": "[[8, 8]]", "input_types": '["float"]', "gpu_ns": 900,
+            "pct_peak_bw": 70.0, "bound": "compute"}]
+    scalars, trust = {"gpu_ns": 1000}, {"tf32_from": "default (off for matmul, on for cuDNN)"}
+    if tf32 is not None:
+        scalars["tf32_matmul"], trust["tf32_from"] = tf32, "provenance"
+    return R("bandwidth", scalars, {"per_signature": sig}, trust)
+
+
+def fake_whatif(pred=3_000_000, obs=10_000_000):
+    return R("whatif", {"predicted_ns": pred, "observed_ns": obs})
+
+
+def values(f):
+    return {(e["analysis"], e["key"], json.dumps(e.get("row"))): e["value"] for e in f["evidence"]}
+
+
+# 1. host-bound launches ---------------------------------------------------------------------------------
+
+def test_host_bound_fires_with_whatif_saving():
+    # top idle operators: mm 500 (1/10 launch-bound: not heavy), add 300 (10/10), mul 200 (5/10 = 0.5: heavy)
+    # launch-heavy idle = 300 + 200 = 500 of 1000 = 0.5 >= 0.3; host wait 0.6 >= 0.3
+    [f] = rec.rule_host_bound_launch({"bound": fake_bound(), "launch": fake_launch(), "whatif": fake_whatif()})
+    assert f["rule"] == "host_bound_launch" and f["severity"] == "high"  # 0.6 >= 0.5
+    assert f["saving_ns"] == 7_000_000  # 10 ms observed - 3 ms predicted
+    assert "60% of the GPU span is host wait" in f["message"] and "7.00 ms" in f["message"]
+    assert "aten::add, aten::mul" in f["message"] and "aten::mm" not in f["message"].split("(")[1]
+    v = values(f)
+    assert v[("bound", "host_wait_share", "null")] == 0.6
+    assert v[("launch", "per_leaf_op.launch_bound_calls", '{"name": "aten::add"}')] == 10
+    assert v[("whatif", "predicted_ns", "null")] == 3_000_000
+
+
+def test_host_bound_silent_below_host_wait_or_without_launch_heavy_ops():
+    assert rec.rule_host_bound_launch({"bound": fake_bound(0.29), "launch": fake_launch()}) == []
+    # add only 2/10 launch-bound -> heavy is mul alone: 200 / 1000 = 0.2 < 0.3
+    assert rec.rule_host_bound_launch({"bound": fake_bound(), "launch": fake_launch(add_bound=2)}) == []
+
+
+def test_host_bound_without_whatif_has_no_saving():
+    [f] = rec.rule_host_bound_launch({"bound": fake_bound(0.35), "launch": fake_launch()})
+    assert f["saving_ns"] is None and f["severity"] == "medium"
+
+
+# 2. GPU-bound -------------------------------------------------------------------------------------------
+
+def test_gpu_bound_fires_at_depth_one():
+    [f] = rec.rule_gpu_bound({"launch": fake_launch(depth=1.0), "kernels": fake_kernels(gemm_share=0.7)})
+    assert "mean queue depth is 1.00" in f["message"] and "gemm at 70% of kernel time" in f["message"]
+    assert values(f)[("kernels", "categories.share", '{"category": "gemm"}')] == 0.7
+    assert f["severity"] == "high"
+
+
+def test_gpu_bound_silent_below_one():
+    assert rec.rule_gpu_bound({"launch": fake_launch(depth=0.99), "kernels": fake_kernels()}) == []
+
+
+# 3. low bandwidth ---------------------------------------------------------------------------------------
+
+def test_low_bandwidth_fires_for_memory_bound_signature():
+    # softmax: 18% < 30% of peak, 100 / 1000 = 10% of GPU time >= 5%; mm is compute-bound: never cited
+    [f] = rec.rule_low_bandwidth({"bandwidth": fake_bandwidth()})
+    assert "aten::_softmax [[8, 128]] runs at 18% of peak bandwidth" in f["message"]
+    assert "10% of GPU time" in f["message"] and f["severity"] == "low"
+    assert values(f)[("bandwidth", "per_signature.pct_peak_bw",
+                      json.dumps({"name": "aten::_softmax", "input_dims": "[[8, 128]]",
+                                  "input_types": '["float"]'}))] == 18.0
+
+
+@pytest.mark.parametrize("kw", [{"pct": 30.0}, {"gpu_ns": 49}, {"bound_kind": "compute"}])
+def test_low_bandwidth_silent(kw):
+    # 30% is not < 30; 49 / 1000 < 5%; a compute-bound signature is not a bandwidth problem
+    assert rec.rule_low_bandwidth({"bandwidth": fake_bandwidth(**kw)}) == []
+
+
+# 4. short kernels ---------------------------------------------------------------------------------------
+
+def test_short_kernels_fires():
+    [f] = rec.rule_short_kernels({"kernels": fake_kernels(short=0.3)})
+    assert "30% of kernel time is in 40 kernels shorter than 10 us" in f["message"]
+    assert "torch.compile" in f["message"] and f["severity"] == "medium"
+
+
+def test_short_kernels_silent():
+    assert rec.rule_short_kernels({"kernels": fake_kernels(short=0.29)}) == []
+
+
+# 5. sync stalls -----------------------------------------------------------------------------------------
+
+def test_sync_stalls_fires_with_saving():
+    causes = [{"category": "sync", "idle_ns": 1_500_000, "gaps": 2, "share_of_host_wait": 0.15},
+              {"category": "d2h_copy", "idle_ns": 500_000, "gaps": 1, "share_of_host_wait": 0.05},
+              {"category": "python", "idle_ns": 8_000_000, "gaps": 9, "share_of_host_wait": 0.8}]
+    ops = [{"operator": "aten::_local_scalar_dense", "idle_ns": 400_000, "main_category": "d2h_copy", "gaps": 1}]
+    [f] = rec.rule_sync_stalls({"bound": fake_bound(causes=causes, ops=ops)})
+    # 0.15 + 0.05 = 0.2 >= 0.2; saving 1.5 ms + 0.5 ms = 2.0 ms
+    assert f["saving_ns"] == 2_000_000 and "2.00 ms" in f["message"]
+    assert "20% of host wait" in f["message"] and "aten::_local_scalar_dense" in f["message"]
+    assert values(f)[("bound", "idle_causes.idle_ns", '{"category": "sync"}')] == 1_500_000
+
+
+def test_sync_stalls_silent():
+    # the default fake: sync 0.1, no d2h_copy -> 0.1 < 0.2
+    assert rec.rule_sync_stalls({"bound": fake_bound()}) == []
+
+
+# 6. tensor cores ----------------------------------------------------------------------------------------
+
+def test_low_tensor_core_fires_and_cites_tf32_from_provenance():
+    [f] = rec.rule_low_tensor_core({"kernels": fake_kernels(gemm_share=0.3, tc=0.1),
+                                    "bandwidth": fake_bandwidth(tf32=False)})
+    assert "GEMMs are 30% of kernel time but only 10%" in f["message"] and "TF32 matmul is off" in f["message"]
+    assert values(f)[("bandwidth", "tf32_matmul", "null")] is False
+    [g] = rec.rule_low_tensor_core({"kernels": fake_kernels(gemm_share=0.3, tc=0.1), "bandwidth": fake_bandwidth()})
+    assert "TF32 matmul" not in g["message"]  # the flag was a default, not read from the trace
+
+
+@pytest.mark.parametrize("gemm, tc", [(0.29, 0.1), (0.9, 0.5)])
+def test_low_tensor_core_silent(gemm, tc):
+    assert rec.rule_low_tensor_core({"kernels": fake_kernels(gemm_share=gemm, tc=tc)}) == []
+
+
+# the whole analysis with faked sources ------------------------------------------------------------------
+
+def test_recommend_with_fake_analyses(monkeypatch):
+    monkeypatch.setattr(bound, "bound", lambda s, t: fake_bound())
+    monkeypatch.setattr(launch, "launch", lambda s, t: fake_launch())
+    monkeypatch.setattr(whatif, "whatif", lambda s, t: fake_whatif())
+    monkeypatch.setattr(kernels, "kernels", lambda s, t: fake_kernels(short=0.4))
+
+    def broken(s, t):
+        raise UsageError("no device peak for this GPU.")
+    monkeypatch.setattr(bandwidth, "bandwidth", broken)
+    r = rec.recommend(None, "t1")
+    assert r.scalars["rules_fired"] == ["host_bound_launch", "short_kernels"]
+    assert r.trust["rules_skipped"] == ["low_bandwidth"] and "bandwidth" in r.warnings[0]
+    assert list(r.tables["findings"]["rule"]) == ["host_bound_launch", "short_kernels"]  # high, then medium
+    ev = r.tables["evidence"]
+    assert len(ev) == sum(len(e) for e in r.tables["findings"]["evidence"])
+    json.loads(r.to_json())
+
+
+# real samples -------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def sample_store(tmp_path_factory):
+    db = tmp_path_factory.mktemp("rec") / "r.duckdb"
+    ids = {}
+    with open_store(db) as s:
+        for b in ("b1", "b128"):
+            res = ingest_run(s, ROOT / "sample_traces" / f"llama_prefill_{b}")
+            assert res.status == "ingested", res.message
+            ids[b] = res.trace_id
+    return db, ids
+
+
+def cited(sources: dict[str, Result], e: dict):
+    """The value the evidence names, read from the cited analysis' own JSON output."""
+    out = json.loads(sources[e["analysis"]].to_json())
+    if "row" not in e:
+        return out[e["key"]]
+    table, col = e["key"].split(".")
+    rows = [r for r in out[table] if all(r[k] == v for k, v in e["row"].items())]
+    assert len(rows) == 1, (e, rows)
+    return rows[0][col]
+
+
+def test_samples_rules_and_evidence(sample_store):
+    db, ids = sample_store
+    with open_store(db) as s:
+        for b, fires, silent in (("b1", "host_bound_launch", "gpu_bound"), ("b128", "gpu_bound", "host_bound_launch")):
+            r = rec.recommend(s, ids[b])
+            assert fires in r.scalars["rules_fired"] and silent not in r.scalars["rules_fired"], (b, r.scalars)
+            sources = {n: fn(s, ids[b]) for n, fn in rec._sources().items()}
+            out = json.loads(r.to_json())
+            assert out["findings"]
+            for f in out["findings"]:
+                assert f["evidence"]
+                for e in f["evidence"]:
+                    assert cited(sources, e) == e["value"], (b, f["rule"], e)
+            if b == "b1":
+                f = next(f for f in out["findings"] if f["rule"] == "host_bound_launch")
+                w = sources["whatif"].scalars
+                assert f["saving_ns"] == w["observed_ns"] - w["predicted_ns"] > 0
+
+
+def test_cli_json_and_keys_documented(sample_store):
+    db, ids = sample_store
+    doc = (ROOT / "docs" / "metrics.md").read_text(encoding="utf-8")
+    documented = set(re.findall(r"`([A-Za-z_][A-Za-z0-9_.]*)`", doc))
+    res = CliRunner().invoke(cli, ["analyze", "recommend", ids["b1"], "--format", "json", "--db", str(db)])
+    assert res.exit_code == 0, res.output
+    got = json.loads(res.stdout)
+    keys = set(got) | set(got["trust"])
+    for table in ("findings", "evidence"):
+        keys |= set(got[table][0])
+    missing = sorted(k for k in keys if k not in documented)
+    assert not missing, f"undocumented recommend keys: {missing}"
