@@ -12,7 +12,8 @@ from click.testing import CliRunner
 from conftest import ROOT
 
 from kernelscope.analysis.bandwidth import bandwidth, load_peaks, match_device
-from kernelscope.analysis.opmodel import element_size_hint, model_op
+from kernelscope.analysis.opmodel import (KERNEL_DTYPE_PATTERNS, MIXED, element_size_hint, infer_input_types,
+                                          kernel_name_dtype, model_op)
 from kernelscope.cli import cli
 from kernelscope.errors import UsageError
 from kernelscope.storage.ingest import ingest_file
@@ -407,3 +408,124 @@ def test_out_variant_writes_its_out_tensor():
     # div with a rounding mode (a string, not a tensor) is not an out variant: 2*4096 + 4096 = 12,288
     c = cost("aten::div", [[1024], [1024], []], [F32, F32, '"c10::string_view"'], None, ["", "", "floor"])
     assert c.bytes == 12_288
+
+
+# ---------------------------------------------------------------- dtypes from kernel names
+
+
+# One kernel name per pattern of KERNEL_DTYPE_PATTERNS (same order), each stating exactly one dtype.
+PATTERN_CASES = [
+    ("void at::native::vectorized_elementwise_kernel<4, CUDAFunctor_add<__nv_bfloat16>>", "c10::BFloat16"),
+    ("sm90_xmma_gemm_bf16bf16_bf16bf16_bf16_tn_n_tilesize128x128x64", "c10::BFloat16"),
+    ("void layer_norm_kernel<__half2, __half>", "c10::Half"),
+    ("ampere_fp16_s16816gemm_fp16_128x128_ldg8_f2f_tn", "c10::Half"),
+    ("triton_poi_fused_add_float16_0", "c10::Half"),
+    ("maxwell_hgemm_128x64_nn", "c10::Half"),
+    ("void at::native::reduce_kernel<512, 1, ReduceOp<float, MeanOps<float, float>>>", "float"),
+    ("sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize64x64x8_stage3", "float"),
+    ("cutlass_kernel<cutlass::tfloat32_t, 128>", "float"),
+    ("void sgemm_largek_lds64<true, false, 5, 5, 4, 4, 4, 34>", "float"),
+    ("void at::native::elementwise_kernel<128, 2, AddFunctor<double>>", "double"),
+    ("cutlass_gemm_fp64_64x64", "double"),
+    ("volta_dgemm_128x64_nn", "double"),
+    ("sm90_gemm_fp8_tn_kernel", "c10::Float8_e4m3fn"),
+    ("void quantize_kernel<__nv_fp8_e5m2>", "c10::Float8_e4m3fn"),
+]
+
+
+def test_every_kernel_dtype_pattern_has_a_case():
+    assert len(PATTERN_CASES) == len(KERNEL_DTYPE_PATTERNS)
+    for (pattern, dtype), (kernel, expected) in zip(KERNEL_DTYPE_PATTERNS, PATTERN_CASES):
+        assert re.search(pattern, kernel, re.IGNORECASE), (pattern, kernel)
+        assert dtype == expected
+
+
+@pytest.mark.parametrize("kernel, dtype", PATTERN_CASES)
+def test_kernel_name_dtype_per_pattern(kernel, dtype):
+    assert kernel_name_dtype(kernel) == dtype
+
+
+@pytest.mark.parametrize("kernel, dtype", [
+    ("Memset (Device)", None),                      # no dtype word
+    ("Memcpy HtoD (Pageable -> Device)", None),
+    ("void cutlass::Kernel2<cutlass_80_tensorop_s1688gemm_64x64_32x6>", None),  # s1688 is not sgemm
+    ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", MIXED),  # bf16 inputs, fp32 accumulate: two dtypes
+    ("direct_copy_kernel<float, c10::BFloat16>", MIXED),  # a cast
+    ("c10::Float8_e4m3fn", "c10::Float8_e4m3fn"),       # not "float"
+    ("cublasLt::splitKreduce_kernel<32, 16, int, float4>", "float"),  # float4 is a float vector
+    ("halfway_kernel", None),                         # a word, not a dtype
+])
+def test_kernel_name_dtype_edges(kernel, dtype):
+    assert kernel_name_dtype(kernel) == dtype
+
+
+def test_infer_input_types():
+    dims = json.dumps([[4, 128, 256], [], [256], [256], []])
+    assert json.loads(infer_input_types("aten::native_layer_norm", dims, "float")) == \
+        ["float", "", "float", "float", ""]
+    # a list of shapes is a tensor list
+    assert json.loads(infer_input_types("aten::cat", json.dumps([[[2, 3], [2, 3]], []]), "c10::Half")) == \
+        ["TensorList", ""]
+    # integer indices / targets / casts do not share the kernel's dtype; no shapes, no dtype: nothing
+    assert infer_input_types("aten::embedding", json.dumps([[1000, 64], [8, 16]]), "float") is None
+    assert infer_input_types("aten::_to_copy", json.dumps([[8, 16]]), "float") is None
+    assert infer_input_types("aten::mm", None, "float") is None
+    assert infer_input_types("aten::mm", json.dumps([[8, 16], [16, 4]]), MIXED) is None
+    assert infer_input_types("ProfilerStep#1", json.dumps([[8]]), "float") is None
+    # inferred types model like recorded ones: mm [8,16]x[16,4] fp32 = 2*8*4*16 = 1024 FLOPs,
+    # (128 + 64 + 32) * 4 = 896 bytes
+    ty = infer_input_types("aten::mm", json.dumps([[8, 16], [16, 4]]), "float")
+    c = model_op("aten::mm", json.dumps([[8, 16], [16, 4]]), ty, None, None)
+    assert (c.flops, c.bytes, c.dtype) == (1024, 896, "fp32")
+
+
+NSIGHT = ROOT / "sample_traces" / "nsight"
+
+
+@pytest.fixture(scope="module")
+def nsys_pair(tmp_path_factory):
+    """The Nsight Systems export (NVTX ranges: shapes, no dtypes) and its Kineto twin, one store."""
+    sq, kin = NSIGHT / "encoder2_nvtx.sqlite.gz", NSIGHT / "encoder2_kineto" / "trace.json.gz"
+    if not (sq.exists() and kin.exists()):
+        pytest.skip("Nsight sample traces not present")
+    db = tmp_path_factory.mktemp("nsys") / "bw.duckdb"
+    ids = {}
+    for key, path in (("nsys", sq), ("kineto", kin)):
+        res = CliRunner().invoke(cli, ["ingest", str(path), "--db", str(db)])
+        assert res.exit_code == 0, res.output
+        ids[key] = res.stdout.split()[1]
+    with open_store(db, read_only=True) as s:
+        yield {k: bandwidth(s, t) for k, t in ids.items()}, bandwidth(s, ids["nsys"], infer_dtypes=False)
+
+
+def test_nsys_dtypes_from_kernel_names(nsys_pair):
+    got, off = nsys_pair
+    n, k = got["nsys"], got["kineto"]
+    assert off.scalars["modelled_share"] == 0  # without the rule: no dtypes, nothing modelled
+    assert n.scalars["modelled_share"] >= 0.9
+    assert n.trust["instances_dtype_from_kernel_name"] > 0
+    assert any("dtype_source = 'kernel_name'" in w for w in n.warnings)
+    ns, ks = n.table("per_signature"), k.table("per_signature")
+    modelled = ns[ns["bytes"].notna()]
+    assert (modelled["dtype_source"] == "kernel_name").all() and (ks["dtype_source"] == "trace").all()
+    # per signature (name + dims), the same FLOPs, bytes, calls and dtype as the Kineto twin
+    key = ["name", "input_dims"]
+    m = modelled.merge(ks, on=key, suffixes=("_n", "_k"), validate="one_to_one")
+    assert len(m) == len(modelled) > 0
+    for col in ("calls", "flops", "bytes", "dtype", "tensor_core", "rule"):
+        assert (m[col + "_n"] == m[col + "_k"]).all(), col
+    assert n.scalars["flops"] == k.scalars["flops"] and n.scalars["bytes"] == k.scalars["bytes"]
+
+
+def test_kineto_samples_with_dtypes_unchanged(session_store):
+    with open_store(session_store.db, read_only=True) as s:
+        row = s.query("SELECT trace_id FROM traces WHERE name = 'llama_prefill_b1'")
+        if not len(row):
+            pytest.skip("llama_prefill_b1 sample not present")
+        t = row.iloc[0]["trace_id"]
+        on, off = bandwidth(s, t), bandwidth(s, t, infer_dtypes=False)
+    a, b = on.table("per_signature"), off.table("per_signature")
+    assert set(a["dtype_source"].dropna()) == {"trace"}
+    assert a["dtype_source"].notna().all()
+    pd.testing.assert_frame_equal(a, b)
+    assert on.trust["instances_dtype_from_kernel_name"] == 0 and on.scalars == off.scalars

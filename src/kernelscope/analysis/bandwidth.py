@@ -23,6 +23,9 @@ Definitions (docs/metrics.md, "Bandwidth and compute utilisation"; the per-opera
   datasheet), matched by regular expression against the trace's device name; a user table
   (``peaks=PATH`` or ``$KERNELSCOPE_DEVICE_PEAKS``) is searched first. Unknown device: no percentages,
   no bound, one warning.
+- An operator recorded with shapes but without dtypes (Nsight Systems NVTX ranges) takes the one dtype
+  its kernels' names state (``opmodel.kernel_name_dtype``); such rows have ``dtype_source =
+  'kernel_name'``, recorded ones ``'trace'``. Kernels that disagree: no dtype, unmodelled.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ import pandas as pd
 import pyarrow.compute as pc
 
 from ..errors import UsageError
-from .opmodel import element_size_hint, model_op
+from .opmodel import MIXED, infer_input_types, kernel_name_dtype, model_op
 from .result import Result
 
 DESCRIPTION = "FLOPs and minimum bytes per leaf operator, achieved GB/s and TFLOP/s, % of device peak, roofline."
@@ -63,19 +66,39 @@ WITH a AS (
          max(end_ns) OVER (PARTITION BY leaf_op_id ORDER BY start_ns, end_ns
                            ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end,
          CASE WHEN name LIKE '%OpaqueType<%'
-              THEN nullif(regexp_extract(name, 'OpaqueType<(\\d+)u?>', 1), '') END AS hint
-  FROM gpu_activities WHERE trace_id = $t AND leaf_op_id IS NOT NULL
+              THEN nullif(regexp_extract(name, 'OpaqueType<(\\d+)u?>', 1), '') END AS hint,
+         {kdt} AS kdt
+  FROM gpu_activities {kjoin} WHERE trace_id = $t AND leaf_op_id IS NOT NULL
 ), per AS (
   SELECT op_id, min(device) AS device, count(*) AS activities, max(hint) AS hint,
+         CASE WHEN count(DISTINCT kdt) > 1 THEN 'mixed' ELSE min(kdt) END AS kdtype,
          CAST(coalesce(sum(end_ns - greatest(start_ns, coalesce(prev_end, start_ns)))
                        FILTER (WHERE prev_end IS NULL OR end_ns > prev_end), 0) AS BIGINT) AS gpu_ns
   FROM a GROUP BY op_id
 )
-SELECT o.name, o.input_dims, o.input_types, o.input_strides, o.concrete_inputs, per.hint, per.device,
+SELECT o.name, o.input_dims, o.input_types, o.input_strides, o.concrete_inputs, per.hint, per.kdtype,
+       per.device,
        list(per.op_id) AS op_ids, list(per.activities) AS activities, list(per.gpu_ns) AS gpu_ns
 FROM per JOIN cpu_ops o ON o.trace_id = $t AND o.op_id = per.op_id
 GROUP BY ALL
-ORDER BY o.name, o.input_dims, o.input_types, o.input_strides, o.concrete_inputs, per.hint, per.device
+ORDER BY o.name, o.input_dims, o.input_types, o.input_strides, o.concrete_inputs, per.hint, per.kdtype,
+         per.device
+"""
+# Without kernel-name evidence every kernel's dtype word is NULL; with it, a kernel name's dtype comes from
+# the ($kn, $kd) pairs computed in Python (kernel_name_dtype: RE2 has no look-behind).
+_NO_EVIDENCE = {"kdt": "CAST(NULL AS VARCHAR)", "kjoin": ""}
+_EVIDENCE = {"kdt": "kd.dt",
+             "kjoin": "LEFT JOIN (SELECT unnest($kn) AS kname, unnest($kd) AS dt) kd ON kd.kname = name"}
+
+# Names of kernels attributed to operators recorded with shapes but no dtypes (none on Kineto traces).
+_SQL_ANY_UNTYPED = """
+SELECT count(*) AS n FROM (SELECT 1 FROM cpu_ops
+  WHERE trace_id = $t AND input_types IS NULL AND input_dims IS NOT NULL LIMIT 1)
+"""
+_SQL_UNTYPED_KERNELS = """
+SELECT DISTINCT a.name FROM gpu_activities a
+JOIN cpu_ops o ON o.trace_id = $t AND o.op_id = a.leaf_op_id
+WHERE a.trace_id = $t AND o.input_types IS NULL AND o.input_dims IS NOT NULL
 """
 
 _SQL_UNATTRIBUTED = """
@@ -166,13 +189,15 @@ def device_names(store, trace_id: str) -> tuple[dict[int, str], dict[str, Any]]:
 
 
 def bandwidth(store, trace_id: str, *, peaks: str | Path | None = None, device: str | None = None,
-              measured_bytes: pd.DataFrame | None = None) -> Result:
+              measured_bytes: pd.DataFrame | None = None, infer_dtypes: bool = True) -> Result:
     """Bandwidth/compute utilisation of one trace's leaf operators (definitions: module docstring).
 
     ``peaks``: a CSV of device peaks searched before the package table. ``device``: a device name to
     use instead of the trace's own. ``measured_bytes``: optional DataFrame ``op_id, measured_bytes``
     (DRAM bytes measured by a profiler such as Nsight Compute, summed over the operator's kernels);
     when given, ``measured_bytes`` and ``measured_gbps`` columns appear beside the modelled ones.
+    ``infer_dtypes``: give operators recorded with shapes but no dtypes the dtype their kernels' names
+    agree on (``dtype_source = 'kernel_name'``); False leaves them unmodelled.
     """
     t = trace_id
     un = store.query(_SQL_UNATTRIBUTED, {"t": t}).iloc[0]
@@ -184,17 +209,29 @@ def bandwidth(store, trace_id: str, *, peaks: str | Path | None = None, device: 
     tf32_conv = bool(prov.get("tf32_cudnn", True))
 
     # One row per group of identical calls: model it once, attach the device's peaks.
-    groups = store.query_arrow(_SQL_GROUPS, {"t": t})
+    evidence = {}
+    if infer_dtypes and int(store.query(_SQL_ANY_UNTYPED, {"t": t}).iloc[0]["n"]):
+        for kn in store.query(_SQL_UNTYPED_KERNELS, {"t": t})["name"]:
+            if (dt := kernel_name_dtype(kn)) is not None:
+                evidence[kn] = dt
+    if evidence:
+        groups = store.query_arrow(_SQL_GROUPS.format(**_EVIDENCE),
+                                   {"t": t, "kn": list(evidence), "kd": list(evidence.values())})
+    else:
+        groups = store.query_arrow(_SQL_GROUPS.format(**_NO_EVIDENCE), {"t": t})
     g = groups.drop_columns(["op_ids", "activities", "gpu_ns"]).to_pandas()
-    costs = [model_op(r.name, r.input_dims, r.input_types, r.input_strides, r.concrete_inputs,
+    types, sources = _dtype_sources(g)
+    costs = [model_op(r.name, r.input_dims, ty, r.input_strides, r.concrete_inputs,
                       elem_size_hint=int(r.hint) if isinstance(r.hint, str) else None,
-                      tf32_matmul=tf32_mm, tf32_conv=tf32_conv) for r in g.itertuples(index=False)]
+                      tf32_matmul=tf32_mm, tf32_conv=tf32_conv)
+             for r, ty in zip(g.itertuples(index=False), types)]
     g["flops"] = pd.array([c.flops for c in costs], dtype="Int64")
     g["bytes"] = pd.array([c.bytes for c in costs], dtype="Int64")
     g["dtype"] = pd.Series([c.dtype for c in costs], dtype="object")
     g["tensor_core"] = pd.Series([c.tensor for c in costs], dtype=bool)
     g["rule"] = pd.Series([c.rule for c in costs], dtype="object")
     g["reason"] = pd.Series([c.reason for c in costs], dtype="object")
+    g["dtype_source"] = pd.Series(sources, dtype="object")
 
     dev_rows: dict[int, dict[str, Any] | None] = {}
     for d in sorted(int(x) for x in g["device"].dropna().unique()):
@@ -235,6 +272,7 @@ def bandwidth(store, trace_id: str, *, peaks: str | Path | None = None, device: 
         inst[col] = g[col].take(gi).reset_index(drop=True)
     inst["dtype"], inst["tensor_core"] = _repeat(g["dtype"], gi), g["tensor_core"].to_numpy(bool)[gi]
     inst["rule"] = _repeat(g["rule"], gi)
+    inst["dtype_source"] = _repeat(g["dtype_source"], gi)
     fl, by = _floats(g["flops"])[gi], _floats(g["bytes"])[gi]
     pbw, pfl = _floats(g["peak_gbps"])[gi], _floats(g["peak_tflops"])[gi]
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -280,6 +318,18 @@ def bandwidth(store, trace_id: str, *, peaks: str | Path | None = None, device: 
     if unexplained:
         warnings.append(f"{unexplained} operator instances exceed 100% of a device peak without a cache "
                         "explanation (a modelling or peak-table error): read their numbers with care.")
+    from_names = g["dtype_source"].eq("kernel_name").to_numpy(bool)
+    untyped = (g["input_types"].isna() & g["input_dims"].notna()).to_numpy(bool)
+    conflicting = untyped & g["kdtype"].eq(MIXED).fillna(False).to_numpy(bool)
+    if from_names.any():
+        warnings.append(f"{int(g.loc[from_names, 'calls'].sum())} operator instances "
+                        f"({int(g.loc[from_names, 'gpu_ns'].sum())} ns) were recorded without dtypes; "
+                        "their dtype was taken from the dtype word their kernels' names agree on "
+                        "(dtype_source = 'kernel_name').")
+    if conflicting.any():
+        warnings.append(f"{int(g.loc[conflicting, 'calls'].sum())} operator instances recorded without "
+                        "dtypes have kernels whose names state different dtypes (casts, mixed precision): "
+                        "no dtype inferred, left unmodelled.")
     if int(un["ns"]):
         warnings.append(f"{int(un['n'])} GPU activities ({int(un['ns'])} ns) have no leaf operator "
                         "(CUDA-graph replays or launches outside the trace) and are not modelled.")
@@ -311,6 +361,8 @@ def bandwidth(store, trace_id: str, *, peaks: str | Path | None = None, device: 
         "devices_unmatched": len(dev_rows) - len(matched),
         "tf32_from": "provenance" if "tf32_matmul" in prov else "default (off for matmul, on for cuDNN)",
         "measured_bytes": measured_bytes is not None,
+        "instances_dtype_from_kernel_name": int(g.loc[from_names, "calls"].sum()),
+        "instances_dtype_conflicting": int(g.loc[conflicting, "calls"].sum()),
     }
     if not len(inst):
         warnings.append("no GPU activity is attributed to a leaf operator: nothing to model.")
@@ -319,6 +371,24 @@ def bandwidth(store, trace_id: str, *, peaks: str | Path | None = None, device: 
                           "per_signature": sig,
                           "unmodelled": unmodelled},
                   warnings=warnings, trust=trust)
+
+
+def _dtype_sources(g: pd.DataFrame) -> tuple[list, list]:
+    """Per group: the input types to model with and where their dtypes come from: ``trace`` (recorded),
+    ``kernel_name`` (recorded shapes without dtypes, given the one dtype the group's kernel names state:
+    ``opmodel.infer_input_types``), or None (no dtype known)."""
+    types, sources = [], []
+    for r in g.itertuples(index=False):
+        inferred = None
+        if isinstance(r.input_types, str):
+            types.append(r.input_types)
+            sources.append("trace")
+            continue
+        if isinstance(r.kdtype, str) and r.kdtype != MIXED and isinstance(r.input_dims, str):
+            inferred = infer_input_types(r.name, r.input_dims, r.kdtype)
+        types.append(inferred)
+        sources.append("kernel_name" if inferred else None)
+    return types, sources
 
 
 def _repeat(col: pd.Series, gi: np.ndarray) -> pd.Categorical:
@@ -361,7 +431,7 @@ def _signatures(g: pd.DataFrame) -> pd.DataFrame:
     if not len(g):
         g["signature"] = pd.Series(dtype="int64")
         cols = key + ["calls", "activities", "gpu_ns", "flops", "bytes", "dtype", "tensor_core", "rule",
-                      "achieved_gbps", "achieved_tflops", "pct_peak_bw", "pct_peak_flops", "intensity",
+                      "dtype_source", "achieved_gbps", "achieved_tflops", "pct_peak_bw", "pct_peak_flops", "intensity",
                       "bound", "peak_gbps", "peak_tflops"]
         return pd.DataFrame(columns=cols)
     x = g.assign(tf=g["flops"] * g["calls"], tb=g["bytes"] * g["calls"], missing=g["bytes"].isna())
@@ -369,6 +439,7 @@ def _signatures(g: pd.DataFrame) -> pd.DataFrame:
     sig = grp.agg(calls=("calls", "sum"), activities=("activities", "sum"), gpu_ns=("gpu_ns", "sum"),
                   flops=("tf", "sum"), bytes=("tb", "sum"), missing=("missing", "any"),
                   dtype=("dtype", "first"), tensor_core=("tensor_core", "first"), rule=("rule", "first"),
+                  dtype_source=("dtype_source", "first"),
                   peak_gbps=("peak_gbps", "first"), peak_tflops=("peak_tflops", "first")).reset_index()
     for col in ("flops", "bytes"):
         sig[col] = sig[col].astype("Int64").mask(sig["missing"])
@@ -380,7 +451,7 @@ def _signatures(g: pd.DataFrame) -> pd.DataFrame:
     index = {k: i for i, k in enumerate(sig[key].itertuples(index=False, name=None))}
     g["signature"] = [index[k] for k in g[key].itertuples(index=False, name=None)]
     return sig[key + ["calls", "activities", "gpu_ns", "flops", "bytes", "dtype", "tensor_core", "rule",
-                      "achieved_gbps", "achieved_tflops", "pct_peak_bw", "pct_peak_flops", "intensity",
+                      "dtype_source", "achieved_gbps", "achieved_tflops", "pct_peak_bw", "pct_peak_flops", "intensity",
                       "bound", "peak_gbps", "peak_tflops"]]
 
 
