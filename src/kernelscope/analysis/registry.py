@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..errors import UsageError
-from . import bandwidth, bound, graphs, kernels, launch, power, summary, transition, whatif
+from . import bandwidth, bound, diff, graphs, kernels, launch, power, summary, transition, whatif
 from . import recommend
 from .result import Result
 
@@ -38,6 +38,7 @@ _TABLE = [
     Analysis("transition", transition.DESCRIPTION, transition.transition, multi=True),
     Analysis("bandwidth", bandwidth.DESCRIPTION, bandwidth.bandwidth),
     Analysis("recommend", recommend.DESCRIPTION, recommend.recommend),
+    Analysis("diff", diff.DESCRIPTION, diff.diff, multi=True),
     # launch, bound, transition, bandwidth, kernels, idle, energy, diff: add their rows here.
 ]
 
