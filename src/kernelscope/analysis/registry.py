@@ -39,7 +39,6 @@ _TABLE = [
     Analysis("bandwidth", bandwidth.DESCRIPTION, bandwidth.bandwidth),
     Analysis("recommend", recommend.DESCRIPTION, recommend.recommend),
     Analysis("diff", diff.DESCRIPTION, diff.diff, multi=True),
-    # launch, bound, transition, bandwidth, kernels, idle, energy, diff: add their rows here.
 ]
 
 ANALYSES: dict[str, Analysis] = {a.name: a for a in _TABLE}
