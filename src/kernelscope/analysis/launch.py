@@ -33,6 +33,7 @@ Activities without a matched launch call are left out of every number here and c
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import pandas as pd
@@ -73,7 +74,6 @@ FROM s
 """
 
 _TOTALS_SQL = """
-WITH x AS ({acts})
 SELECT
   CAST(coalesce(sum(lq_ns) FILTER (WHERE term), 0) AS BIGINT) AS tklqt_ns,
   CAST(coalesce(sum(lq_ns) FILTER (WHERE kind = 'kernel'), 0) AS BIGINT) AS tklqt_naive_ns,
@@ -86,7 +86,7 @@ SELECT
   count(DISTINCT launch_id) FILTER (WHERE is_graph) AS graph_launches,
   count(*) FILTER (WHERE lq_ns < 0) AS negative_lq,
   count(*) FILTER (WHERE lq_ns < 0 AND term) AS negative_lq_terms
-FROM x
+FROM {x} x
 """
 
 _SPAN_SQL = """
@@ -100,20 +100,18 @@ SELECT
 
 # memcpy/memset launches apart; graph launches as one row each (their first node's split).
 _BY_KIND_SQL = """
-WITH x AS ({acts})
 SELECT CASE WHEN kind = 'kernel' AND is_graph THEN 'graph_launch' ELSE kind END AS kind,
        count(*) AS count,
        CAST(sum(lq_ns) AS BIGINT) AS lq_ns, CAST(sum(api_ns) AS BIGINT) AS api_ns,
        CAST(sum(queue_ns) AS BIGINT) AS queue_ns, CAST(sum(dispatch_ns) AS BIGINT) AS dispatch_ns,
        CAST(sum(launch_delay_ns) AS BIGINT) AS launch_delay_ns
-FROM x WHERE term OR kind <> 'kernel'
+FROM {x} x WHERE term OR kind <> 'kernel'
 GROUP BY 1 ORDER BY 1
 """
 
 _DIST_SQL = """
-WITH x AS ({acts}),
-u AS (
-  UNPIVOT (SELECT lq_ns, api_ns, queue_ns, dispatch_ns, launch_delay_ns FROM x WHERE term)
+WITH u AS (
+  UNPIVOT (SELECT lq_ns, api_ns, queue_ns, dispatch_ns, launch_delay_ns FROM {x} x WHERE term)
   ON lq_ns, api_ns, queue_ns, dispatch_ns, launch_delay_ns INTO NAME metric VALUE v
 )
 SELECT metric, count(*) AS count,
@@ -125,16 +123,15 @@ FROM u GROUP BY metric
 # Per operator instance: TKLQT terms, launch-call time and the union of its activities' intervals;
 # then summed per operator name. {link} is 'top_op_id' or 'leaf_op_id' (chosen here, never user input).
 _PER_OP_SQL = """
-WITH x AS ({acts}),
-terms AS (
+WITH terms AS (
   SELECT {link} AS op_id, count(*) FILTER (WHERE kind = 'kernel' AND NOT is_graph) AS kernels,
          count(*) FILTER (WHERE is_graph) AS graph_launches,
          sum(lq_ns) AS tklqt_ns, sum(api_ns) AS api_ns, sum(queue_ns) AS queue_ns,
          sum(dispatch_ns) AS dispatch_ns, sum(launch_delay_ns) AS launch_delay_ns
-  FROM x WHERE term GROUP BY 1
+  FROM {x} x WHERE term GROUP BY 1
 ),
 gk AS (  -- graph node kernels per operator (counted as kernels of the operator, beside the launches)
-  SELECT {link} AS op_id, count(*) AS graph_kernels FROM x WHERE is_graph AND kind = 'kernel' GROUP BY 1
+  SELECT {link} AS op_id, count(*) AS graph_kernels FROM {x} x WHERE is_graph AND kind = 'kernel' GROUP BY 1
 ),
 calls AS (
   SELECT {link} AS op_id, CAST(sum(dur_ns) AS BIGINT) AS launch_api_ns
@@ -144,18 +141,11 @@ o AS (
   SELECT {link} AS op_id, start_ns, end_ns,
          max(end_ns) OVER (PARTITION BY {link} ORDER BY start_ns, end_ns
                            ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
-  FROM x WHERE {link} IS NOT NULL
+  FROM {x} x WHERE {link} IS NOT NULL
 ),
-isl AS (
-  SELECT op_id, start_ns, end_ns,
-         sum(CASE WHEN prev_end IS NULL OR start_ns > prev_end THEN 1 ELSE 0 END)
-           OVER (PARTITION BY op_id ORDER BY start_ns, end_ns ROWS UNBOUNDED PRECEDING) AS island
-  FROM o
-),
-un AS (
-  SELECT op_id, sum(e - s) AS gpu_union_ns
-  FROM (SELECT op_id, island, min(start_ns) AS s, max(end_ns) AS e FROM isl GROUP BY op_id, island)
-  GROUP BY op_id
+un AS (  -- sorted by start, each interval adds the part past the running max end of those before it
+  SELECT op_id, sum(greatest(0, end_ns - greatest(start_ns, coalesce(prev_end, start_ns)))) AS gpu_union_ns
+  FROM o GROUP BY op_id
 ),
 inst AS (
   SELECT t.op_id, t.kernels, t.graph_launches, coalesce(gk.graph_kernels, 0) AS graph_kernels,
@@ -178,25 +168,23 @@ ORDER BY tklqt_ns DESC, name NULLS LAST
 """
 
 _PER_PHASE_SQL = """
-WITH x AS ({acts})
 SELECT x.phase_id, an.kind AS phase_kind, an.name AS phase,
        count(*) FILTER (WHERE x.kind = 'kernel' AND NOT x.is_graph) AS kernels,
        count(*) FILTER (WHERE x.is_graph) AS graph_launches,
        CAST(sum(lq_ns) AS BIGINT) AS tklqt_ns, CAST(sum(api_ns) AS BIGINT) AS api_ns,
        CAST(sum(queue_ns) AS BIGINT) AS queue_ns, CAST(sum(dispatch_ns) AS BIGINT) AS dispatch_ns,
        CAST(sum(launch_delay_ns) AS BIGINT) AS launch_delay_ns
-FROM x LEFT JOIN annotations an ON an.trace_id = $t AND an.ann_id = x.phase_id
+FROM {x} x LEFT JOIN annotations an ON an.trace_id = $t AND an.ann_id = x.phase_id
 WHERE term
 GROUP BY x.phase_id, an.kind, an.name, an.start_ns
 ORDER BY an.start_ns NULLS LAST
 """
 
 _DEVICES_SQL = """
-WITH x AS ({acts}),
-sp AS (SELECT device, CAST(max(end_ns) - min(start_ns) AS BIGINT) AS gpu_span_ns
+WITH sp AS (SELECT device, CAST(max(end_ns) - min(start_ns) AS BIGINT) AS gpu_span_ns
        FROM gpu_activities WHERE trace_id = $t GROUP BY device)
 SELECT sp.device, sp.gpu_span_ns, CAST(coalesce(sum(x.lq_ns), 0) AS BIGINT) AS tklqt_ns
-FROM sp LEFT JOIN x ON x.device = sp.device AND x.term
+FROM sp LEFT JOIN {x} x ON x.device = sp.device AND x.term
 GROUP BY sp.device, sp.gpu_span_ns ORDER BY sp.device
 """
 
@@ -219,10 +207,25 @@ def _one(store, sql: str, t: str) -> dict[str, Any]:
 
 
 def launch(store, trace_id: str) -> Result:
-    """Launch overhead of one stored trace (definitions in this module's docstring and docs/metrics.md)."""
-    t = trace_id
-    acts = _acts()
-    tot = _one(store, _TOTALS_SQL.format(acts=acts), t)
+    """Launch overhead of one stored trace (definitions in this module's docstring and docs/metrics.md).
+
+    The per-activity split is computed once into a connection-local temporary table (unique name,
+    dropped on return) and every scalar and table is aggregated from it in SQL."""
+    x = f"launch_split_{uuid.uuid4().hex}"
+    store.query(f"CREATE TEMP TABLE {x} AS " + _acts(), {"t": trace_id})
+    try:
+        return _launch(store, trace_id, x)
+    finally:
+        store.query(f"DROP TABLE IF EXISTS {x}")
+
+
+def _launch(store, t: str, x: str) -> Result:
+    def sq(sql: str, **fmt) -> pd.DataFrame:
+        sql = sql.format(x=x, **fmt)
+        return store.query(sql, {"t": t} if "$t" in sql else None)
+
+    tot = sq(_TOTALS_SQL)
+    tot = {c: _py(tot[c].iloc[0]) for c in tot.columns}
     span = _one(store, _SPAN_SQL, t)
     gpu_span = span.get("gpu_span_ns")
     tklqt = int(tot["tklqt_ns"])
@@ -244,18 +247,18 @@ def launch(store, trace_id: str) -> Result:
         "launch_delay_ns": int(tot["launch_delay_ns"]),
         "negative_lq": int(tot["negative_lq"]),
     }
-    by_kind = store.query(_BY_KIND_SQL.format(acts=acts), {"t": t})
-    dist = store.query(_DIST_SQL.format(acts=acts), {"t": t})
+    by_kind = sq(_BY_KIND_SQL)
+    dist = sq(_DIST_SQL)
     order = ["lq_ns", "api_ns", "queue_ns", "dispatch_ns", "launch_delay_ns"]
     dist["metric"] = pd.Categorical(dist["metric"], categories=order, ordered=True)
     dist = dist.sort_values("metric").reset_index(drop=True)
     dist["metric"] = dist["metric"].astype(str)
-    per_op = store.query(_PER_OP_SQL.format(acts=acts, link="top_op_id"), {"t": t})
-    per_leaf = store.query(_PER_OP_SQL.format(acts=acts, link="leaf_op_id"), {"t": t})
+    per_op = sq(_PER_OP_SQL, link="top_op_id")
+    per_leaf = sq(_PER_OP_SQL, link="leaf_op_id")
     for df in (per_op, per_leaf):
         df["kernels_per_call"] = (df["kernels"] + df["graph_kernels"]) / df["calls"].where(df["calls"] > 0)
-    per_phase = store.query(_PER_PHASE_SQL.format(acts=acts), {"t": t})
-    devices = store.query(_DEVICES_SQL.format(acts=acts), {"t": t})
+    per_phase = sq(_PER_PHASE_SQL)
+    devices = sq(_DEVICES_SQL)
     devices["mean_queue_depth"] = devices["tklqt_ns"] / devices["gpu_span_ns"].where(devices["gpu_span_ns"] > 0)
     launch_bound = per_op.loc[per_op["launch_bound_calls"] > 0, ["name", "calls", "launch_bound_calls",
                                                                   "launch_api_ns", "gpu_union_ns"]]
