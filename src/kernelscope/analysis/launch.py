@@ -43,35 +43,49 @@ from .result import Result, py_scalar as _py
 DESCRIPTION = "Launch-and-queue time (api/queue/dispatch), TKLQT, mean queue depth, per operator and phase."
 DEFINITION = __doc__.strip()
 
-# One row per GPU activity of the trace with its launch split. 'term' says whether the row is a TKLQT
-# term: a non-graph kernel, or the first node of a graph launch (its lq is the graph launch's lq).
-ACTIVITIES_SQL = """
+# One row per GPU activity of the trace with a launch call, with its launch split. 'term' says whether
+# the row is a TKLQT term: a non-graph kernel, or the first node (by start, then activity_id) of a graph
+# launch (its lq is the graph launch's lq). {cols} picks the output columns (every formula lives in 'x',
+# so unused columns are pruned by DuckDB and never sorted by the window).
+_SPLIT_SQL = """
 WITH a AS (
-  SELECT g.activity_id, g.kind, g.name, g.device, g.stream, g.start_ns, g.end_ns, g.dur_ns, g.is_graph,
-         g.launch_id, g.leaf_op_id, g.top_op_id,
-         l.start_ns AS launch_start_ns, l.end_ns AS launch_end_ns, l.dur_ns AS launch_dur_ns,
-         l.launch_type, l.phase_id, l.top_op_id AS launch_top_op_id, l.leaf_op_id AS launch_leaf_op_id,
-         lag(g.end_ns) OVER (PARTITION BY g.device, g.stream ORDER BY g.start_ns, g.activity_id) AS prev_end,
-         row_number() OVER (PARTITION BY g.launch_id ORDER BY g.start_ns, g.activity_id) AS node_rank
-  FROM gpu_activities g
-  LEFT JOIN launches l ON l.trace_id = g.trace_id AND l.launch_id = g.launch_id
-  WHERE g.trace_id = $t
+  SELECT activity_id, kind, name, device, stream, start_ns, end_ns, dur_ns, is_graph, launch_id,
+         leaf_op_id, top_op_id,
+         lag(end_ns) OVER (PARTITION BY device, stream ORDER BY start_ns, activity_id) AS prev_end
+  FROM gpu_activities WHERE trace_id = $t
+), first_node AS (
+  SELECT min({{'s': start_ns, 'a': activity_id}}).a AS activity_id
+  FROM gpu_activities
+  WHERE trace_id = $t AND launch_id IN (SELECT launch_id FROM gpu_activities WHERE trace_id = $t AND is_graph)
+  GROUP BY launch_id
 ), s AS (
-  SELECT *, start_ns - launch_start_ns AS lq_ns,
-         least(launch_dur_ns, start_ns - launch_start_ns) AS api_ns,
-         coalesce(prev_end, launch_end_ns) AS ready_ns
-  FROM a WHERE launch_id IS NOT NULL
+  SELECT a.*, l.start_ns AS launch_start_ns, l.end_ns AS launch_end_ns, l.dur_ns AS launch_dur_ns,
+         l.launch_type, l.phase_id, l.top_op_id AS launch_top_op_id, l.leaf_op_id AS launch_leaf_op_id,
+         a.start_ns - l.start_ns AS lq_ns, least(l.dur_ns, a.start_ns - l.start_ns) AS api_ns,
+         coalesce(a.prev_end, l.end_ns) AS ready_ns, f.activity_id IS NOT NULL AS first_node
+  FROM a LEFT JOIN launches l ON l.trace_id = $t AND l.launch_id = a.launch_id
+  LEFT JOIN first_node f ON f.activity_id = a.activity_id
+  WHERE a.launch_id IS NOT NULL
+), x AS (
+  SELECT activity_id, kind, name, device, stream, start_ns, end_ns, dur_ns, is_graph, launch_id,
+         launch_type, launch_start_ns, launch_end_ns, launch_dur_ns, ready_ns,
+         coalesce(top_op_id, launch_top_op_id) AS top_op_id, coalesce(leaf_op_id, launch_leaf_op_id) AS leaf_op_id,
+         phase_id, lq_ns, api_ns,
+         greatest(0, least(ready_ns - launch_end_ns, lq_ns - api_ns)) AS queue_ns,
+         lq_ns - api_ns - greatest(0, least(ready_ns - launch_end_ns, lq_ns - api_ns)) AS dispatch_ns,
+         greatest(0, start_ns - launch_end_ns) AS launch_delay_ns,
+         (kind = 'kernel' AND (NOT is_graph OR first_node)) AS term
+  FROM s
 )
-SELECT activity_id, kind, name, device, stream, start_ns, end_ns, dur_ns, is_graph, launch_id,
-       launch_type, launch_start_ns, launch_end_ns, launch_dur_ns, ready_ns,
-       coalesce(top_op_id, launch_top_op_id) AS top_op_id, coalesce(leaf_op_id, launch_leaf_op_id) AS leaf_op_id,
-       phase_id, lq_ns, api_ns,
-       greatest(0, least(ready_ns - launch_end_ns, lq_ns - api_ns)) AS queue_ns,
-       lq_ns - api_ns - greatest(0, least(ready_ns - launch_end_ns, lq_ns - api_ns)) AS dispatch_ns,
-       greatest(0, start_ns - launch_end_ns) AS launch_delay_ns,
-       (kind = 'kernel' AND (NOT is_graph OR node_rank = 1)) AS term
-FROM s
+SELECT {cols} FROM x
 """
+ALL_COLUMNS = ("activity_id, kind, name, device, stream, start_ns, end_ns, dur_ns, is_graph, launch_id, "
+               "launch_type, launch_start_ns, launch_end_ns, launch_dur_ns, ready_ns, top_op_id, leaf_op_id, "
+               "phase_id, lq_ns, api_ns, queue_ns, dispatch_ns, launch_delay_ns, term")
+# the columns the tables below read (kept narrow: the launch analysis materialises only these)
+_TABLE_COLUMNS = ("kind, device, start_ns, end_ns, is_graph, launch_id, top_op_id, leaf_op_id, phase_id, "
+                  "lq_ns, api_ns, queue_ns, dispatch_ns, launch_delay_ns, term")
+ACTIVITIES_SQL = _SPLIT_SQL.format(cols=ALL_COLUMNS)
 
 _TOTALS_SQL = """
 SELECT
@@ -212,7 +226,8 @@ def launch(store, trace_id: str) -> Result:
     The per-activity split is computed once into a connection-local temporary table (unique name,
     dropped on return) and every scalar and table is aggregated from it in SQL."""
     x = f"launch_split_{uuid.uuid4().hex}"
-    store.query(f"CREATE TEMP TABLE {x} AS " + _acts(), {"t": trace_id})
+    store.query(f"CREATE TEMP TABLE {x} AS " + _SPLIT_SQL.format(cols=_TABLE_COLUMNS).strip(),
+                {"t": trace_id})
     try:
         return _launch(store, trace_id, x)
     finally:
