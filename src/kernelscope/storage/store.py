@@ -66,7 +66,14 @@ def _connect(path: pathlib.Path, read_only: bool, config: dict | None = None):
     delay = 0.05
     while True:
         try:
-            return duckdb.connect(str(path), read_only=read_only, config=config or {})
+            config = dict(config or {})
+            lock = config.pop("lock_configuration", None)
+            con = duckdb.connect(str(path), read_only=read_only, config=config)
+            # No progress bar: DuckDB draws it on stdout for slow queries, corrupting --format json output.
+            con.execute("SET enable_progress_bar = false")
+            if lock is not None:  # locked last, so the line above may still run on user-SQL connections
+                con.execute(f"SET lock_configuration = {'true' if lock in (True, 'true') else 'false'}")
+            return con
         except duckdb.Error as exc:
             if _is_lock_error(exc):
                 if time.monotonic() < deadline:
