@@ -125,8 +125,8 @@ def normalize_uuid(u) -> str:
     return s
 
 
-def _cuda_device_uuids(devices=None) -> list[str] | None:
-    """UUIDs of the CUDA devices in use (torch ordinals ``devices``, default all visible), or None."""
+def _cuda_properties(devices=None) -> list | None:
+    """torch's properties of the CUDA devices in use (ordinals ``devices``, default all visible), or None."""
     try:
         import torch
     except ImportError:
@@ -134,12 +134,15 @@ def _cuda_device_uuids(devices=None) -> list[str] | None:
     if not torch.cuda.is_available():
         return None
     ordinals = range(torch.cuda.device_count()) if devices is None else devices
-    out = []
-    for i in ordinals:
-        u = getattr(torch.cuda.get_device_properties(i), "uuid", None)
-        if u is not None:
-            out.append(str(u))
-    return out
+    return [torch.cuda.get_device_properties(i) for i in ordinals]
+
+
+def _cuda_device_uuids(devices=None) -> list[str] | None:
+    """UUIDs of the CUDA devices in use, or None."""
+    props = _cuda_properties(devices)
+    if props is None:
+        return None
+    return [str(p.uuid) for p in props if getattr(p, "uuid", None) is not None]
 
 
 _VALUE_ATTR = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
@@ -147,19 +150,11 @@ _VALUE_ATTR = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "
 
 def _cuda_device_pci(devices=None) -> list[tuple | None] | None:
     """(domain, bus, device) PCI ids of the CUDA devices in use, in the same order as their UUIDs."""
-    try:
-        import torch
-    except ImportError:
+    props = _cuda_properties(devices)
+    if props is None:
         return None
-    if not torch.cuda.is_available():
-        return None
-    ordinals = range(torch.cuda.device_count()) if devices is None else devices
-    out = []
-    for i in ordinals:
-        p = torch.cuda.get_device_properties(i)
-        ids = tuple(getattr(p, a, None) for a in ("pci_domain_id", "pci_bus_id", "pci_device_id"))
-        out.append(None if None in ids else ids)
-    return out
+    ids = [tuple(getattr(p, a, None) for a in ("pci_domain_id", "pci_bus_id", "pci_device_id")) for p in props]
+    return [None if None in t else t for t in ids]
 
 
 def _parse_bus_id(bus_id) -> tuple | None:
