@@ -68,7 +68,7 @@ def trust_sentences(trust: dict, scalars: dict) -> list[str]:
                    "(host/GPU clock skew).")
     if trust.get("same_stream_overlaps"):
         out.append(f"{trust['same_stream_overlaps']:,} GPU activities overlap an earlier one on the same "
-                   "stream (programmatic dependent launch).")
+                   "stream (e.g. programmatic dependent launch, or clock jitter).")
     ext = trust.get("ext_id_disagreements", {})
     if ext.get("count"):
         out.append(f"{ext['count']:,} of {ext['compared']:,} launch calls: External id and nesting name "
