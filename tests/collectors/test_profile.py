@@ -220,23 +220,28 @@ def test_telemetry_written_as_parquet_when_sampler_has_rows(tmp_path, monkeypatc
 
     monkeypatch.setattr(nvml, "make_sampler", make)
     sched = torch.profiler.schedule(wait=1, warmup=1, active=2)
+    t0 = time.time_ns()
     with profile(name="tel", run_dir=tmp_path / "r", ingest=False, schedule=sched, telemetry=mode) as p:
         for _ in range(5):
             time.sleep(0.04)
             p.step()
+    wall_ms = (time.time_ns() - t0) / 1e6
     assert seen == [mode]
     t = pq.read_table(tmp_path / "r" / "telemetry.parquet")
-    assert t.schema == nvml.TELEMETRY_SCHEMA and t.num_rows >= 20
+    assert t.schema == nvml.TELEMETRY_SCHEMA and t.num_rows >= 5
     run = json.loads((tmp_path / "r" / "run.json").read_text())
     assert run["sampler"]["kind"] == mode
-    assert run["sampler"]["samples"] == t.num_rows and 4.5 <= run["sampler"]["achieved_period_ms"] <= 15
+    assert run["sampler"]["samples"] == t.num_rows
+    assert run["sampler"]["achieved_period_ms"] == nvml.interval_stats(t)["median_ms"] >= 4.5
     in_trace = sorted(int(e["name"].split()[1]) for e in _events(tmp_path / "r")
                       if e.get("name", "").startswith(CLOCK_MARKER + " "))
     assert run["clock"]["traced_markers_epoch_ns"] == in_trace and len(in_trace) >= 3
     tp = run["sampler"]["traced_period"]
     assert tp["window_ms"] == pytest.approx((in_trace[-1] - in_trace[0]) / 1e6)
-    assert 70 <= tp["window_ms"] <= 200  # two active steps of 40 ms
-    assert 4.5 <= tp["median_ms"] <= 15 and tp["samples"] >= 0.8 * tp["window_ms"] / 5 * 0.5
+    assert 70 <= tp["window_ms"] <= wall_ms  # two active steps of >= 40 ms, inside the with block
+    ts = t.column("ts_ns").to_pylist()
+    assert tp["samples"] == sum(in_trace[0] <= x <= in_trace[-1] for x in ts) >= 1
+    assert tp == nvml.interval_stats(t, (in_trace[0], in_trace[-1])) | {"window_ms": tp["window_ms"]}
 
 
 @needs_store
