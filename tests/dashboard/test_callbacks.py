@@ -149,3 +149,11 @@ def test_ambiguous_prefix_is_a_sentence(dash_store):
     if shared is None:
         pytest.skip("no two trace ids share a first character in this store")
     assert "ambiguous" in texts(find(route(dash_store.db, f"/trace/{shared}", ""), "msg-unknown-trace"))
+
+
+def test_page_and_state_from_the_url():
+    from kernelscope.dashboard.app import page_name, url_params
+    assert trace_ref("/trace/abc/overview", "") == "abc" and page_name("/trace/abc/overview") == "overview"
+    assert page_name("/trace/abc") == "overview" and page_name("/") == "traces"
+    assert trace_ref("/trace/x/notapage", "") == "x/notapage"  # an unknown page is part of the reference
+    assert url_params("?trace=a&op=aten%3A%3Amm&t0=5&t0=7") == {"op": "aten::mm", "t0": "7"}

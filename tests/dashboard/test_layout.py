@@ -23,12 +23,12 @@ def _deps(client) -> list[dict]:
     return r.get_json()
 
 
-def _call(client, output: str, inputs: list[dict]) -> dict:
+def _call(client, output: str, inputs: list[dict], state: list[dict] = ()) -> dict:
     dep = next(d for d in _deps(client) if d["output"] == output)
     outputs = [{"id": o.split(".")[0], "property": o.split(".")[1]}
                for o in output.strip(".").split("...")]
     body = {"output": output, "outputs": outputs if len(outputs) > 1 else outputs[0], "inputs": inputs,
-            "changedPropIds": [f"{i['id']}.{i['property']}" for i in inputs[:1]], "state": []}
+            "changedPropIds": [f"{i['id']}.{i['property']}" for i in inputs[:1]], "state": list(state)}
     assert [f"{i['id']}.{i['property']}" for i in dep["inputs"]] == \
         [f"{i['id']}.{i['property']}" for i in inputs]
     r = client.post("/_dash-update-component", data=json.dumps(body), content_type="application/json")
@@ -37,8 +37,8 @@ def _call(client, output: str, inputs: list[dict]) -> dict:
 
 
 def _page(client, pathname, search=""):
-    resp = _call(client, "page.children", [{"id": "url", "property": "pathname", "value": pathname},
-                                           {"id": "url", "property": "search", "value": search}])
+    resp = _call(client, "page.children", [{"id": "url", "property": "pathname", "value": pathname}],
+                 [{"id": "url", "property": "search", "value": search}])
     return resp["response"]["page"]["children"]
 
 

@@ -89,7 +89,10 @@ def host_wait(split) -> tuple[int, int] | None:
     return int(split["host_wait_ns"].sum()), int(split["gpu_span_ns"].sum())
 
 
-def layout(store, trace_id: str) -> html.Div:
+TITLE = "Overview"
+
+
+def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
     result = get_analysis("summary").fn(store, trace_id)
     s, trust = result.scalars, result.trust
     has_gpu = bool(s.get("devices_count"))
