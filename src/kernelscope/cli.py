@@ -475,6 +475,56 @@ def diff(a, b, sweeps, by, fail_on, fmt, as_json, table, db):
         sys.exit(1)
 
 
+@cli.command()
+@click.argument("traces_", nargs=-1, metavar="TRACE...")
+@click.option("--by", "by", default=None, metavar="LABEL",
+              help="Treat the traces as a sweep over this numeric label (adds the sweep section).")
+@click.option("--sweep", "sweep", default=None, metavar="NAME",
+              help="Report every trace labelled sweep=NAME (instead of TRACEs); implies --by batch.")
+@click.option("-o", "--output", "output", type=click.Path(dir_okay=False), default=None,
+              help="File to write (required for HTML; Markdown goes to stdout without it).")
+@click.option("--format", "fmt", type=click.Choice(["html", "md"]), default=None,
+              help="html (one self-contained file) or md (headline tables for a pull request); "
+                   "default: from the -o suffix, else html.")
+@_db_option
+def report(traces_, by, sweep, output, fmt, db):
+    """Write a report of one or more traces: one self-contained HTML file (plotly.js inline, opens
+    offline) or a Markdown summary.
+
+    Sections: overview and trust, launch overhead, bound-ness (and the sweep with several traces or
+    --by), bandwidth and roofline, power. The figures are the dashboard's.
+    """
+    import os
+    import tempfile
+
+    from .analysis.transition import select_traces
+    from .reports.report import report as build_report
+
+    fmt = fmt or ("md" if output and output.lower().endswith(".md") else "html")
+    if fmt == "html" and not output:
+        raise UsageError("an HTML report needs a file: add -o report.html (or --format md for stdout).")
+    if bool(traces_) == bool(sweep):
+        raise UsageError("give TRACEs or --sweep NAME to `kernelscope report` (one of the two).")
+    with _open(db, read_only=True) as store:
+        ids = _resolve(store, traces_) if traces_ else select_traces(store, by or "batch", sweep)
+        if not ids:
+            raise UsageError(f"no trace carries the labels sweep={sweep} and {by or 'batch'}=<number>.")
+        text = build_report(store, ids, by=by or ("batch" if sweep else None), fmt=fmt)
+    if not output:
+        click.echo(text, nl=False)
+        return
+    out = os.path.abspath(output)
+    fd, tmp = tempfile.mkstemp(prefix=".kernelscope-report-", dir=os.path.dirname(out))
+    try:  # write then rename: a failed report never leaves a half-written file
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, out)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    click.echo(f"wrote {output} ({os.path.getsize(out) / 1e6:.1f} MB, {len(ids)} traces)")
+
+
 @cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--name", default=None, help="Trace name (default: the script's name).")
 @click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help="Label the trace (repeatable).")

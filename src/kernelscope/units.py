@@ -59,3 +59,10 @@ def tflops(flops: int | float, dur_ns: int | float) -> float | None:
     if not dur_ns or dur_ns <= 0:
         return None
     return flops / dur_ns / 1000.0  # flop/ns == GFLOP/s
+
+
+def ms_text(ns) -> str:
+    """Integer ns as milliseconds text with three decimals and the unit; '—' for missing (None/NaN)."""
+    if ns is None or ns != ns:
+        return "—"
+    return f"{int(ns) / NS_PER_MS:,.3f} ms"

@@ -1,4 +1,4 @@
-"""GPU-busy binning: DuckDB bins (dashboard/data.py) against an independent Python binning of the same
+"""GPU-busy binning: DuckDB bins (reports/data.py) against an independent Python binning of the same
 busy intervals, and the figure builder's filling of empty bins."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from kernelscope.analysis.registry import get_analysis
-from kernelscope.dashboard.data import busy_bins
+from kernelscope.reports.data import busy_bins
 from kernelscope.reports.figures import MAX_BINS, bin_width_ns, busy_fraction_bins, busy_fraction_figure
 from kernelscope.storage.store import open_store
 

@@ -2,23 +2,15 @@
 
 from __future__ import annotations
 
-import math
 
 from dash import dash_table, html
 
-from ...units import NS_PER_MS
+from ...units import ms_text  # noqa: F401  (pages import it from here)
 
 
 def message(text: str, msg_id: str, kind: str = "info") -> html.Div:
     """A sentence in place of a page or a figure (empty store, unknown trace, no GPU activity, ...)."""
     return html.Div(html.P(text), className=f"ks-message ks-{kind}", id=msg_id)
-
-
-def ms_text(ns) -> str:
-    """Integer ns as milliseconds text with three decimals and the unit; '—' for missing."""
-    if ns is None or (isinstance(ns, float) and math.isnan(ns)):
-        return "—"
-    return f"{int(ns) / NS_PER_MS:,.3f} ms"
 
 
 def pct_text(part, whole) -> str:

@@ -8,8 +8,9 @@ from dash import dcc, html
 from ...analysis.bound import idle_split
 from ...analysis.registry import get_analysis
 from ...reports.figures import busy_fraction_figure
+from ...reports.overview import host_wait, trust_sentences
+from ...reports.data import busy_bins
 from ...units import NS_PER_MS, NS_PER_US
-from ..data import busy_bins
 from .common import count_text, message, ms_text, pct_text, table
 
 # (scalar key, label, kind, definition shown on hover). kind: 'ns' (shown in ms) or 'count'.
@@ -39,54 +40,6 @@ def _kpi(key: str, label: str, value, kind: str, definition: str, extra: str = "
          html.Div(extra, className="ks-kpi-extra")],
         className="ks-kpi", title=definition,
     )
-
-
-def trust_sentences(trust: dict, scalars: dict) -> list[str]:
-    """The summary's trust section in words (definitions in analysis/summary.py)."""
-    out = []
-    kernels = scalars.get("kernels") or 0
-    kl = trust.get("kernels_with_launch", {})
-    if kernels:
-        out.append(f"{kl.get('count', 0):,} of {kernels:,} kernels have a launch call in the trace"
-                   + (f" ({kl['pct']:.1f}%)." if kl.get("pct") is not None else "."))
-    leaf = trust.get("nongraph_kernels_with_leaf_op", {})
-    if leaf.get("of"):
-        out.append(f"{leaf['count']:,} of {leaf['of']:,} kernels launched outside CUDA graphs are attributed "
-                   "to the CPU operator that launched them.")
-    if trust.get("graph_kernels"):
-        out.append(f"{trust['graph_kernels']:,} kernels ran inside CUDA graphs (attributed to the graph "
-                   "launch, not to individual operators).")
-    ops = trust.get("ops_with_kernels", {})
-    if ops.get("top_level_ops_total"):
-        out.append(f"{ops['top_level_ops']:,} of {ops['top_level_ops_total']:,} top-level CPU operators "
-                   "launched GPU kernels.")
-    if kernels:
-        out.append(f"{ms_text(trust.get('kernel_time_without_operator_ns', 0))} of kernel time has no "
-                   "CPU operator.")
-    if trust.get("negative_launch_times"):
-        out.append(f"{trust['negative_launch_times']:,} GPU activities start before their launch call "
-                   "(host/GPU clock skew).")
-    if trust.get("same_stream_overlaps"):
-        out.append(f"{trust['same_stream_overlaps']:,} GPU activities overlap an earlier one on the same "
-                   "stream (e.g. programmatic dependent launch, or clock jitter).")
-    ext = trust.get("ext_id_disagreements", {})
-    if ext.get("count"):
-        out.append(f"{ext['count']:,} of {ext['compared']:,} launch calls: External id and nesting name "
-                   "different operators; nesting was used.")
-    if trust.get("dropped_notes"):
-        out.append(f"The profiler noted lost records ({len(trust['dropped_notes'])} notes): counts may be low.")
-    if trust.get("parser_warnings"):
-        out.append(f"The parser repaired or skipped parts of the file ({len(trust['parser_warnings'])} notes).")
-    return out
-
-
-def host_wait(split) -> tuple[int, int] | None:
-    """(host_wait_ns, gpu_span_ns) summed over devices from bound.idle_split; None without GPU activity.
-    Host wait: idle gaps of a device's busy union during which no launched work was queued for it (the
-    GPU waited for the CPU; analysis/bound.py has the exact rule); share = host_wait_ns / gpu_span_ns."""
-    if split is None or split.empty:
-        return None
-    return int(split["host_wait_ns"].sum()), int(split["gpu_span_ns"].sum())
 
 
 TITLE = "Overview"

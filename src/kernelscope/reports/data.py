@@ -1,11 +1,11 @@
-"""Queries the dashboard runs itself (binned series that no analysis returns). Analyses' SQL stays in
+"""Queries the dashboard and the report run themselves (binned series that no analysis returns). Analyses' SQL stays in
 ``kernelscope.analysis``; this module only bins already-derived tables for drawing."""
 
 from __future__ import annotations
 
 import pandas as pd
 
-from ..reports.figures import MAX_BINS, bin_width_ns
+from .figures import MAX_BINS, bin_width_ns
 
 # Busy intervals are a union per device (disjoint), so an interval that spans several bins is split with
 # generate_series and the rows produced are at most intervals + bins. Overlap of an interval with bin b:

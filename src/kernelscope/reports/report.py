@@ -1,0 +1,128 @@
+"""``kernelscope report``: one self-contained HTML file (or a Markdown summary) for one or more traces.
+
+A report is a list of sections. Each entry of ``SECTIONS`` is a function
+``section(store, trace_ids, ctx) -> Section | None`` (``reports/blocks.py``) (None: nothing to say for these traces, e.g. no
+sweep with one trace). Sections hold blocks in order: text (a paragraph), ``Table`` (a DataFrame with a
+caption) or a Plotly figure from the shared figure builders (``reports/figures*.py``), so the dashboard
+and the report draw the same pictures. HTML embeds plotly.js once (inline, so the file opens offline);
+Markdown keeps the text and tables and leaves the figures out (for a pull request).
+
+Add a section: write its function in a module of this package and add one line to ``SECTIONS``.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import html
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from .. import __version__
+from .blocks import Context, Section, Table
+from .overview import overview_section
+
+
+# One line per section, in report order.
+SECTIONS = [
+    overview_section,
+]
+
+
+def build(store, trace_ids: list[str], by: str | None = None) -> list[Section]:
+    """Every section that has something to say about ``trace_ids``, in ``SECTIONS`` order."""
+    ctx = Context(by=by)
+    out = []
+    for fn in SECTIONS:
+        section = fn(store, list(trace_ids), ctx)
+        if section is not None and section.blocks:
+            out.append(section)
+    return out
+
+
+def _fmt_cell(v) -> str:
+    if v is None or (isinstance(v, float) and pd.isna(v)):
+        return "—"
+    if isinstance(v, float):
+        return f"{v:,.3f}" if abs(v) < 1e6 else f"{v:,.0f}"
+    if isinstance(v, int) and not isinstance(v, bool):
+        return f"{v:,}"
+    return str(v)
+
+
+def _html_table(t: Table) -> str:
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in t.df.columns)
+    rows = "".join("<tr>" + "".join(f"<td>{html.escape(_fmt_cell(v))}</td>" for v in row) + "</tr>"
+                   for row in t.df.astype(object).itertuples(index=False))
+    cap = f"<caption>{html.escape(t.caption)}</caption>" if t.caption else ""
+    return f"<table>{cap}<thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
+
+
+_STYLE = """
+body { font-family: system-ui, -apple-system, sans-serif; margin: 24px auto; max-width: 1200px; color: #111827;
+       padding: 0 16px; }
+h1 { margin-bottom: 4px; } .meta { color: #6b7280; font-size: 13px; }
+nav a { margin-right: 14px; font-size: 14px; }
+section { border-top: 1px solid #e5e7eb; margin-top: 24px; }
+table { border-collapse: collapse; margin: 10px 0 16px; font-size: 13px; }
+caption { text-align: left; font-weight: 600; padding: 4px 0; }
+th, td { border: 1px solid #e5e7eb; padding: 3px 8px; text-align: right; font-variant-numeric: tabular-nums; }
+th { background: #f3f4f6; } td:first-child, th:first-child { text-align: left; }
+"""
+
+
+def render_html(sections: list[Section], title: str) -> str:
+    """One HTML document: plotly.js inline once, every figure as a div that uses it."""
+    from plotly.offline import get_plotlyjs
+
+    parts = []
+    for s in sections:
+        body = []
+        for b in s.blocks:
+            if isinstance(b, go.Figure):
+                body.append(b.to_html(full_html=False, include_plotlyjs=False,
+                                      config={"displaylogo": False, "responsive": True}))
+            elif isinstance(b, Table):
+                body.append(_html_table(b))
+            else:
+                body.append(f"<p>{html.escape(str(b))}</p>")
+        parts.append(f'<section id="{s.anchor}"><h2>{html.escape(s.title)}</h2>{"".join(body)}</section>')
+    toc = "".join(f'<a href="#{s.anchor}">{html.escape(s.title)}</a>' for s in sections)
+    made = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return (f"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>"
+            f"<style>{_STYLE}</style><script type=\"text/javascript\">{get_plotlyjs()}</script></head><body>"
+            f"<h1>{html.escape(title)}</h1><p class=\"meta\">kernelscope {__version__} · {made}</p>"
+            f"<nav>{toc}</nav>{''.join(parts)}</body></html>")
+
+
+def _md_table(t: Table) -> str:
+    cols = [str(c) for c in t.df.columns]
+    lines = ([f"**{t.caption}**", ""] if t.caption else []) + [
+        "| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+    for row in t.df.astype(object).itertuples(index=False):
+        lines.append("| " + " | ".join(_fmt_cell(v).replace("|", "\\|") for v in row) + " |")
+    return "\n".join(lines)
+
+
+def render_markdown(sections: list[Section], title: str) -> str:
+    """Text and tables of every section; figures are left out."""
+    out = [f"# {title}", ""]
+    for s in sections:
+        out += [f"## {s.title}", ""]
+        for b in s.blocks:
+            if isinstance(b, Table):
+                out += [_md_table(b), ""]
+            elif isinstance(b, str):
+                out += [b, ""]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def report(store, trace_ids: list[str], by: str | None = None, fmt: str = "html",
+           title: str | None = None) -> str:
+    """The report of ``trace_ids`` as text in ``fmt`` ('html' or 'md')."""
+    if title is None:
+        names = store.query("SELECT name FROM traces WHERE list_contains($ids, trace_id) ORDER BY name",
+                            {"ids": list(trace_ids)})["name"].tolist()
+        title = "kernelscope report: " + (names[0] if len(names) == 1 else f"{len(names)} traces")
+    sections = build(store, trace_ids, by)
+    return render_html(sections, title) if fmt == "html" else render_markdown(sections, title)

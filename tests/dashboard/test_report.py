@@ -1,0 +1,55 @@
+"""`kernelscope report`: one self-contained HTML file / a Markdown summary built from the section list."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from click.testing import CliRunner
+
+from kernelscope.analysis.registry import get_analysis
+from kernelscope.cli import cli
+from kernelscope.reports.report import report
+from kernelscope.storage.store import open_store
+
+
+def _run(*args):
+    return CliRunner().invoke(cli, list(args))
+
+
+def test_html_is_self_contained_with_plotly_once(dash_store, tmp_path):
+    out = tmp_path / "r.html"
+    ids = [dash_store.ids["llama_prefill_b1"], dash_store.ids["cpu_only"]]
+    r = _run("report", "--db", str(dash_store.db), *ids, "-o", str(out))
+    assert r.exit_code == 0, r.output
+    text = out.read_text()
+    assert out.stat().st_size <= 10_000_000 and f"{len(ids)} traces" in r.output
+    assert text.count("window.Plotly") >= 1 and len(re.findall(r"<script[^>]*src=", text)) == 0
+    assert text.count("Plotly v") <= 2  # the library is inlined once, not per figure
+    assert 'id="overview"' in text and "no GPU activity" in text
+    assert text.count('class="plotly-graph-div"') == 1  # one busy figure: the CPU-only trace has none
+
+
+def test_headline_numbers_equal_the_summary(dash_store):
+    tid = dash_store.ids["llama_prefill_b1"]
+    with open_store(dash_store.db, read_only=True) as store:
+        md = report(store, [tid], fmt="md")
+        s = get_analysis("summary").fn(store, tid).scalars
+    header, _, row = [ln for ln in md.splitlines() if ln.startswith("|")][:3]
+    cells = dict(zip([c.strip() for c in header.strip("|").split("|")], [c.strip() for c in row.strip("|").split("|")]))
+    for col, key in [("GPU span (ms)", "gpu_span_ns"), ("GPU busy (ms)", "busy_ns"), ("latency (ms)", "latency_ns")]:
+        assert cells[col] == f"{s[key] / 1e6:,.3f}"
+    assert cells["kernels"] == f"{s['kernels']:,}" and cells["id"] == tid
+
+
+@pytest.mark.parametrize("args, words", [
+    (["llama_prefill_b1"], "needs a file"),
+    (["--sweep", "x", "llama_prefill_b1", "-o", "r.html"], "one of the two"),
+    (["--sweep", "no_such_sweep", "-o", "r.html"], "no trace carries"),
+    (["no_such_trace", "-o", "r.html"], "no_such_trace"),
+])
+def test_bad_requests_one_line_and_no_file(dash_store, tmp_path, monkeypatch, args, words):
+    monkeypatch.chdir(tmp_path)
+    r = _run("report", "--db", str(dash_store.db), *args)
+    assert r.exit_code != 0 and words in r.output and len(r.output.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []
