@@ -1,6 +1,13 @@
-"""A small real store for the dashboard tests: two collector runs from sample_traces/ (with telemetry),
-the probe training step, a CPU-only trace, a two-device trace from tests/edge_traces.py and the Nsight
-Systems export of sample_traces/nsight."""
+"""Fixtures of the dashboard and report tests.
+
+``dash_store``: a small real store: collector runs from sample_traces/ (with telemetry and un-profiled
+timings; llama_prefill b1/b8/b128 form a 3-point sweep, sweep=llama_prefill, batch=N), the CUDA-graph
+pair, the training step, both DDP ranks, the probe training step (no telemetry), a CPU-only trace, a
+two-device trace from tests/edge_traces.py and the Nsight Systems export of sample_traces/nsight.
+
+``base_url`` serves ``create_app(dash_store.db)`` on a free localhost port; ``page`` is a headless
+Chromium page (Debian's /usr/bin/chromium via Playwright) recording console errors in
+``page.console_errors``. Tests using them skip when playwright or chromium is missing."""
 
 from __future__ import annotations
 
@@ -28,8 +35,13 @@ def dash_store(tmp_path_factory) -> DashStore:
     tmp = tmp_path_factory.mktemp("dash")
     out = DashStore(db=tmp / "dash.duckdb")
     with open_store(out.db) as store:
-        for name in ("llama_prefill_b1", "compiled"):
-            res = ingest_run(store, ROOT / "sample_traces" / name)
+        runs = {"llama_prefill_b1": "llama_prefill_b1", "llama_prefill_b8": "llama_prefill_b8",
+                "llama_prefill_b128": "llama_prefill_b128", "compiled": "compiled",
+                "train_step": "train_step", "small_kernels_eager": "small_kernels_eager",
+                "small_kernels_graph": "small_kernels_graph",
+                "ddp_rank0": "ddp2/ddp_rank0", "ddp_rank1": "ddp2/ddp_rank1"}
+        for name, folder in runs.items():
+            res = ingest_run(store, ROOT / "sample_traces" / folder)
             assert res.status == "ingested", res.message
             out.ids[name] = res.trace_id
         files = {"probe_train": ROOT / "tests" / "data" / "probe_train.json.gz",
@@ -51,3 +63,44 @@ def empty_db(tmp_path_factory) -> Path:
     db = tmp_path_factory.mktemp("dash_empty") / "empty.duckdb"
     open_store(db).close()
     return db
+
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+
+
+@pytest.fixture(scope="module")
+def base_url(dash_store):
+    import logging
+    import socket
+    import threading
+
+    from werkzeug.serving import make_server
+
+    from kernelscope.dashboard.app import create_app
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = make_server("127.0.0.1", port, create_app(dash_store.db).server, threaded=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{port}"
+    server.shutdown()
+    thread.join(5)
+
+
+@pytest.fixture(scope="module")
+def page(base_url):
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+    if not CHROMIUM.exists():
+        pytest.skip("no /usr/bin/chromium (apt-get install -y chromium)")
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        pg = browser.new_page(viewport={"width": 1400, "height": 1000})
+        pg.console_errors = []
+        pg.on("console", lambda m: pg.console_errors.append(m.text) if m.type == "error" else None)
+        pg.on("pageerror", lambda e: pg.console_errors.append(str(e)))
+        yield pg
+        browser.close()
