@@ -7,6 +7,7 @@ Each sample becomes a run dir DIR/<name>/ (trace.json.gz, run.json, telemetry.pa
 
 - llama_prefill_b{1,2,...,128}: Llama-3.2-1B-shaped model (random bf16 weights made on the GPU),
   prefill of 128 tokens under inference_mode, a sweep over batch (CPU-bound at 1, GPU-bound at 128);
+- llama_decode: the same model, batch 1, 128-token prompt then 16 greedy decode steps with a KV cache;
 - train_step: forward + backward + AdamW of a 4-layer transformer encoder, bf16 autocast;
 - small_kernels_eager / small_kernels_graph: 200 chained elementwise kernels on 64x512, eager and
   as one CUDA graph replay;
@@ -104,17 +105,16 @@ def summarize(run_dir: Path) -> str:
 
 # -- samples ---------------------------------------------------------------------------------------
 
-def llama_prefill(out: Path, dev: str, smoke: bool) -> list[Path]:
+def _llama(dev: str, smoke: bool):
+    """Llama-3.2-1B-shaped model (random bf16 weights made on the device), eval mode; and its config."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     if smoke:
         cfg = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                    intermediate_size=128, vocab_size=1000)
-        batches, seq = [1, 4], 16
     else:
         cfg = dict(hidden_size=2048, num_hidden_layers=16, num_attention_heads=32, num_key_value_heads=8,
                    intermediate_size=8192, vocab_size=128256)
-        batches, seq = BATCHES, 128
     config = LlamaConfig(**cfg, max_position_embeddings=2048, rope_theta=500000.0, tie_word_embeddings=True,
                          attn_implementation="sdpa")
     dtype = torch.bfloat16
@@ -134,6 +134,12 @@ def llama_prefill(out: Path, dev: str, smoke: bool) -> list[Path]:
     p0 = next(model.parameters())
     log(f"llama: {nparams / 1e9:.3f}e9 params, {p0.dtype} on {p0.device}, "
         f"attn={getattr(model.config, '_attn_implementation', None)}")
+    return model, cfg
+
+
+def llama_prefill(out: Path, dev: str, smoke: bool) -> list[Path]:
+    model, cfg = _llama(dev, smoke)
+    batches, seq = ([1, 4], 16) if smoke else (BATCHES, 128)
     import inspect
 
     params = inspect.signature(model.forward).parameters  # prefill: last-token logits only
@@ -159,6 +165,38 @@ def llama_prefill(out: Path, dev: str, smoke: bool) -> list[Path]:
         log(summarize(dirs[-1]))
     del model
     return []
+
+
+def llama_decode(out: Path, dev: str, smoke: bool) -> list[Path]:
+    """Greedy decoding with a KV cache, batch 1: a 128-token prompt (prefill range), then 16 tokens one
+    forward each (decode range). The launch-bound case TKLQT is about; label tokens=16 for energy/token."""
+    model, cfg = _llama(dev, smoke)
+    prompt, new = (8, 4) if smoke else (128, 16)
+    ids = torch.randint(0, cfg["vocab_size"], (1, prompt), device=dev)
+
+    def step():
+        with torch.inference_mode():
+            with kernelscope.range("prefill"):
+                o = model(input_ids=ids, use_cache=True, logits_to_keep=1)
+                nxt = o.logits[:, -1:].argmax(-1)
+            pkv = o.past_key_values
+            with kernelscope.range("decode"):
+                for _ in range(new):
+                    o = model(input_ids=nxt, past_key_values=pkv, use_cache=True)
+                    pkv, nxt = o.past_key_values, o.logits[:, -1:].argmax(-1)
+        return nxt
+
+    run_dir = out / "llama_decode"
+    sched = torch.profiler.schedule(wait=0, warmup=1, active=1, repeat=1)
+    with profile(name="llama_decode", labels={"batch": 1, "prompt": prompt, "tokens": new,
+                                              "model": "llama-3.2-1b-shape"},
+                 schedule=sched, run_dir=run_dir, ingest=False,
+                 unprofiled={"fn": step, "energy_min_s": 0.2 if smoke else 1.0}) as p:
+        for _ in range(2):
+            step()
+            p.step()
+    del model
+    return [run_dir]
 
 
 def train_step(out: Path, dev: str, smoke: bool) -> list[Path]:
@@ -266,6 +304,7 @@ def compiled(out: Path, dev: str, smoke: bool) -> list[Path]:
 
 SAMPLES = {  # in run order: the sweep matters most, torch.compile is the slowest to start
     "llama_prefill": llama_prefill,
+    "llama_decode": llama_decode,
     "small_kernels_eager": lambda o, d, s: small_kernels(o, d, s, graph=False),
     "small_kernels_graph": lambda o, d, s: small_kernels(o, d, s, graph=True),
     "train_step": train_step,

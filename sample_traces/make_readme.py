@@ -38,6 +38,10 @@ H200s of one host joined by NVLink (NV18; `logs/ddp2_topo.txt`), NCCL 2.28.9 wit
 run directory per rank (`distributedInfo` carries rank and world size). The provenance table below is the
 single-GPU machine's; each run's own `run.json` has its full provenance.
 
+`llama_decode/` is the launch-bound case: the same Llama-3.2-1B-shaped model at batch 1, a 128-token prompt
+(`prefill` range) then 16 greedy decode steps with a KV cache (`decode` range), label `tokens=16` so the power
+analysis gives energy per token; captured later the same day on another H200 (`logs/capture_decode.log`).
+
 `nsight/` holds one small workload (2-layer transformer encoder, d=256, batch 4, seq 128, fp32) captured three
 ways: with our collector (`encoder2_kineto/`), under Nsight Systems with `emit_nvtx`
 (`encoder2_nvtx.sqlite.gz` from `nsys export --type sqlite`, and `encoder2_nvtx_cuda_gpu_kern_sum.csv` from
