@@ -25,7 +25,7 @@ import pyarrow as pa
 from .. import __version__
 from ..errors import KernelscopeError, ParseError, StoreError, UsageError
 from ..parsers.schema import RAW_EVENTS, TraceMeta
-from . import derive
+from . import derive, ranks
 
 #: DuckDB memory cap while ingesting (env KERNELSCOPE_MEMORY_LIMIT overrides); spills beyond it.
 DEFAULT_MEMORY_LIMIT = "256MB"
@@ -370,6 +370,7 @@ def ingest_reader(
         try:
             trace_id = _new_trace_id(con, content_hash)
             derive.insert_events(con, trace_id, base)
+            ranks.insert_collectives(con, trace_id)
             clock.lap("insert")
             _insert_trace_row(
                 con, trace_id, meta, path, name, run_id, provenance, content_hash, base, start_ns,
@@ -395,10 +396,11 @@ def ingest_reader(
 
 def _insert_trace_row(
     con, trace_id, meta, path, name, run_id, provenance, content_hash, base, start_ns, end_ns,
-    warnings, offset, rows,
+    warnings, offset, rows, rank=None, rank_source=None, world_size=None,
 ) -> None:
-    rank = meta.rank if meta.rank is not None else 0
-    rank_source = "distributedInfo" if meta.rank is not None else "default"
+    if rank is None:
+        rank = meta.rank if meta.rank is not None else 0
+        rank_source = "distributedInfo" if meta.rank is not None else "default"
     con.execute(
         """INSERT INTO traces (trace_id, name, source, content_hash, format, run_id, rank,
                world_size, rank_source, base_time_ns, start_ns, end_ns, device_properties,
@@ -413,7 +415,7 @@ def _insert_trace_row(
             meta.format,
             run_id,
             int(rank),
-            meta.world_size,
+            meta.world_size if world_size is None else world_size,
             rank_source,
             base,
             start_ns,
@@ -576,8 +578,15 @@ def ingest_paths(
             items.append((kind, p))
     if name is not None and len(items) > 1:
         raise UsageError("--name applies to one trace; give one file or leave --name out")
-    bar = _Progress(progress, len(items))
+    given_dirs = [p for p in map(pathlib.Path, paths) if p.is_dir()]
+    runs = []
+    if given_dirs and name is None:  # rank traces sharing a folder become one run (storage/ranks.py)
+        runs, items = ranks.plan_runs(items, given_dirs)
+    bar = _Progress(progress, len(items) + len(runs))
     try:
+        for folder, members in runs:
+            results.extend(ingest_rank_run(store, folder, members, labels=labels,
+                                           python_functions=python_functions))
         for i, (kind, p) in enumerate(items):
             on_batch = lambda n, i=i, p=p: bar.update(i, p, n)  # noqa: E731
             if kind == "run":
@@ -710,3 +719,176 @@ def ingest_run(
         _extra=extra,
     )
     return result
+
+
+# ------------------------------------------------------------------------------------ runs of many ranks
+
+
+def _run_dir_parts(run_dir: pathlib.Path, labels) -> dict:
+    """What a collector run directory adds to its trace: name, labels, provenance, host and an ``extra``
+    callback inserting telemetry and timings (as ``ingest_run`` does)."""
+    meta = _read_run_json(run_dir / "run.json")
+    telemetry_path = run_dir / "telemetry.parquet"
+    telemetry = _read_telemetry(telemetry_path) if telemetry_path.exists() else None
+    merged = dict(meta.get("labels") or {})
+    merged.update(labels or {})
+
+    def extra(con, trace_id):
+        if telemetry is not None and telemetry.num_rows:
+            tbl = telemetry.add_column(0, "trace_id", pa.array([trace_id] * telemetry.num_rows))
+            con.register("ks_telemetry", tbl)
+            con.execute("INSERT INTO telemetry SELECT * FROM ks_telemetry ORDER BY device_index, ts_ns")
+            con.unregister("ks_telemetry")
+        rows = _timing_rows(trace_id, meta.get("timings"), run_dir / "run.json")
+        if rows:
+            con.executemany("INSERT INTO timings VALUES (?, ?, ?, ?, ?)", rows)
+
+    prov = meta.get("provenance") if isinstance(meta.get("provenance"), dict) else None
+    return {
+        "name": meta.get("name") or run_dir.resolve().name,
+        "labels": merged,
+        "provenance": meta.get("provenance"),
+        "host": (prov or {}).get("hostname"),
+        "extra": extra,
+    }
+
+
+def _parse_to_parquet(path: str, out: str, python_functions: bool):
+    """Worker: parse one trace file into the staged Parquet ``out``; returns (TraceMeta, rows)."""
+    from ..parsers import open_trace
+
+    reader = open_trace(pathlib.Path(path), python_functions=python_functions)
+    rows = _stage(reader, pathlib.Path(out))
+    return reader.meta, rows
+
+
+def _parse_all(jobs, python_functions: bool, workers: int) -> list:
+    """Parse (path, out) jobs, in ``workers`` spawned processes when > 1; results in job order."""
+    if workers <= 1:
+        return [_parse_to_parquet(str(p), str(o), python_functions) for p, o in jobs]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    ctx = multiprocessing.get_context("spawn")  # the parent holds DuckDB threads: never fork it
+    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+        futures = [pool.submit(_parse_to_parquet, str(p), str(o), python_functions) for p, o in jobs]
+        return [f.result() for f in futures]
+
+
+def ingest_rank_run(store, folder, members, *, labels=None, python_functions=True) -> list[IngestResult]:
+    """Ingest the rank traces ``members`` (``ranks.Member``) of ``folder`` as ONE run in ONE transaction.
+
+    Rank files are parsed in parallel processes (``ranks.parse_workers``: bounded by cores and available
+    memory) into scratch Parquet files; then one transaction derives and inserts every rank, the run row
+    and the per-rank clock offsets. Any failure (a bad file, a rank collision, a missing rank, mixed
+    runs) gives one 'failed' result for the folder and leaves no rows. Already stored as this run: one
+    'skipped' result per rank. Results: one per rank, in rank order (message names the rank and its source).
+    """
+    folder = pathlib.Path(folder)
+    t0 = time.perf_counter()
+    con = store.con
+    if store.read_only:
+        raise StoreError(f"store {store.path} is open read-only; cannot ingest")
+    try:
+        ranks.check_members(folder, members)  # what the names/heads say, before any parsing
+        parts = {}
+        for m in members:
+            parts[m.name] = _run_dir_parts(m.path, labels) if m.kind == "run" else {
+                "name": m.name, "labels": dict(labels or {}), "provenance": None, "host": None,
+                "extra": None}
+    except KernelscopeError as exc:
+        return [_fail(folder, exc, t0)]
+    workers = ranks.parse_workers(len(members))
+    with ingest_settings(con), _scratch(store) as scratch:
+        jobs = [(ranks.trace_file(m.kind, m.path), scratch / f"rank{i}.parquet") for i, m in enumerate(members)]
+        try:
+            parsed = _parse_all(jobs, python_functions, workers)
+        except KernelscopeError as exc:
+            return [_fail(folder, exc, t0)]
+        except OSError as exc:
+            return [_fail(folder, ParseError(f"cannot read a rank trace: {exc.strerror or exc}"), t0)]
+        for m, (meta, _rows) in zip(members, parsed):
+            m.set_distributed(meta.distributed_info or ({"rank": meta.rank, "world_size": meta.world_size}
+                                                        if meta.rank is not None else None))
+        try:
+            world, rank_source = ranks.check_members(folder, members)
+        except KernelscopeError as exc:
+            return [_fail(folder, exc, t0)]
+        hashes = [meta.content_hash or _hash_file(p) for (p, _o), (meta, _r) in zip(jobs, parsed)]
+        run_id = ranks.run_id_for(hashes)
+        stored = {h: _stored_id(con, h) for h in hashes}
+        if all(stored.values()):
+            in_run = {r[0] for r in con.execute(
+                "SELECT DISTINCT run_id FROM traces WHERE trace_id IN (SELECT unnest(?))",
+                [list(stored.values())]).fetchall()}
+            if in_run == {run_id}:
+                return [IngestResult(str(m.path), "skipped", stored[h], f"already stored as {stored[h]} "
+                                     f"(rank {m.rank} of run {run_id})", rows, time.perf_counter() - t0)
+                        for m, h, (_meta, rows) in sorted(zip(members, hashes, parsed), key=lambda x: x[0].rank)]
+        clash = next(((m, stored[h]) for m, h in zip(members, hashes) if stored[h]), None)
+        if clash:
+            return [_fail(folder, UsageError(
+                f"rank {clash[0].rank} ({clash[0].name}) is already stored as trace {clash[1]} outside this "
+                f"run; remove it (`kernelscope rm {clash[1]}`) to ingest the run"), t0)]
+        order = sorted(range(len(members)), key=lambda i: members[i].rank)
+        results: list[IngestResult] = []
+        con.execute("BEGIN TRANSACTION")
+        try:
+            hosts = {}
+            for i in order:
+                m, (meta, rows), h = members[i], parsed[i], hashes[i]
+                part = parts[m.name]
+                sub = scratch / f"d{i}"
+                sub.mkdir()
+                con.execute(f"CREATE OR REPLACE TEMP VIEW ks_raw AS SELECT * FROM read_parquet("
+                            f"{_sql_path(jobs[i][1])})")
+                trace_path = jobs[i][0]
+                derive.check_correlations(con, str(trace_path))
+                crossing = derive.derive_links(con, sub)
+                derive.build_launch_table(con, sub)
+                warnings = list(meta.warnings or [])
+                if crossing:
+                    warnings.append(f"{crossing} operators/annotations/runtime calls are not nested in the "
+                                    "interval that encloses their start on their thread (partial overlap)")
+                missing_ts = derive.untimed_count(con)
+                if missing_ts:
+                    warnings.append(f"{missing_ts} timed events had no timestamp; kept in other_events only")
+                base = int(meta.base_time_ns or 0)
+                offset, note = derive.clock_offset(con, base)
+                if note:
+                    warnings.append(note)
+                start_ns, end_ns = derive.trace_span(con, base)
+                trace_id = _new_trace_id(con, h)
+                derive.insert_events(con, trace_id, base)
+                ranks.insert_collectives(con, trace_id)
+                _insert_trace_row(
+                    con, trace_id, meta, trace_path, part["name"], run_id, part["provenance"], h, base,
+                    start_ns, end_ns, warnings, offset, rows, rank=m.rank, rank_source=m.rank_source,
+                    world_size=world,
+                )
+                insert_labels(con, trace_id, part["labels"])
+                if part["extra"] is not None:
+                    part["extra"](con, trace_id)
+                hosts[trace_id] = part["host"]
+                _drop_staging(con)
+                results.append(IngestResult(
+                    str(m.path), "ingested", trace_id,
+                    f"rank {m.rank} of {world} (rank from {m.rank_source}) in run {run_id}", rows, 0.0))
+            method = ranks.estimate_offsets(con, run_id, hosts)
+            con.execute("INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                        [run_id, folder.resolve().name, str(folder.resolve()), world, len(members),
+                         rank_source, method, time.time_ns()])
+            con.execute("COMMIT")
+        except BaseException as exc:
+            try:
+                con.execute("ROLLBACK")
+            except Exception:
+                pass
+            if isinstance(exc, KernelscopeError):
+                return [_fail(folder, exc, t0)]
+            raise
+    seconds = time.perf_counter() - t0
+    for r in results:
+        r.seconds = seconds / max(1, len(results))
+        r.message += f"; {len(members)} ranks parsed by {workers} process{'es' if workers > 1 else ''}"
+    return results

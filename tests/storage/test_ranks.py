@@ -1,0 +1,186 @@
+"""Runs of many ranks: one run per folder of rank traces, ranks, refusals, one transaction, clock offsets."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from kernelscope.cli import cli
+from kernelscope.storage import ranks
+from kernelscope.storage.ingest import ingest_paths
+from kernelscope.storage.store import open_store
+
+from storage.kineto_build import kern
+from storage.kineto_build import write_trace as write_trace_events_first
+from storage.ranks_build import AR, coll, dist, overlap_pair, straggler_pair, write_trace
+
+ROOT = Path(__file__).resolve().parents[2]
+DDP2 = ROOT / "sample_traces" / "ddp2"
+
+
+def _count(store, table):
+    return store.con.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+
+
+def test_ddp2_fixture_is_one_run(tmp_path):
+    with open_store(tmp_path / "s.duckdb") as store:
+        res = ingest_paths(store, [DDP2])
+        assert [r.status for r in res] == ["ingested", "ingested"]
+        assert "rank 0 of 2 (rank from distributedInfo)" in res[0].message
+        run = store.query("SELECT * FROM runs")
+        assert len(run) == 1 and run.world_size[0] == 2 and run.ranks[0] == 2
+        assert run.rank_source[0] == "distributedInfo" and run.name[0] == "ddp2"
+        tr = store.query("SELECT name, rank, world_size, rank_source, run_id FROM traces ORDER BY rank")
+        assert list(tr["name"]) == ["ddp_rank0", "ddp_rank1"] and list(tr["rank"]) == [0, 1]
+        assert set(tr.run_id) == {run.run_id[0]} and set(tr.world_size) == {2}
+        # collectives: every NCCL kernel of the raw JSON, with its args; bytes = nelems x 4 (Float)
+        raw = {}
+        for r in (0, 1):
+            doc = json.load(gzip.open(DDP2 / f"ddp_rank{r}" / "trace.json.gz"))
+            raw[r] = sorted((e for e in doc["traceEvents"] if e.get("cat") == "kernel"
+                             and e["name"].startswith("ncclDevKernel")), key=lambda e: float(e["ts"]))
+        assert len(raw[0]) == len(raw[1]) == 14
+        c = store.query("""SELECT t.rank, c.* FROM collectives c JOIN traces t USING (trace_id)
+                           ORDER BY t.rank, c.pg_seq""")
+        assert len(c) == 28 and set(c.collective) == {"allreduce"} and set(c.pg_name) == {"0"}
+        for r in (0, 1):
+            cr = c[c["rank"] == r]
+            assert list(cr.pg_seq) == list(range(14))
+            assert list(cr.in_nelems) == [e["args"]["In msg nelems"] for e in raw[r]]
+            assert list(cr.in_bytes) == [4 * e["args"]["In msg nelems"] for e in raw[r]]
+        # clock estimate: lower median of the end differences (raw JSON, exact ns from the decimal text)
+        def end_ns(e):
+            return round(float(e["ts"]) * 1000) + round(float(e["dur"]) * 1000)
+        d = sorted(end_ns(b) - end_ns(a) for a, b in zip(raw[0], raw[1]))
+        lower_median = d[(len(d) - 1) // 2]
+        clocks = store.query("SELECT * FROM rank_clocks ORDER BY rank")
+        assert abs(clocks.estimate_ns[1] - lower_median) <= 2  # float parse of ts here vs exact decimal there
+        assert clocks.estimate_n[1] == 14
+        # one host (run.json provenance): offsets applied are 0, estimates kept
+        assert list(clocks.host) == ["vm", "vm"] and list(clocks.clock_offset_ns) == [0, 0]
+        assert "same host" in run.offset_method[0]
+        # again: skipped, nothing added
+        again = ingest_paths(store, [DDP2])
+        assert [r.status for r in again] == ["skipped", "skipped"] and _count(store, "traces") == 2
+
+
+def test_single_trace_ingest_unchanged_but_collectives_kept(tmp_path):
+    with open_store(tmp_path / "s.duckdb") as store:
+        res = ingest_paths(store, [DDP2 / "ddp_rank1"])
+        assert [r.status for r in res] == ["ingested"]
+        assert _count(store, "runs") == 0
+        row = store.con.execute("SELECT rank, rank_source, run_id FROM traces").fetchone()
+        assert row[0] == 1 and row[1] == "distributedInfo" and row[2] != ranks.run_id_for([])
+        assert _count(store, "collectives") == 14
+
+
+def test_rank_from_file_name(tmp_path):
+    d = tmp_path / "byname"
+    d.mkdir()
+    for r in (0, 1):
+        write_trace(d / f"trace_rank{r}.json", [coll(AR, 0, 10, 1, rank=r)])
+    with open_store(tmp_path / "s.duckdb") as store:
+        res = ingest_paths(store, [d])
+        assert [r.status for r in res] == ["ingested", "ingested"]
+        assert "rank from filename" in res[1].message
+        assert store.con.execute("SELECT rank_source, world_size FROM runs").fetchone() == ("filename", 2)
+        assert store.query("SELECT rank FROM traces ORDER BY rank")["rank"].tolist() == [0, 1]
+
+
+def _refused(tmp_path, folder):
+    runner = CliRunner()
+    db = tmp_path / "s.duckdb"
+    res = runner.invoke(cli, ["ingest", str(folder), "--db", str(db)])
+    assert res.exit_code == 1
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in res.output
+    with open_store(db) as store:  # nothing of the run was written
+        for t in ("traces", "gpu_activities", "collectives", "runs", "rank_clocks", "cpu_ops"):
+            assert _count(store, t) == 0
+    return lines[0]
+
+
+def test_rank_collision_refused(tmp_path):
+    d = tmp_path / "clash"
+    d.mkdir()
+    write_trace(d / "a.json", [coll(AR, 0, 10, 1, rank=0)], distributedInfo=dist(0, 2))
+    write_trace(d / "b.json", [coll(AR, 0, 12, 1, rank=0)], distributedInfo=dist(0, 2))
+    line = _refused(tmp_path, d)
+    assert "rank 0 is claimed by both a and b" in line
+
+
+def test_missing_rank_refused(tmp_path):
+    d = tmp_path / "gap"
+    d.mkdir()
+    for r in (0, 1, 3):
+        write_trace(d / f"r{r}.json", [coll(AR, 0, 10 + r, 1, rank=r, world=4)], distributedInfo=dist(r, 4))
+    line = _refused(tmp_path, d)
+    assert "world size 4 lacks rank(s) 2 (3 of 4 traces present)" in line
+
+
+def test_mixed_runs_refused(tmp_path):
+    d = tmp_path / "mixed"
+    d.mkdir()
+    write_trace(d / "a0.json", [coll(AR, 0, 10, 1, rank=0)], distributedInfo=dist(0, 2))
+    write_trace(d / "b0.json", [coll(AR, 0, 11, 1, rank=0, world=4)], distributedInfo=dist(0, 4))
+    line = _refused(tmp_path, d)
+    assert "mixes traces of different runs (world size 2: a0; world size 4: b0)" in line
+
+
+def test_bad_rank_file_rolls_back_the_whole_run(tmp_path):
+    d = overlap_pair(tmp_path / "run")
+    (d / "rank1.json").write_text('{"traceEvents": [ {"ph": "X", "cat": "kernel", "ts": ', encoding="utf-8")
+    # rank from the name: the broken file's head has no distributedInfo
+    line = _refused(tmp_path, d)
+    assert str(d) in line
+
+
+def test_clock_offset_estimated_and_applied_without_a_shared_host(tmp_path):
+    d = straggler_pair(tmp_path / "shifted", shift_us=500)
+    with open_store(tmp_path / "s.duckdb") as store:
+        ingest_paths(store, [d])
+        c = store.query("SELECT * FROM rank_clocks ORDER BY rank")
+        # both collectives end exactly 500 us later on rank 1's clock: d = [500000, 500000]
+        assert list(c.estimate_ns) == [0, 500_000] and list(c.estimate_mad_ns) == [0, 0]
+        assert list(c.clock_offset_ns) == [0, 500_000] and list(c.estimate_n) == [2, 2]
+        assert "median of collective end differences" in store.query("SELECT offset_method FROM runs").iloc[0, 0]
+
+
+def test_parse_workers_bounded(monkeypatch):
+    monkeypatch.delenv("KERNELSCOPE_INGEST_WORKERS", raising=False)
+    monkeypatch.setattr(ranks, "_available_bytes", lambda: 3 * ranks.WORKER_BYTES + 1)
+    assert ranks.parse_workers(64) == min(3, len(__import__("os").sched_getaffinity(0)))
+    assert ranks.parse_workers(1) == 1
+    monkeypatch.setattr(ranks, "_available_bytes", lambda: 0)
+    assert ranks.parse_workers(64) == 1
+    monkeypatch.setenv("KERNELSCOPE_INGEST_WORKERS", "5")
+    assert ranks.parse_workers(64) == 5 and ranks.parse_workers(2) == 2
+
+
+def test_parallel_and_serial_parse_store_the_same_rows(tmp_path, monkeypatch):
+    out = {}
+    for workers in ("1", "2"):
+        monkeypatch.setenv("KERNELSCOPE_INGEST_WORKERS", workers)
+        with open_store(tmp_path / f"s{workers}.duckdb") as store:
+            res = ingest_paths(store, [overlap_pair(tmp_path / "pair")])
+            assert f"parsed by {workers} process" in res[0].message
+            out[workers] = store.query("""SELECT trace_id, activity_id, kind, name, device, stream, start_ns,
+                                          end_ns FROM gpu_activities ORDER BY ALL""")
+    assert out["1"].equals(out["2"]) and len(out["1"]) == 8
+
+
+def test_name_rank_and_peek(tmp_path):
+    assert ranks.name_rank("ddp_rank0") == 0 and ranks.name_rank("trace_rank-12.json") == 12
+    assert ranks.name_rank("llama_prefill_b8") is None
+    p = write_trace_events_first(tmp_path / "t.json.gz", [kern("k", 0, 1, 1, 1)], gz=True,
+                                 distributedInfo={"distributedInfo": 1})
+    assert ranks.peek_distributed(p) is None  # after traceEvents: left to the full parse
+    import gzip as gz
+    q = write_trace(tmp_path / "u.json", [kern("k", 0, 1, 1, 1)], distributedInfo=dist(3, 8))
+    (tmp_path / "u.json.gz").write_bytes(gz.compress(q.read_bytes()))
+    for f in (q, tmp_path / "u.json.gz"):
+        assert ranks.peek_distributed(f) == {"backend": "nccl", "rank": 3, "world_size": 8}
