@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import csv
 import functools
+import uuid
 from importlib import resources
 from typing import Any
 
@@ -81,49 +82,65 @@ def tensor_core_sql(kernel_col: str) -> str:
             f"AND NOT regexp_matches(coalesce({kernel_col}, ''), '{SIMT_RE}', 'i'))")
 
 
-def _kernels_cte() -> tuple[str, dict]:
-    case, params = category_case("a.name", "o.name")
-    sql = f"""
-    WITH k AS (
-      SELECT a.activity_id, a.name, a.device, a.dur_ns, a.is_graph, o.name AS op_name,
-             {case} AS category, {tensor_core_sql('a.name')} AS tensor_core,
-             a.blocks_per_sm, a.est_occupancy_pct
-      FROM gpu_activities a
-      LEFT JOIN cpu_ops o ON o.trace_id = a.trace_id AND o.op_id = a.leaf_op_id
-      WHERE a.trace_id = $t AND a.kind = 'kernel'
-    )"""
-    return sql, params
+# Kernels are grouped by (kernel name, leaf operator name, log2 duration bin, short flag) once into a
+# connection-local temporary table; the category rules and the tensor-core test then run once per distinct
+# (kernel name, operator name) pair, not once per kernel, and every table is a sum over the groups
+# (n = kernels in the group, t = their summed dur_ns, the *_w / *_t columns the weighted means' parts).
+_GROUPS_SQL = """
+CREATE TEMP TABLE {g} AS
+WITH k AS (
+  SELECT a.name, o.name AS op_name, CAST(floor(log2(greatest(a.dur_ns, 1))) AS INTEGER) AS bin,
+         a.dur_ns < $short AS short, count(*) AS n, sum(a.dur_ns) AS t,
+         sum(a.dur_ns * least(a.blocks_per_sm, 1.0)) FILTER (WHERE a.blocks_per_sm IS NOT NULL) AS sm_w,
+         sum(a.dur_ns) FILTER (WHERE a.blocks_per_sm IS NOT NULL) AS sm_t,
+         sum(a.dur_ns * a.est_occupancy_pct) FILTER (WHERE a.est_occupancy_pct > 0) AS occ_w,
+         sum(a.dur_ns) FILTER (WHERE a.est_occupancy_pct > 0) AS occ_t,
+         count(*) FILTER (WHERE a.est_occupancy_pct = 0) AS occ_zero
+  FROM gpu_activities a
+  LEFT JOIN (SELECT op_id, name FROM cpu_ops WHERE trace_id = $t) o ON o.op_id = a.leaf_op_id
+  WHERE a.trace_id = $t AND a.kind = 'kernel'
+  GROUP BY ALL
+), d AS (
+  SELECT name, op_name, {case} AS category, {tc} AS tensor_core
+  FROM (SELECT DISTINCT name, op_name FROM k)
+)
+SELECT k.*, d.category, d.tensor_core
+FROM k JOIN d ON d.name IS NOT DISTINCT FROM k.name AND d.op_name IS NOT DISTINCT FROM k.op_name
+"""
+
+
+def _groups_sql(g: str) -> tuple[str, dict]:
+    case, params = category_case("name", "op_name")
+    return _GROUPS_SQL.format(g=g, case=case, tc=tensor_core_sql("name")), params
 
 
 _SQL_CATEGORIES = """
-SELECT category, count(*) AS kernels, CAST(sum(dur_ns) AS BIGINT) AS time_ns,
-       CAST(sum(dur_ns) FILTER (WHERE tensor_core) AS BIGINT) AS tensor_core_ns,
-       CAST(sum(dur_ns) FILTER (WHERE dur_ns < $short) AS BIGINT) AS short_ns
-FROM k GROUP BY category ORDER BY time_ns DESC, category
+SELECT category, CAST(sum(n) AS BIGINT) AS kernels, CAST(sum(t) AS BIGINT) AS time_ns,
+       CAST(sum(t) FILTER (WHERE tensor_core) AS BIGINT) AS tensor_core_ns,
+       CAST(sum(t) FILTER (WHERE short) AS BIGINT) AS short_ns
+FROM {g} GROUP BY category ORDER BY time_ns DESC, category
 """
 
 _SQL_TOTALS = """
-SELECT count(*) AS kernels, CAST(coalesce(sum(dur_ns), 0) AS BIGINT) AS kernel_time_ns,
-       CAST(coalesce(sum(dur_ns) FILTER (WHERE tensor_core), 0) AS BIGINT) AS tensor_core_ns,
-       CAST(coalesce(sum(dur_ns) FILTER (WHERE category IN ('gemm', 'attention')), 0) AS BIGINT)
+SELECT CAST(coalesce(sum(n), 0) AS BIGINT) AS kernels, CAST(coalesce(sum(t), 0) AS BIGINT) AS kernel_time_ns,
+       CAST(coalesce(sum(t) FILTER (WHERE tensor_core), 0) AS BIGINT) AS tensor_core_ns,
+       CAST(coalesce(sum(t) FILTER (WHERE category IN ('gemm', 'attention')), 0) AS BIGINT)
            AS gemm_attention_ns,
-       count(*) FILTER (WHERE dur_ns < $short) AS short_kernels,
-       CAST(coalesce(sum(dur_ns) FILTER (WHERE dur_ns < $short), 0) AS BIGINT) AS short_kernel_ns,
-       sum(dur_ns * least(blocks_per_sm, 1.0)) FILTER (WHERE blocks_per_sm IS NOT NULL)
-           / nullif(sum(dur_ns) FILTER (WHERE blocks_per_sm IS NOT NULL), 0) AS est_sm_efficiency,
-       CAST(coalesce(sum(dur_ns) FILTER (WHERE blocks_per_sm IS NOT NULL), 0) AS BIGINT) AS sm_eff_ns,
-       sum(dur_ns * est_occupancy_pct) FILTER (WHERE est_occupancy_pct > 0)
-           / nullif(sum(dur_ns) FILTER (WHERE est_occupancy_pct > 0), 0) AS est_occupancy_pct,
-       CAST(coalesce(sum(dur_ns) FILTER (WHERE est_occupancy_pct > 0), 0) AS BIGINT) AS occupancy_ns,
-       count(*) FILTER (WHERE est_occupancy_pct = 0) AS occupancy_zero_kernels
-FROM k
+       CAST(coalesce(sum(n) FILTER (WHERE short), 0) AS BIGINT) AS short_kernels,
+       CAST(coalesce(sum(t) FILTER (WHERE short), 0) AS BIGINT) AS short_kernel_ns,
+       sum(sm_w) / nullif(sum(sm_t), 0) AS est_sm_efficiency,
+       CAST(coalesce(sum(sm_t), 0) AS BIGINT) AS sm_eff_ns,
+       sum(occ_w) / nullif(sum(occ_t), 0) AS est_occupancy_pct,
+       CAST(coalesce(sum(occ_t), 0) AS BIGINT) AS occupancy_ns,
+       CAST(coalesce(sum(occ_zero), 0) AS BIGINT) AS occupancy_zero_kernels
+FROM {g}
 """
 
 _SQL_TOP = """
-, n AS (
-  SELECT name, any_value(category) AS category, bool_or(tensor_core) AS tensor_core, count(*) AS kernels,
-         CAST(sum(dur_ns) AS BIGINT) AS time_ns
-  FROM k GROUP BY name
+WITH n AS (
+  SELECT name, any_value(category) AS category, bool_or(tensor_core) AS tensor_core,
+         CAST(sum(n) AS BIGINT) AS kernels, CAST(sum(t) AS BIGINT) AS time_ns
+  FROM {g} GROUP BY name
 ), r AS (
   SELECT *, row_number() OVER (ORDER BY time_ns DESC, name) AS rank FROM n
 )
@@ -135,13 +152,9 @@ ORDER BY rank NULLS LAST
 """
 
 _SQL_HIST = """
-, b AS (
-  SELECT category, dur_ns,
-         CAST(floor(log2(greatest(dur_ns, 1))) AS INTEGER) AS bin FROM k
-)
 SELECT category, bin, CAST(pow(2, bin) AS BIGINT) AS lo_ns, CAST(pow(2, bin + 1) AS BIGINT) AS hi_ns,
-       count(*) AS kernels, CAST(sum(dur_ns) AS BIGINT) AS time_ns
-FROM (SELECT 'all' AS category, dur_ns, bin FROM b UNION ALL SELECT category, dur_ns, bin FROM b)
+       CAST(sum(n) AS BIGINT) AS kernels, CAST(sum(t) AS BIGINT) AS time_ns
+FROM (SELECT 'all' AS category, bin, n, t FROM {g} UNION ALL SELECT category, bin, n, t FROM {g})
 GROUP BY category, bin ORDER BY category = 'all' DESC, category, bin
 """
 
@@ -153,10 +166,16 @@ def _share(part, whole) -> float | None:
 def kernels(store, trace_id: str, top: int = 10, short_ns: int = 10_000) -> Result:
     """Kernel time by category and the other kernel numbers (definitions in the module docstring)."""
     top, short_ns = _positive_int("top", top), _positive_int("short_ns", short_ns)
-    cte, params = _kernels_cte()
-    params = dict(params, t=trace_id, short=short_ns)
-    tot = store.query(cte + _SQL_TOTALS, params).iloc[0].to_dict()
-    cats = store.query(cte + _SQL_CATEGORIES, params)
+    g = f"kernel_groups_{uuid.uuid4().hex}"
+    sql, params = _groups_sql(g)
+    store.query(sql, dict(params, t=trace_id, short=short_ns))
+    try:
+        tot = store.query(_SQL_TOTALS.format(g=g)).iloc[0].to_dict()
+        cats = store.query(_SQL_CATEGORIES.format(g=g))
+        top_df = store.query(_SQL_TOP.format(g=g), {"top": top})
+        hist = store.query(_SQL_HIST.format(g=g))
+    finally:
+        store.query(f"DROP TABLE IF EXISTS {g}")
     kt = int(tot["kernel_time_ns"])
     present = set(cats["category"])
     missing = [c for c in CATEGORIES if c not in present]
@@ -166,10 +185,7 @@ def kernels(store, trace_id: str, top: int = 10, short_ns: int = 10_000) -> Resu
     for col in ("time_ns", "tensor_core_ns", "short_ns", "kernels"):
         cats[col] = cats[col].fillna(0).astype("int64")
     cats["share"] = cats["time_ns"] / kt if kt else float("nan")
-    base = {k: v for k, v in params.items() if k != "short"}
-    top_df = store.query(cte + _SQL_TOP, dict(base, top=top))
     top_df["share"] = top_df["time_ns"] / kt if kt else float("nan")
-    hist = store.query(cte + _SQL_HIST, base)
 
     def num(key):
         v = tot[key]
