@@ -1,5 +1,7 @@
-"""Overview of one trace: headline numbers of the "summary" analysis, the host-wait share, the trust
-section in words, top kernels and operators, and the binned GPU-busy figure."""
+"""Overview of one trace: headline numbers of the "summary" analysis, the host-wait share, TKLQT with the
+mean queue depth (launch), energy (power), profiler inflation (transition's rule on the collector's
+un-profiled timing), the trust section in words, kernel categories (kernels), the recommendations
+(recommend) with their evidence, top kernels and operators, and the binned GPU-busy figure."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ from dash import dcc, html
 
 from ...analysis.bound import idle_split
 from ...analysis.registry import get_analysis
+from ...reports import bound as rb
 from ...reports.figures import busy_fraction_figure
 from ...reports.overview import host_wait, trust_sentences
 from ...reports.data import busy_bins
@@ -72,7 +75,12 @@ def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
             className="ks-kpi", title="share of the GPU span the GPU sat idle with no launched work "
                                       "queued (waiting for the host)"))
 
+    x = rb.headline_extras(store, trace_id, has_gpu)
+    kpis += _extra_kpis(x)
+
     body: list = [title, html.Div(kpis, className="ks-kpis", id="kpis")]
+    body.append(html.Div([html.P(x["energy"][2], id="energy-text"), html.P(x["inflation"][1], id="inflation-text")],
+                         className="ks-hint"))
     if not has_gpu:
         body.append(message("This trace has no GPU activity (a CPU-only trace): GPU span, busy, idle and "
                             "latency are not defined, and there is no GPU timeline to draw.", "msg-no-gpu"))
@@ -85,8 +93,62 @@ def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
     body.append(html.Div([html.H3("Trust")] + [html.P(t) for t in sentences]
                          + [html.P("⚠ " + w, className="ks-warning") for w in result.warnings],
                          id="trust"))
+    body += _categories_and_recommendations(x, has_gpu)
     body += _tables(result, s.get("kernel_time_ns") or 0)
     return html.Div(body)
+
+
+def _small_kpi(kid: str, label: str, raw, shown: str, extra: str, definition: str, **attrs) -> html.Div:
+    return html.Div([html.Div(label, className="ks-kpi-label"),
+                     html.Div(shown, className="ks-kpi-value", id=f"kpi-{kid}",
+                              **{"data-value": "" if raw is None else str(raw)}, **attrs),
+                     html.Div(extra, className="ks-kpi-extra")], className="ks-kpi", title=definition)
+
+
+def _extra_kpis(x: dict) -> list:
+    """TKLQT (with q), mean queue depth, energy and profiler inflation. ``data-value``: TKLQT in int ns,
+    q and inflation as the analyses return them, energy in mJ (``data-key`` names the power key)."""
+    ls = x["launch"]
+    q = ls.get("mean_queue_depth")
+    e_mj, e_key, e_text = x["energy"]
+    infl, infl_text = x["inflation"]
+    energy_kpi = _small_kpi("energy_mj", "energy", e_mj, "—" if e_mj is None else f"{e_mj / 1000:,.3f} J",
+                            {"trace_energy_mj": "trace window", "energy_per_iteration_mj": "per iteration (un-profiled)"}
+                            .get(e_key, "not available"), e_text, **{"data-key": e_key})
+    return [
+        _small_kpi("tklqt_ns", "TKLQT", ls.get("tklqt_ns"), ms_text(ls.get("tklqt_ns")),
+                   "q = —" if q is None else f"q = {q:,.2f}",
+                   "total kernel launch-and-queue time; always read with q = TKLQT / GPU span"),
+        _small_kpi("mean_queue_depth", "mean queue depth q", q, "—" if q is None else f"{q:,.2f}",
+                   "" if q is None else ("GPU-bound (q ≥ 1)" if q >= 1 else "CPU-bound (q < 1)"),
+                   "launched-but-not-started kernels on average (Little's law)"),
+        energy_kpi,
+        _small_kpi("inflation", "profiler inflation", infl, "—" if infl is None else f"{infl:.2f}×",
+                   "traced / un-profiled" if infl is not None else "no un-profiled timing", infl_text),
+    ]
+
+
+def _categories_and_recommendations(x: dict, has_gpu: bool) -> list:
+    out: list = [html.H3("Kernel categories")]
+    kr = x["kernels"]
+    if kr.scalars.get("kernels"):
+        out.append(dcc.Graph(id="overview-categories", figure=rb.categories_figure(kr.tables["categories"]),
+                             config={"displaylogo": False}))
+    else:
+        out.append(message("This trace has no kernels, so there are no kernel categories.", "msg-no-kernels"))
+    out.append(html.H3("Recommendations"))
+    if not has_gpu:
+        out.append(message("No recommendation: the rules need GPU activity.", "msg-no-recommendations"))
+    elif not x["findings"]:
+        out.append(message("No recommendation rule fired on this trace.", "msg-no-recommendations"))
+    else:
+        out.append(html.Div([html.Div([
+            html.P([html.B(f"[{f['severity']}] {f['rule']}: "), f["message"]]
+                   + ([f" Possible saving {ms_text(f['saving_ns'])}."] if f["saving_ns"] is not None else [])),
+            html.Ul([html.Li(e) for e in f["evidence"]], className="ks-hint")],
+            className="ks-finding", **{"data-rule": f["rule"]}) for f in x["findings"]], id="recommendations"))
+    out += [html.P("⚠ " + w, className="ks-warning") for w in x["recommend_warnings"]]
+    return out
 
 
 def _tables(result, kernel_time_ns: int) -> list:

@@ -1,0 +1,117 @@
+"""Bound-ness of one trace (``/trace/<ref>/bound[?bins=N]``): the GPU span split into busy, host wait and
+dependency wait, queue depth over time per stream (binned, ``bins`` in the URL) with the CPU-bound and
+GPU-bound segments shaded, the segments, and the idle causes (categories, and operators ranked by the
+host wait they cause). Numbers and figures come from the ``bound`` analysis through ``reports/bound.py``."""
+
+from __future__ import annotations
+
+from urllib.parse import urlencode
+
+import dash
+from dash import Input, Output, State, dcc, html
+
+from ...analysis.registry import get_analysis
+from ...errors import KernelscopeError
+from ...reports import bound as rb
+from ...storage.store import open_store
+from ...units import NS_PER_MS
+from .common import message, ms_text, pct_text, table
+
+TITLE = "Bound"
+BIN_CHOICES = [50, 100, 200, 500, 1000, 2000]
+DEFAULT_BINS = 200
+
+
+def _bins(params: dict | None) -> int:
+    try:
+        n = int((params or {}).get("bins", DEFAULT_BINS))
+    except ValueError:
+        return DEFAULT_BINS
+    return n if n in BIN_CHOICES else DEFAULT_BINS
+
+
+def _kpi(kid, label, raw, shown, extra="", definition=""):
+    return html.Div([html.Div(label, className="ks-kpi-label"),
+                     html.Div(shown, className="ks-kpi-value", id=f"kpi-{kid}",
+                              **{"data-value": "" if raw is None else str(raw)}),
+                     html.Div(extra, className="ks-kpi-extra")], className="ks-kpi", title=definition)
+
+
+def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
+    bins = _bins(params)
+    r = get_analysis("bound").fn(store, trace_id, bins=bins)
+    s = r.scalars
+    body: list = [html.H2("Bound-ness")]
+    if not s.get("gpu_span_ns"):
+        body.append(message(rb.NO_GPU, "msg-no-gpu"))
+        return html.Div(body, id="bound-page")
+    span = s["gpu_span_ns"]
+    body.append(html.Div([
+        _kpi("host_wait_ns", "host wait", s["host_wait_ns"], pct_text(s["host_wait_ns"], span),
+             ms_text(s["host_wait_ns"]), "idle with no launched work queued: the GPU waited for the host"),
+        _kpi("dependency_wait_ns", "dependency wait", s["dependency_wait_ns"], pct_text(s["dependency_wait_ns"], span),
+             ms_text(s["dependency_wait_ns"]), "idle while launched work waited (events, syncs, launch floor)"),
+        _kpi("busy_ns", "GPU busy", s["busy_ns"], pct_text(s["busy_ns"], span), ms_text(s["busy_ns"]),
+             "union of GPU activity"),
+        _kpi("cpu_bound_ns", "CPU-bound segments", s["cpu_bound_ns"], ms_text(s["cpu_bound_ns"]),
+             pct_text(s["cpu_bound_ns"], span), "bins where host wait fills more than half"),
+        _kpi("gpu_bound_ns", "GPU-bound segments", s["gpu_bound_ns"], ms_text(s["gpu_bound_ns"]),
+             pct_text(s["gpu_bound_ns"], span), "bins where the GPU is busy or has queued work"),
+    ], className="ks-kpis", id="bound-kpis"))
+    body += [html.P(t) for t in rb.bound_sentences(s)]
+    t = r.tables
+    body.append(dcc.Graph(id="bound-split", figure=rb.idle_split_figure(t["devices"]), config={"displaylogo": False}))
+    body += [html.Div(["time bins: ", dcc.Dropdown(id="bound-bins", options=BIN_CHOICES, value=bins,
+                                                    clearable=False, style={"width": "120px"})],
+                      style={"display": "flex", "gap": "8px", "alignItems": "center"}),
+             dcc.Store(id="bound-trace", data=trace_id),
+             dcc.Graph(id="bound-queue", figure=rb.queue_depth_figure(t["queue_depth"], t["segments"]),
+                       config={"displaylogo": False}),
+             html.Div(_segments(t["segments"]), id="bound-segments")]
+    body.append(html.H3("Idle causes"))
+    if t["idle_causes"].empty:
+        body.append(message("There is no host wait in this trace, so no idle cause to rank.", "msg-no-host-wait"))
+    else:
+        body.append(dcc.Graph(id="bound-causes", figure=rb.idle_causes_figure(t["idle_causes"]),
+                              config={"displaylogo": False}))
+        if not t["idle_operators"].empty:
+            ops = t["idle_operators"].copy()
+            ops["idle_ms"] = (ops["idle_ns"] / NS_PER_MS).round(3)
+            ops["share_pct"] = (ops["share_of_host_wait"] * 100).round(1)
+            body += [dcc.Graph(id="bound-idle-operators", figure=rb.idle_operators_figure(ops),
+                               config={"displaylogo": False}),
+                     table(ops, [("operator", "operator", "text"), ("idle_ms", "host wait caused (ms)", "numeric"),
+                                 ("share_pct", "% of host wait", "numeric"), ("main_category", "main cause", "text"),
+                                 ("gaps", "gaps", "numeric")], "bound-idle-operators-table")]
+    body += [html.P("⚠ " + w, className="ks-warning") for w in r.warnings]
+    return html.Div(body, id="bound-page")
+
+
+def _segments(segments) -> list:
+    if segments.empty:
+        return []
+    df = rb.segments_table(segments)
+    return [html.H3(f"CPU-bound and GPU-bound segments ({len(df)})"),
+            table(df, [(c, c, "text" if c == "regime" else "numeric") for c in df.columns], "bound-segments-table",
+                  page_size=15)]
+
+
+def rebin(db_path, trace_id: str, bins: int) -> tuple:
+    """The bins dropdown callback as a plain function: (queue figure, segments, URL search)."""
+    bins = bins if bins in BIN_CHOICES else DEFAULT_BINS
+    with open_store(db_path, read_only=True) as store:
+        r = get_analysis("bound").fn(store, trace_id, bins=bins)
+    t = r.tables
+    return (rb.queue_depth_figure(t["queue_depth"], t["segments"]), _segments(t["segments"]),
+            "?" + urlencode({"bins": bins}))
+
+
+def register(app, db_path) -> None:
+    @app.callback(Output("bound-queue", "figure"), Output("bound-segments", "children"),
+                  Output("url", "search", allow_duplicate=True),
+                  Input("bound-bins", "value"), State("bound-trace", "data"), prevent_initial_call=True)
+    def _rebin(bins, trace_id):
+        try:
+            return rebin(db_path, trace_id, int(bins))
+        except (KernelscopeError, TypeError, ValueError):
+            return dash.no_update, dash.no_update, dash.no_update

@@ -1,0 +1,86 @@
+"""Launch overhead of one trace (``/trace/<ref>/launch``): TKLQT with the mean queue depth, the
+api/queue/dispatch split and its distribution, TKLQT by operator, launch-bound operators and the what-if
+(predicted with free launches vs observed vs the naive kernel sum). Numbers and figures come from the
+``launch`` and ``whatif`` analyses through ``reports/launch.py``."""
+
+from __future__ import annotations
+
+from dash import dcc, html
+
+from ...reports import launch as rl
+from ...units import NS_PER_MS
+from .common import count_text, message, ms_text, table
+
+TITLE = "Launch"
+
+
+def _kpi(kid: str, label: str, raw, shown: str, extra: str = "", definition: str = "") -> html.Div:
+    """A headline number: id ``kpi-<kid>``, raw value in ``data-value`` (int ns, or the float as given)."""
+    value = "" if raw is None else str(raw)
+    return html.Div([html.Div(label, className="ks-kpi-label"),
+                     html.Div(shown, className="ks-kpi-value", id=f"kpi-{kid}", **{"data-value": value}),
+                     html.Div(extra, className="ks-kpi-extra")], className="ks-kpi", title=definition)
+
+
+def _graph(gid: str, fig) -> dcc.Graph:
+    return dcc.Graph(id=gid, figure=fig, config={"displaylogo": False})
+
+
+def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
+    lr, wr = rl.launch_results(store, trace_id)
+    ls, ws = lr.scalars, wr.scalars
+    body: list = [html.H2("Launch overhead")]
+    if not rl.has_launches(ls):
+        body.append(message("This trace has " + rl.NO_LAUNCHES, "msg-no-launches"))
+        return html.Div(body)
+    q = ls.get("mean_queue_depth")
+    body.append(html.Div([
+        _kpi("tklqt_ns", "TKLQT", ls.get("tklqt_ns"), ms_text(ls.get("tklqt_ns")),
+             f"q = {q:,.2f}" if q is not None else "q: —",
+             "sum of launch-and-queue time over kernels not launched by a graph, one term per graph launch"),
+        _kpi("mean_queue_depth", "mean queue depth q", q, "—" if q is None else f"{q:,.2f}",
+             "GPU-bound signal when ≥ 1", "TKLQT / GPU span (Little's law)"),
+        *[_kpi(k, label, ls.get(k), ms_text(ls.get(k)), "", d) for k, label, d in [
+            ("api_ns", "api", "launch-call time (host)"),
+            ("queue_ns", "queue", "waiting behind earlier work on the stream (GPU-bound)"),
+            ("dispatch_ns", "dispatch", "from the call's return (or the stream freeing) to the kernel start"),
+            ("launch_delay_ns", "launch delay", "max(0, kernel start - launch call end), summed")]],
+        _kpi("launch_bound_ops", "launch-bound op instances", ls.get("launch_bound_ops"),
+             count_text(ls.get("launch_bound_ops")), "",
+             "top-level operator instances whose launch calls outlast their GPU work"),
+        _kpi("predicted_ns", "what-if predicted", ws.get("predicted_ns"), ms_text(ws.get("predicted_ns")),
+             "" if ws.get("predicted_speedup") is None else f"{ws['predicted_speedup']:.2f}× faster than observed",
+             "GPU work replayed with free launches"),
+    ], className="ks-kpis", id="launch-kpis"))
+    body.append(html.P(f"{ls.get('kernels', 0):,} kernels and {ls.get('graph_launches', 0):,} graph launches "
+                       f"({ls.get('graph_kernels', 0):,} graph kernels) are the TKLQT terms. The naive per-node sum "
+                       f"over graph kernels would be {ms_text(ls.get('tklqt_naive_ns'))} (not a launch cost).",
+                       className="ks-hint"))
+    body.append(_graph("launch-distribution", rl.distribution_figure(lr.tables["distribution"])))
+    bk = lr.tables["by_kind"].copy()
+    for c in ["lq_ns", "api_ns", "queue_ns", "dispatch_ns", "launch_delay_ns"]:
+        bk[c.replace("_ns", "_ms")] = (bk[c] / NS_PER_MS).round(3)
+    body += [html.H3("By kind (memcpy and memset are outside TKLQT)"),
+             table(bk, [("kind", "kind", "text"), ("count", "count", "numeric"), ("lq_ms", "lq (ms)", "numeric"),
+                        ("api_ms", "api (ms)", "numeric"), ("queue_ms", "queue (ms)", "numeric"),
+                        ("dispatch_ms", "dispatch (ms)", "numeric"),
+                        ("launch_delay_ms", "launch delay (ms)", "numeric")], "launch-by-kind")]
+    body.append(_graph("launch-by-operator", rl.tklqt_by_operator_figure(lr.tables["per_op"])))
+    lb = lr.tables["launch_bound"]
+    body.append(html.H3("Launch-bound operators"))
+    if lb.empty:
+        body.append(message("No operator instance is launch-bound: every one's GPU work outlasts its launch "
+                            "calls.", "msg-no-launch-bound"))
+    else:
+        body.append(_graph("launch-bound-figure", rl.launch_bound_figure(lb)))
+        t = lb.copy()
+        t["launch_api_ms"] = (t["launch_api_ns"] / NS_PER_MS).round(3)
+        t["gpu_union_ms"] = (t["gpu_union_ns"] / NS_PER_MS).round(3)
+        body.append(table(t, [("name", "operator", "text"), ("calls", "calls", "numeric"),
+                              ("launch_bound_calls", "launch-bound calls", "numeric"),
+                              ("launch_api_ms", "launch calls (ms)", "numeric"),
+                              ("gpu_union_ms", "GPU time (ms)", "numeric")], "launch-bound-table"))
+    body += [html.H3("What-if: launch overhead removed"), _graph("whatif-figure", rl.whatif_figure(ws))]
+    body += [html.P(t) for t in rl.whatif_sentences(ws)]
+    body += [html.P("⚠ " + w, className="ks-warning") for w in lr.warnings + wr.warnings]
+    return html.Div(body, id="launch-page")

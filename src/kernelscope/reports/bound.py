@@ -1,0 +1,312 @@
+"""Bound-ness of one trace and the headline additions (TKLQT with q, energy, profiler inflation, kernel
+categories, recommendations): figure builders over the ``bound``, ``launch``, ``power``, ``transition``,
+``kernels`` and ``recommend`` analyses' results, and the report's sections. The dashboard's Bound page
+and Overview draw the same figures and say the same sentences.
+
+Definitions (docs/metrics.md, "CPU-bound or GPU-bound"): per device ``gpu_span_ns = busy_ns +
+host_wait_ns + dependency_wait_ns``; queue depth is the number of launched-but-not-started kernels on a
+stream; a time bin is ``cpu_bound`` when host-wait idle fills more than half of it. Builders never touch
+the store and never recompute an analysis' number.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from ..analysis.registry import get_analysis
+from ..errors import KernelscopeError
+from ..units import NS_PER_MS, ms_text
+from .blocks import Section, Table
+
+_LAYOUT = {"template": "plotly_white", "margin": {"l": 60, "r": 20, "t": 40, "b": 50},
+           "legend": {"orientation": "h", "y": 1.02, "x": 1, "xanchor": "right", "yanchor": "bottom"}}
+REGIME_COLORS = {"cpu_bound": "rgba(239, 68, 68, 0.12)", "gpu_bound": "rgba(34, 197, 94, 0.10)"}
+SPLIT = [("busy_ns", "busy", "#2563eb"), ("host_wait_ns", "host wait", "#ef4444"),
+         ("dependency_wait_ns", "dependency wait", "#f59e0b")]
+
+NO_GPU = ("This trace has no GPU activity (a CPU-only trace): there is no idle to split, no queue and no "
+          "regime to show.")
+
+
+def bound_result(store, trace_id: str):
+    return get_analysis("bound").fn(store, trace_id)
+
+
+def idle_split_figure(devices: pd.DataFrame) -> go.Figure:
+    """Per device (bound ``devices``) its GPU span split into busy, host wait and dependency wait (stacked
+    horizontal bars in ms; the three add up to the device's ``gpu_span_ns``)."""
+    fig = go.Figure()
+    names = [f"GPU {d}" for d in devices["device"]]
+    for col, label, color in SPLIT:
+        share = devices[col] / devices["gpu_span_ns"]
+        fig.add_trace(go.Bar(y=names, x=devices[col] / NS_PER_MS, name=label, orientation="h",
+                             marker_color=color, customdata=list(zip(devices[col], share * 100)),
+                             hovertemplate="%{y} " + label + ": %{customdata[0]:,} ns "
+                             "(%{customdata[1]:.1f}% of span)<extra></extra>"))
+    fig.update_layout(title={"text": "GPU span: busy, host wait, dependency wait", "font": {"size": 14}},
+                      barmode="stack", xaxis_title="ms", height=120 + 40 * len(devices), **_LAYOUT)
+    return fig
+
+
+def queue_depth_figure(queue: pd.DataFrame, segments: pd.DataFrame | None = None) -> go.Figure:
+    """Mean queue depth per bin over time (bound ``queue_depth``), one step line per (device, stream); bins
+    the table leaves out (nothing queued) are drawn at 0. x: ms since the first bin's start. The regime
+    ``segments`` of the bound analysis, when given, shade the background (red: cpu_bound, green:
+    gpu_bound)."""
+    fig = go.Figure()
+    if queue.empty:
+        return fig
+    width = int(queue["bin_end_ns"].iloc[0] - queue["bin_start_ns"].iloc[0])
+    t0 = int((queue["bin_start_ns"] - queue["bin"] * width).min())
+    n_bins = int(queue["bin"].max()) + 1
+    for (dev, stream), d in queue.groupby(["device", "stream"], sort=True):
+        depth = pd.Series(0.0, index=range(n_bins))
+        depth.loc[d["bin"].astype("int64").to_numpy()] = d["mean_depth"].to_numpy()
+        x = [b * width / NS_PER_MS for b in range(n_bins)]
+        fig.add_trace(go.Scatter(x=x, y=depth.round(4), mode="lines", line={"shape": "hv", "width": 1.5},
+                                 name=f"GPU {dev} stream {stream}",
+                                 hovertemplate="%{x:.3f} ms: mean depth %{y:.2f}<extra>GPU " + str(dev)
+                                 + " stream " + str(stream) + "</extra>"))
+    if segments is not None and not segments.empty:
+        for seg in segments.itertuples(index=False):
+            fig.add_vrect(x0=(seg.start_ns - t0) / NS_PER_MS, x1=(seg.end_ns - t0) / NS_PER_MS,
+                          fillcolor=REGIME_COLORS.get(seg.regime, "rgba(0,0,0,0)"), line_width=0, layer="below")
+    fig.update_layout(title={"text": f"Queue depth over time (bins of {ms_text(width)}; shaded red: "
+                             "CPU-bound, green: GPU-bound)", "font": {"size": 14}},
+                      xaxis_title="time since the first bin (ms)", yaxis_title="launched, not started (mean)",
+                      height=340, **_LAYOUT)
+    return fig
+
+
+def idle_causes_figure(causes: pd.DataFrame) -> go.Figure:
+    """Host-wait time by cause category (bound ``idle_causes``; the bars add up to ``host_wait_ns``), ms."""
+    d = causes.sort_values("idle_ns").reset_index(drop=True)
+    fig = go.Figure(go.Bar(y=list(d["category"]), x=d["idle_ns"] / NS_PER_MS, orientation="h",
+                           marker_color="#ef4444",
+                           customdata=list(zip(d["idle_ns"], d["share_of_host_wait"] * 100, d["gaps"])),
+                           hovertemplate="%{y}: %{customdata[0]:,} ns, %{customdata[1]:.1f}% of host wait, "
+                           "%{customdata[2]} gaps<extra></extra>"))
+    fig.update_layout(title={"text": "What the launching thread was doing while the GPU waited (host wait)",
+                             "font": {"size": 14}}, xaxis_title="host wait (ms)",
+                      height=max(220, 80 + 28 * len(d)), showlegend=False, **_LAYOUT)
+    return fig
+
+
+def idle_operators_figure(ops: pd.DataFrame, top: int = 15) -> go.Figure:
+    """Operators ranked by the host-wait time they cause (bound ``idle_operators``), ms, coloured by their
+    main cause category."""
+    d = ops.head(top).iloc[::-1]
+    fig = go.Figure()
+    for cat, g in d.groupby("main_category", sort=False):
+        fig.add_trace(go.Bar(y=list(g["operator"]), x=g["idle_ns"] / NS_PER_MS, orientation="h", name=str(cat),
+                             customdata=list(zip(g["idle_ns"], g["share_of_host_wait"] * 100, g["gaps"])),
+                             hovertemplate="%{y}: %{customdata[0]:,} ns, %{customdata[1]:.1f}% of host wait, "
+                             "%{customdata[2]} gaps<extra>" + str(cat) + "</extra>"))
+    fig.update_layout(title={"text": f"Idle causes: operators ranked by the host wait they cause (top {len(d)})",
+                             "font": {"size": 14}}, xaxis_title="host wait (ms)",
+                      yaxis={"categoryorder": "array", "categoryarray": list(d["operator"])},
+                      height=max(240, 80 + 24 * len(d)), **_LAYOUT)
+    return fig
+
+
+def bound_sentences(s: dict) -> list[str]:
+    """The bound scalars in words."""
+    span = s.get("gpu_span_ns")
+    if not span:
+        return [NO_GPU]
+
+    def pct(v):
+        return "—" if v is None else f"{100 * v:.1f}%"
+    return [f"Of the {ms_text(span)} GPU span, {ms_text(s['busy_ns'])} busy, {ms_text(s['host_wait_ns'])} host wait "
+            f"({pct(s['host_wait_share'])}: the GPU had nothing queued) and {ms_text(s['dependency_wait_ns'])} "
+            f"dependency wait ({pct(s['dependency_wait_share'])}: work was queued but waited), over "
+            f"{s.get('gaps', 0):,} idle gaps.",
+            f"CPU-bound segments {ms_text(s.get('cpu_bound_ns'))}, GPU-bound segments {ms_text(s.get('gpu_bound_ns'))} "
+            f"(bins of {ms_text(s.get('bin_ns'))})."]
+
+
+def segments_table(segments: pd.DataFrame, t0: int | None = None) -> pd.DataFrame:
+    """The regime segments as shown: start/end in ms since ``t0`` (the first segment start by default)."""
+    if segments.empty:
+        return pd.DataFrame()
+    t0 = int(segments["start_ns"].min()) if t0 is None else t0
+    return pd.DataFrame({"device": segments["device"], "regime": segments["regime"],
+                         "start (ms)": ((segments["start_ns"] - t0) / NS_PER_MS).round(3),
+                         "end (ms)": ((segments["end_ns"] - t0) / NS_PER_MS).round(3),
+                         "duration (ms)": (segments["dur_ns"] / NS_PER_MS).round(3),
+                         "busy (ms)": (segments["busy_ns"] / NS_PER_MS).round(3),
+                         "host wait (ms)": (segments["host_wait_ns"] / NS_PER_MS).round(3),
+                         "dependency wait (ms)": (segments["dependency_wait_ns"] / NS_PER_MS).round(3),
+                         "bins": segments["bins"]})
+
+
+def bound_figures(r) -> list[go.Figure]:
+    """The Bound page's / section's figures from one bound Result (empty for a trace without GPU work)."""
+    if not r.scalars.get("gpu_span_ns"):
+        return []
+    t = r.tables
+    figs = [idle_split_figure(t["devices"]), queue_depth_figure(t["queue_depth"], t["segments"])]
+    if not t["idle_causes"].empty:
+        figs.append(idle_causes_figure(t["idle_causes"]))
+    if not t["idle_operators"].empty:
+        figs.append(idle_operators_figure(t["idle_operators"]))
+    return figs
+
+
+def _name(store, tid: str) -> str:
+    return store.query("SELECT name FROM traces WHERE trace_id = $t", {"t": tid})["name"].iloc[0] or tid
+
+
+def bound_section(store, trace_ids: list[str], ctx) -> Section | None:
+    """Per trace: the idle split in words and figures, queue depth with the regimes, idle causes."""
+    blocks: list = []
+    for tid in trace_ids:
+        name = _name(store, tid)
+        r = bound_result(store, tid)
+        blocks += [f"{name}: {t}" for t in bound_sentences(r.scalars)]
+        for fig in bound_figures(r):
+            fig.update_layout(title_text=f"{name}: {fig.layout.title.text}")
+            blocks.append(fig)
+        blocks += [f"{name}: warning: {w}" for w in r.warnings]
+    return Section("Bound-ness", "bound", blocks)
+
+
+# --- headline additions: TKLQT with q, energy, profiler inflation, kernel categories, recommendations ---
+
+def energy(power_result) -> tuple[float | None, str, str]:
+    """(mJ, which, sentence) from the power analysis: the trace window's energy when known, else the
+    un-profiled loop's energy per iteration, else None with the reason (the analysis' warning)."""
+    s = power_result.scalars
+    if s.get("trace_energy_mj") is not None:
+        return (float(s["trace_energy_mj"]), "trace_energy_mj",
+                f"{s['trace_energy_mj'] / 1000:,.3f} J over the trace window ({s.get('energy_source')}; mean "
+                f"{s.get('mean_power_w') or 0:,.1f} W).")
+    if s.get("energy_per_iteration_mj") is not None:
+        why = next((w for w in power_result.warnings if "trace energy" in w), "the trace window's energy is null")
+        return (float(s["energy_per_iteration_mj"]), "energy_per_iteration_mj",
+                f"{s['energy_per_iteration_mj'] / 1000:,.3f} J per iteration (un-profiled energy loop); {why}")
+    if s.get("energy_source") is None:
+        return None, "", "No energy: the trace has no telemetry (no energy counter or power samples)."
+    why = "; ".join(power_result.warnings) or "the energy is null"
+    return None, "", f"No energy: {why}"
+
+
+def _numeric_label(store, tid: str) -> str | None:
+    keys = store.query("SELECT key FROM labels WHERE trace_id = $t AND value_num IS NOT NULL ORDER BY key",
+                       {"t": tid})["key"].tolist()
+    return "batch" if "batch" in keys else (keys[0] if keys else None)
+
+
+def inflation(store, tid: str) -> tuple[float | None, str]:
+    """(profiler inflation, sentence): the transition analysis' ``inflation`` = traced latency per
+    iteration / un-profiled time (collector ``cuda_event`` timings, else label ``unprofiled_ns``) for this
+    one trace; None with the reason when there is no un-profiled time."""
+    n_timings = int(store.query("SELECT count(*) AS n FROM timings WHERE trace_id = $t AND kind = 'cuda_event'",
+                                {"t": tid})["n"].iloc[0])
+    by = _numeric_label(store, tid)
+    if by is None:
+        return None, ("No profiler inflation: the trace has no numeric label, so the transition analysis "
+                      "cannot place it" + (f" (it has {n_timings} un-profiled timings)." if n_timings else
+                                           ", and there is no un-profiled timing either."))
+    try:
+        p = get_analysis("transition").fn(store, [tid], by=by).tables["points"].iloc[0]
+    except KernelscopeError as e:
+        return None, f"No profiler inflation: {e}"
+    if p["inflation"] is None or pd.isna(p["inflation"]):
+        return None, ("No profiler inflation: no un-profiled time was recorded for this trace (collector "
+                      "cuda_event timings or the label unprofiled_ns).")
+    return float(p["inflation"]), (
+        f"Profiler inflation {p['inflation']:.2f}×: traced latency per iteration {ms_text(p['latency_per_iter_ns'])} "
+        f"/ un-profiled {ms_text(p['unprofiled_ns'])} ({p['unprofiled_source']}, {p['iterations']} iteration(s)).")
+
+
+def categories_figure(categories: pd.DataFrame) -> go.Figure:
+    """Kernel time by category (kernels ``categories``; the bars add up to kernel time), ms, with the
+    tensor-core part of each category."""
+    d = categories[categories["time_ns"] > 0].sort_values("time_ns")
+    fig = go.Figure()
+    for col, label, color in [("tensor_core_ns", "tensor cores", "#7c3aed"), ("other", "other", "#93c5fd")]:
+        v = d["tensor_core_ns"] if col == "tensor_core_ns" else d["time_ns"] - d["tensor_core_ns"]
+        fig.add_trace(go.Bar(y=list(d["category"]), x=v / NS_PER_MS, name=label, orientation="h", marker_color=color,
+                             customdata=list(zip(d["time_ns"], d["share"] * 100, d["kernels"])),
+                             hovertemplate="%{y}: %{customdata[0]:,} ns, %{customdata[1]:.1f}% of kernel time, "
+                             "%{customdata[2]:,} kernels<extra>" + label + "</extra>"))
+    fig.update_layout(title={"text": "Kernel time by category", "font": {"size": 14}}, barmode="stack",
+                      xaxis_title="kernel time (ms)", height=max(220, 80 + 30 * len(d)), **_LAYOUT)
+    return fig
+
+
+def _value_text(v) -> str:
+    if isinstance(v, float):
+        return f"{v:,.4g}"
+    if isinstance(v, int) and not isinstance(v, bool):
+        return f"{v:,}"
+    return str(v)
+
+
+def evidence_text(e: dict) -> str:
+    """One evidence entry as 'analysis.key[row] = value'."""
+    row = e.get("row")
+    where = "[" + ", ".join(f"{k}={v}" for k, v in row.items()) + "]" if row else ""
+    return f"{e['analysis']}.{e['key']}{where} = {_value_text(e['value'])}"
+
+
+def recommendations(store, tid: str) -> tuple[list[dict], list[str]]:
+    """(findings as dicts: rule, severity, message, saving_ns, evidence (texts)), warnings) from the
+    recommend analysis. A trace without GPU activity gives none (the rules need GPU work)."""
+    r = get_analysis("recommend").fn(store, tid)
+    out = []
+    for f in r.tables["findings"].to_dict("records"):
+        saving = f["saving_ns"]
+        out.append({"rule": f["rule"], "severity": f["severity"], "message": f["message"],
+                    "saving_ns": None if saving is None or pd.isna(saving) else int(saving),
+                    "evidence": [evidence_text(e) for e in f["evidence"]]})
+    return out, list(r.warnings)
+
+
+def recommendation_lines(findings: list[dict]) -> list[str]:
+    return [f"[{f['severity']}] {f['message']}"
+            + (f" Possible saving {ms_text(f['saving_ns'])}." if f["saving_ns"] is not None else "")
+            + " Evidence: " + "; ".join(f["evidence"]) + "." for f in findings]
+
+
+def headline_extras(store, tid: str, has_gpu: bool) -> dict:
+    """What the Overview adds to the summary: launch scalars, energy, inflation, kernels result,
+    recommendations (all from the analyses)."""
+    out = {"launch": get_analysis("launch").fn(store, tid).scalars,
+           "energy": energy(get_analysis("power").fn(store, tid)),
+           "inflation": inflation(store, tid),
+           "kernels": get_analysis("kernels").fn(store, tid)}
+    out["findings"], out["recommend_warnings"] = recommendations(store, tid) if has_gpu else ([], [])
+    return out
+
+
+def extras_section(store, trace_ids: list[str], ctx) -> Section | None:
+    """Per trace: TKLQT with q, energy, profiler inflation (a table), kernel categories, recommendations."""
+    rows, blocks = [], []
+    for tid in trace_ids:
+        name = _name(store, tid)
+        has_gpu = bool(store.query("SELECT count(*) AS n FROM gpu_activities WHERE trace_id = $t",
+                                   {"t": tid})["n"].iloc[0])
+        x = headline_extras(store, tid, has_gpu)
+        ls, (e_mj, e_key, e_text), (infl, infl_text) = x["launch"], x["energy"], x["inflation"]
+        rows.append({"trace": name, "TKLQT (ms)": None if ls.get("tklqt_ns") is None else round(ls["tklqt_ns"] / NS_PER_MS, 3),
+                     "mean queue depth q": ls.get("mean_queue_depth"),
+                     "energy (J)": None if e_mj is None else round(e_mj / 1000, 3),
+                     "energy is": {"trace_energy_mj": "trace window", "energy_per_iteration_mj": "per iteration"}
+                     .get(e_key, "—"),
+                     "profiler inflation (×)": None if infl is None else round(infl, 3)})
+        blocks += [f"{name}: {e_text}", f"{name}: {infl_text}"]
+        cats = x["kernels"].tables["categories"]
+        if x["kernels"].scalars.get("kernels"):
+            fig = categories_figure(cats)
+            fig.update_layout(title_text=f"{name}: {fig.layout.title.text}")
+            blocks.append(fig)
+        if not has_gpu:
+            blocks.append(f"{name}: no GPU activity: no recommendation.")
+        elif not x["findings"]:
+            blocks.append(f"{name}: no recommendation rule fired.")
+        blocks += [f"{name}: {t}" for t in recommendation_lines(x["findings"])]
+    blocks.insert(0, Table(pd.DataFrame(rows), "TKLQT (with q), energy and profiler inflation"))
+    return Section("Launch queue, energy, inflation and recommendations", "extras", blocks)

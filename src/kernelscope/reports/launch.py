@@ -1,0 +1,181 @@
+"""Launch overhead: figure builders over the ``launch`` and ``whatif`` analyses' results, and the report's
+launch section. The dashboard's Launch page draws the same figures.
+
+Definitions (docs/metrics.md, "Launch overhead"): a kernel's launch-and-queue time ``lq = api + queue +
+dispatch`` (integer ns); TKLQT sums ``lq`` over kernels not launched by a graph plus one ``lq`` per graph
+launch, and is always shown with the mean queue depth ``q = tklqt_ns / gpu_span_ns``. The builders only
+read the analyses' tables and scalars: they never touch the store and never recompute a number.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from ..analysis.registry import get_analysis
+from ..units import NS_PER_MS, NS_PER_US, ms_text
+from .blocks import Section, Table
+
+SPLIT = [("api_ns", "api (host call)", "#2563eb"), ("queue_ns", "queue (GPU busy ahead)", "#f59e0b"),
+         ("dispatch_ns", "dispatch (host→GPU)", "#10b981")]
+
+_LAYOUT = {"template": "plotly_white", "margin": {"l": 60, "r": 20, "t": 40, "b": 50},
+           "legend": {"orientation": "h", "y": 1.02, "x": 1, "xanchor": "right", "yanchor": "bottom"}}
+
+
+def launch_results(store, trace_id: str):
+    """(launch Result, whatif Result) of one trace: what the Launch page and section show."""
+    return get_analysis("launch").fn(store, trace_id), get_analysis("whatif").fn(store, trace_id)
+
+
+NO_LAUNCHES = ("no kernel with a launch call in the trace (a CPU-only trace, or kernels launched before the "
+               "profiler started): there is no launch overhead to show.")
+
+
+def has_launches(ls: dict) -> bool:
+    """Whether the launch analysis found any TKLQT term (a kernel or a graph launch with a launch call)."""
+    return bool(ls.get("kernels") or ls.get("graph_launches"))
+
+
+def tklqt_text(scalars: dict) -> str:
+    """TKLQT with the mean queue depth beside it (never a share of time), e.g. '38,575.033 ms (q = 252.98)'."""
+    q = scalars.get("mean_queue_depth")
+    return f"{ms_text(scalars.get('tklqt_ns'))} (q = {'—' if q is None else f'{q:,.2f}'})"
+
+
+def distribution_figure(distribution: pd.DataFrame) -> go.Figure:
+    """The launch analysis' ``distribution`` table: per metric (lq, api, queue, dispatch, launch delay) its
+    median, p90, p99 and max over the TKLQT terms, in µs on a log axis (grouped bars)."""
+    fig = go.Figure()
+    d = distribution[distribution["count"] > 0]
+    for col, name, color in [("median_ns", "median", "#1d4ed8"), ("p90_ns", "p90", "#60a5fa"),
+                             ("p99_ns", "p99", "#f59e0b"), ("max_ns", "max", "#b91c1c")]:
+        fig.add_trace(go.Bar(x=[m.removesuffix("_ns") for m in d["metric"]],
+                             y=(d[col].astype("float64") / NS_PER_US).clip(lower=1e-3),
+                             name=name, marker_color=color,
+                             customdata=d[col].astype("int64"),
+                             hovertemplate="%{x} " + name + ": %{customdata:,} ns<extra></extra>"))
+    fig.update_layout(title={"text": "Launch-and-queue time split over the TKLQT terms", "font": {"size": 14}},
+                      barmode="group", yaxis={"title": "µs per kernel (log)", "type": "log"}, height=340,
+                      **_LAYOUT)
+    return fig
+
+
+def tklqt_by_operator_figure(per_op: pd.DataFrame, top: int = 15) -> go.Figure:
+    """TKLQT of the ``top`` top-level operators (launch ``per_op``), split api/queue/dispatch (stacked,
+    the parts add up to the operator's ``tklqt_ns``), in ms; launches outside every operator show as
+    '(no operator)'."""
+    d = per_op.sort_values("tklqt_ns", ascending=False).head(top).iloc[::-1]
+    names = [n if isinstance(n, str) else "(no operator)" for n in d["name"]]
+    fig = go.Figure()
+    for col, label, color in SPLIT:
+        fig.add_trace(go.Bar(y=names, x=d[col] / NS_PER_MS, name=label, orientation="h", marker_color=color,
+                             customdata=d[["tklqt_ns", "calls"]].to_numpy(),
+                             hovertemplate="%{y}: %{x:,.3f} ms " + label.split(" ")[0]
+                             + " (TKLQT %{customdata[0]:,} ns, %{customdata[1]} calls)<extra></extra>"))
+    fig.update_layout(title={"text": f"TKLQT by operator (top {len(d)})", "font": {"size": 14}},
+                      barmode="stack", xaxis_title="TKLQT (ms)", height=max(260, 60 + 24 * len(d)),
+                      **_LAYOUT)
+    return fig
+
+
+def launch_bound_figure(launch_bound: pd.DataFrame, top: int = 15) -> go.Figure:
+    """Launch-bound operators (launch ``launch_bound``): per operator its summed launch-call time next to
+    the summed union of its GPU activities (ms). An instance is launch-bound when the first exceeds the
+    second; the hover gives how many of its calls are."""
+    d = launch_bound.sort_values("launch_bound_calls", ascending=False).head(top).iloc[::-1]
+    fig = go.Figure()
+    for col, label, color in [("launch_api_ns", "launch calls (host)", "#2563eb"),
+                              ("gpu_union_ns", "GPU time (union)", "#6b7280")]:
+        fig.add_trace(go.Bar(y=list(d["name"]), x=d[col] / NS_PER_MS, name=label, orientation="h",
+                             marker_color=color, customdata=d[["launch_bound_calls", "calls"]].to_numpy(),
+                             hovertemplate="%{y}: %{x:,.3f} ms " + label
+                             + " (%{customdata[0]} of %{customdata[1]} calls launch-bound)<extra></extra>"))
+    fig.update_layout(title={"text": "Launch-bound operators: launch-call time vs GPU time", "font": {"size": 14}},
+                      barmode="group", xaxis_title="ms (summed over calls)", height=max(260, 60 + 30 * len(d)),
+                      **_LAYOUT)
+    return fig
+
+
+def whatif_rows(s: dict) -> list[tuple[str, int | None]]:
+    """(label, ns) of the what-if bars: predicted with free launches, observed, traced, naive kernel sum."""
+    return [("predicted (free launches)", s.get("predicted_ns")), ("observed", s.get("observed_ns")),
+            ("traced (under the profiler)", s.get("traced_ns")), ("naive (sum of kernels)", s.get("naive_ns"))]
+
+
+def whatif_figure(s: dict) -> go.Figure:
+    """The whatif scalars as bars (ms): predicted vs observed vs traced vs the naive kernel sum."""
+    rows = [(k, v) for k, v in whatif_rows(s) if v is not None]
+    fig = go.Figure(go.Bar(x=[k for k, _ in rows], y=[v / NS_PER_MS for _, v in rows],
+                           marker_color=["#10b981", "#111827", "#6b7280", "#f59e0b"][:len(rows)],
+                           customdata=[v for _, v in rows],
+                           text=[ms_text(v) for _, v in rows], textposition="outside",
+                           hovertemplate="%{x}: %{customdata:,} ns<extra></extra>"))
+    sp = s.get("predicted_speedup")
+    fig.update_layout(title={"text": "What-if: launch overhead removed"
+                             + (f" (predicted speedup {sp:.2f}×)" if sp is not None else ""), "font": {"size": 14}},
+                      yaxis_title="ms", height=340, showlegend=False, **_LAYOUT)
+    return fig
+
+
+def whatif_sentences(s: dict) -> list[str]:
+    out = []
+    if s.get("predicted_ns") is None:
+        return ["The what-if has nothing to replay (no GPU activity with a launch call in scope)."]
+    out.append(f"With free launches the GPU work would take {ms_text(s['predicted_ns'])} "
+               f"(observed {ms_text(s.get('observed_ns'))}, {s.get('observed_source')}; naive sum of kernels "
+               f"{ms_text(s.get('naive_ns'))}).")
+    if s.get("twin"):
+        pe, ne = s.get("prediction_error"), s.get("naive_error")
+        out.append(f"Twin {s['twin']}: observed {ms_text(s.get('twin_observed_ns'))}; prediction error "
+                   f"{'—' if pe is None else f'{100 * pe:+.1f}%'}, naive error {'—' if ne is None else f'{100 * ne:+.1f}%'}.")
+    out.append(f"Residual gap per activity {s.get('residual_gap_ns')} ns ({s.get('residual_source')}); "
+               f"{s.get('host_syncs', 0)} host barriers kept.")
+    return out
+
+
+def headline(ls: dict, ws: dict) -> pd.DataFrame:
+    """The launch headline of one trace as one row (ms with 3 decimals; q as a number)."""
+    def ms(v):
+        return None if v is None else round(int(v) / NS_PER_MS, 3)
+    return pd.DataFrame([{
+        "TKLQT (ms)": ms(ls.get("tklqt_ns")), "mean queue depth q": ls.get("mean_queue_depth"),
+        "api (ms)": ms(ls.get("api_ns")), "queue (ms)": ms(ls.get("queue_ns")),
+        "dispatch (ms)": ms(ls.get("dispatch_ns")), "launch delay (ms)": ms(ls.get("launch_delay_ns")),
+        "launch-bound op instances": ls.get("launch_bound_ops"),
+        "what-if predicted (ms)": ms(ws.get("predicted_ns")), "observed (ms)": ms(ws.get("observed_ns")),
+        "naive (ms)": ms(ws.get("naive_ns")),
+    }])
+
+
+def launch_section(store, trace_ids: list[str], ctx) -> Section | None:
+    """Per trace: the launch headline, the split distribution, TKLQT by operator, launch-bound operators and
+    the what-if."""
+    blocks: list = []
+    for tid in trace_ids:
+        name = store.query("SELECT name FROM traces WHERE trace_id = $t", {"t": tid})["name"].iloc[0] or tid
+        lr, wr = launch_results(store, tid)
+        ls, ws = lr.scalars, wr.scalars
+        if not has_launches(ls):
+            blocks.append(f"{name}: {NO_LAUNCHES}")
+            continue
+        df = headline(ls, ws)
+        df.insert(0, "trace", name)
+        blocks.append(Table(df, f"{name}: launch overhead (TKLQT always with q = TKLQT / GPU span)"))
+        blocks.append(f"{name}: TKLQT {tklqt_text(ls)}; api {ms_text(ls.get('api_ns'))}, queue "
+                      f"{ms_text(ls.get('queue_ns'))}, dispatch {ms_text(ls.get('dispatch_ns'))}.")
+        for fig in (distribution_figure(lr.tables["distribution"]), tklqt_by_operator_figure(lr.tables["per_op"])):
+            fig.update_layout(title_text=f"{name}: {fig.layout.title.text}")
+            blocks.append(fig)
+        lb = lr.tables["launch_bound"]
+        if lb.empty:
+            blocks.append(f"{name}: no operator instance is launch-bound.")
+        else:
+            fig = launch_bound_figure(lb)
+            fig.update_layout(title_text=f"{name}: {fig.layout.title.text}")
+            blocks.append(fig)
+        fig = whatif_figure(ws)
+        fig.update_layout(title_text=f"{name}: {fig.layout.title.text}")
+        blocks += [fig] + [f"{name}: {t}" for t in whatif_sentences(ws)]
+        blocks += [f"{name}: warning: {w}" for w in lr.warnings + wr.warnings]
+    return Section("Launch overhead", "launch", blocks)
