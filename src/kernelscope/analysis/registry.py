@@ -12,7 +12,7 @@ from typing import Callable
 
 from ..errors import UsageError
 from . import bandwidth, bound, diff, graphs, kernels, launch, power, summary, transition, whatif
-from . import recommend
+from . import comm, recommend
 from .result import Result
 
 
@@ -39,6 +39,7 @@ _TABLE = [
     Analysis("bandwidth", bandwidth.DESCRIPTION, bandwidth.bandwidth),
     Analysis("recommend", recommend.DESCRIPTION, recommend.recommend),
     Analysis("diff", diff.DESCRIPTION, diff.diff, multi=True),
+    Analysis("comm", comm.DESCRIPTION, comm.comm, multi=True),
 ]
 
 ANALYSES: dict[str, Analysis] = {a.name: a for a in _TABLE}
