@@ -15,6 +15,8 @@ matched launch call cannot be waiting in this sense and are ignored for the test
 
 from __future__ import annotations
 
+import uuid
+
 import pandas as pd
 
 from ..errors import UsageError
@@ -52,7 +54,8 @@ idle_gaps AS (
     FROM first_after
 )"""
 
-_GAPS_SQL = "WITH " + _GAPS_CTE + "\nSELECT * FROM idle_gaps ORDER BY device, gap_start_ns\n"
+_GAPS_SELECT = "WITH " + _GAPS_CTE + "\nSELECT * FROM idle_gaps"
+_GAPS_SQL = _GAPS_SELECT + " ORDER BY device, gap_start_ns\n"
 
 _SPAN_SQL = """
 SELECT device, min(start_ns) AS first_ns, max(end_ns) AS last_ns,
@@ -66,10 +69,11 @@ def idle_gaps(store, trace_id: str) -> pd.DataFrame:
     return store.query(_GAPS_SQL, {"trace": trace_id})
 
 
-def idle_split(store, trace_id: str) -> pd.DataFrame:
-    """Per device: gpu_span_ns, busy_ns, idle_ns, host_wait_ns, dependency_wait_ns and their shares of the span."""
+def idle_split(store, trace_id: str, gaps: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Per device: gpu_span_ns, busy_ns, idle_ns, host_wait_ns, dependency_wait_ns and their shares of the span
+    (``gaps``: the rows of ``idle_gaps`` when the caller has them)."""
     spans = store.query(_SPAN_SQL, {"trace": trace_id})
-    gaps = idle_gaps(store, trace_id)
+    gaps = idle_gaps(store, trace_id) if gaps is None else gaps
     rows = []
     for rec in spans.itertuples(index=False):
         g = gaps[gaps.device == rec.device]
@@ -151,7 +155,7 @@ ORDER BY device, stream, bin
 # Per bin and device: busy, host-wait and dependency-wait time (the three partition the span); a bin is
 # cpu_bound when host wait is more than half of the span time it holds, else gpu_bound; runs of
 # consecutive bins with one regime form a segment.
-_SEGMENTS_SQL = "WITH " + _GAPS_CTE + "," + _QUEUED_CTE + "," + _GRID_CTE + """,
+_SEGMENTS_SQL = "WITH idle_gaps AS ({gaps})," + _QUEUED_CTE + "," + _GRID_CTE + """,
 parts AS (
     SELECT device, start_ns AS s, end_ns AS e, 'busy' AS what FROM busy_intervals WHERE trace_id = $trace
     UNION ALL SELECT device, gap_start_ns, gap_end_ns, cause FROM idle_gaps
@@ -201,7 +205,7 @@ _ALLOCATOR = ("regexp_matches({c}, '^(cuda|cu|hip)(Malloc|Free|MemAlloc|MemFree|
 # instant, ends before starts, inner ends before outer ends, outer starts before inner starts; an op's end
 # returns to its parent op, a call's end to its leaf op), then cut at each gap start (the state there
 # found by an ASOF join) and each piece matched to the gap it falls in (another ASOF join).
-_PIECES_SQL = "WITH " + _GAPS_CTE + """,
+_PIECES_SQL = """WITH idle_gaps AS ({gaps}),
 hw AS (
     SELECT g.device, g.gap_start_ns AS g0, g.gap_end_ns AS g1,
            arg_min(l.pid, a.activity_id) FILTER (WHERE l.launch_id IS NOT NULL) AS pid,
@@ -213,20 +217,35 @@ hw AS (
     GROUP BY g.device, g.gap_start_ns, g.gap_end_ns
 ),
 thr AS (SELECT DISTINCT pid, tid FROM hw WHERE pid IS NOT NULL),
+hw_u AS (  -- per thread, the union of its host-wait gaps (gaps of several devices may overlap)
+    SELECT pid, tid, min(g0) AS u0, max(g1) AS u1 FROM (
+        SELECT *, sum(CASE WHEN g0 > coalesce(run_end, g0 - 1) THEN 1 ELSE 0 END)
+                      OVER (PARTITION BY pid, tid ORDER BY g0, g1 ROWS UNBOUNDED PRECEDING) AS grp
+        FROM (SELECT pid, tid, g0, g1,
+                     max(g1) OVER (PARTITION BY pid, tid ORDER BY g0, g1
+                                   ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS run_end
+              FROM hw WHERE pid IS NOT NULL))
+    GROUP BY pid, tid, grp
+),
+-- Only the ops and calls overlapping a host-wait gap on their thread change the state inside a gap: on
+-- nested intervals, the innermost open interval at any instant of a gap overlaps that gap, and so do
+-- all its enclosing ones. Each interval is tested against the first merged gap ending after its start
+-- (an ASOF join), so the filter costs one sorted pass, not intervals x gaps.
+ivs AS (
+    SELECT 'op' AS what, o.pid, o.tid, o.start_ns, o.end_ns, o.op_id AS id, o.parent_op_id AS up
+    FROM cpu_ops o SEMI JOIN thr USING (pid, tid) WHERE o.trace_id = $trace AND o.dur_ns > 0
+    UNION ALL
+    SELECT 'call', l.pid, l.tid, l.start_ns, l.end_ns, l.launch_id, l.leaf_op_id
+    FROM launches l SEMI JOIN thr USING (pid, tid) WHERE l.trace_id = $trace AND l.dur_ns > 0
+),
+kept AS (
+    SELECT i.* FROM ivs i ASOF JOIN hw_u u ON u.pid = i.pid AND u.tid = i.tid AND u.u1 > i.start_ns
+    WHERE u.u0 < i.end_ns
+),
 ev AS (
-    SELECT o.pid, o.tid, o.start_ns AS t, 1 AS is_start, -o.end_ns AS k, 'op' AS kind, o.op_id AS ref
-    FROM cpu_ops o SEMI JOIN thr USING (pid, tid) WHERE o.trace_id = $trace AND o.dur_ns > 0
+    SELECT pid, tid, start_ns AS t, 1 AS is_start, -end_ns AS k, what AS kind, id AS ref FROM kept
     UNION ALL
-    SELECT o.pid, o.tid, o.end_ns, 0, -o.start_ns, CASE WHEN o.parent_op_id IS NULL THEN 'none' ELSE 'op' END,
-           o.parent_op_id
-    FROM cpu_ops o SEMI JOIN thr USING (pid, tid) WHERE o.trace_id = $trace AND o.dur_ns > 0
-    UNION ALL
-    SELECT l.pid, l.tid, l.start_ns, 1, -l.end_ns, 'call', l.launch_id
-    FROM launches l SEMI JOIN thr USING (pid, tid) WHERE l.trace_id = $trace AND l.dur_ns > 0
-    UNION ALL
-    SELECT l.pid, l.tid, l.end_ns, 0, -l.start_ns, CASE WHEN l.leaf_op_id IS NULL THEN 'none' ELSE 'op' END,
-           l.leaf_op_id
-    FROM launches l SEMI JOIN thr USING (pid, tid) WHERE l.trace_id = $trace AND l.dur_ns > 0
+    SELECT pid, tid, end_ns, 0, -start_ns, CASE WHEN up IS NULL THEN 'none' ELSE 'op' END, up FROM kept
 ),
 st AS (
     SELECT pid, tid, t, kind, ref FROM (
@@ -294,12 +313,12 @@ SELECT n.device, n.g0 AS gap_start_ns, n.ns, n.category, n.call_name, n.op_id, o
 FROM named n LEFT JOIN cpu_ops o ON o.trace_id = $trace AND o.op_id = n.op_id
 """
 
-_CAUSES_SQL = "WITH p AS (" + _PIECES_SQL + """)
+_CAUSES_SQL = """WITH p AS ({pieces})
 SELECT category, CAST(sum(ns) AS BIGINT) AS idle_ns, count(DISTINCT (device, gap_start_ns)) AS gaps
 FROM p GROUP BY category ORDER BY idle_ns DESC, category
 """
 
-_OPERATORS_SQL = "WITH p AS (" + _PIECES_SQL + """),
+_OPERATORS_SQL = """WITH p AS ({pieces}),
 by_cat AS (
     SELECT operator, category, sum(ns) AS ns, count(DISTINCT (device, gap_start_ns)) AS gaps
     FROM p WHERE operator IS NOT NULL GROUP BY operator, category
@@ -345,7 +364,20 @@ def queue_depth(store, trace_id: str, bins: int = DEFAULT_BINS) -> pd.DataFrame:
     return df
 
 
-def regime_segments(store, trace_id: str, bins: int = DEFAULT_BINS) -> pd.DataFrame:
+def _gaps_sub() -> str:
+    return "WITH " + _GAPS_CTE + "\nSELECT * FROM idle_gaps"
+
+
+def _sql(template: str, gaps: str | None = None, pieces: str | None = None) -> str:
+    """``template`` with its {gaps} / {pieces} relation: a subquery, or a temp table bound() built once
+    (plain text replacement: the SQL holds struct literals in braces, so no str.format)."""
+    sql = template.replace("{gaps}", gaps or _gaps_sub())
+    if "{pieces}" in sql:
+        sql = sql.replace("{pieces}", pieces or _PIECES_SQL.replace("{gaps}", gaps or _gaps_sub()))
+    return sql
+
+
+def regime_segments(store, trace_id: str, bins: int = DEFAULT_BINS, *, _gaps: str | None = None) -> pd.DataFrame:
     """CPU-bound and GPU-bound stretches of each device's GPU span.
 
     The span is cut into the same bins as ``queue_depth``; a bin is ``cpu_bound`` when host-wait idle
@@ -353,10 +385,10 @@ def regime_segments(store, trace_id: str, bins: int = DEFAULT_BINS) -> pd.DataFr
     runs of bins with one regime are merged. Columns: device, regime, start_ns, end_ns, dur_ns, busy_ns,
     host_wait_ns, dependency_wait_ns, bins. Per device the dur_ns add up to gpu_span_ns.
     """
-    return store.query(_SEGMENTS_SQL, {"trace": trace_id, "n": _bins(bins)})
+    return store.query(_sql(_SEGMENTS_SQL, _gaps), {"trace": trace_id, "n": _bins(bins)})
 
 
-def idle_causes(store, trace_id: str) -> pd.DataFrame:
+def idle_causes(store, trace_id: str, *, _gaps: str | None = None, _pieces: str | None = None) -> pd.DataFrame:
     """Host-wait idle by what the launching thread was doing (category, idle_ns, gaps).
 
     The launching thread of a host-wait gap is the thread of the launch call of the activity that ends
@@ -367,37 +399,52 @@ def idle_causes(store, trace_id: str) -> pd.DataFrame:
     (``runtime_other``), a CPU operator (``operator``), nothing (``python``: between operators), or
     ``unknown`` (the activity has no launch call). The idle_ns add up to the host-wait time exactly.
     """
-    return store.query(_CAUSES_SQL, {"trace": trace_id})
+    sql = _sql(_CAUSES_SQL, _gaps, _pieces)
+    return store.query(sql, {"trace": trace_id} if "$trace" in sql else None)
 
 
-def idle_operators(store, trace_id: str, top: int = 20) -> pd.DataFrame:
+def idle_operators(store, trace_id: str, top: int = 20, *, _gaps: str | None = None,
+                   _pieces: str | None = None) -> pd.DataFrame:
     """Operators ranked by host-wait idle they cause: the gap time during which the operator was the
     innermost one open on the launching thread (directly or around a runtime call). Columns: operator,
     idle_ns, main_category (the cause category holding most of it), gaps."""
-    return store.query(_OPERATORS_SQL, {"trace": trace_id, "top": int(top)})
+    sql = _sql(_OPERATORS_SQL, _gaps, _pieces)
+    return store.query(sql, {"trace": trace_id, "top": int(top)} if "$trace" in sql else {"top": int(top)})
 
 
 def bound(store, trace_id: str, bins: int = DEFAULT_BINS, top: int = 20) -> Result:
     """The ``bound`` analysis of one trace (definitions: module docstring, docs/metrics.md)."""
     n = _bins(bins)
-    devices = idle_split(store, trace_id)
-    if devices.empty:
-        return Result(name="bound", definition=DEFINITION.strip(),
-                      scalars={"gpu_span_ns": None, "busy_ns": 0, "idle_ns": None, "host_wait_ns": None,
-                               "dependency_wait_ns": None, "host_wait_share": None,
-                               "dependency_wait_share": None},
-                      warnings=["the trace has no GPU activity: nothing to split."])
+    # The idle gaps and the host-wait pieces are computed once into connection-local temp tables
+    # (unique names, dropped on return) and every table below reads them.
+    g, p = f"bound_gaps_{uuid.uuid4().hex}", f"bound_pieces_{uuid.uuid4().hex}"
+    try:
+        store.query(f"CREATE TEMP TABLE {g} AS " + _gaps_sub(), {"trace": trace_id})
+        gaps_df = store.query(f"SELECT * FROM {g} ORDER BY device, gap_start_ns")
+        devices = idle_split(store, trace_id, gaps_df)
+        if devices.empty:
+            return Result(name="bound", definition=DEFINITION.strip(),
+                          scalars={"gpu_span_ns": None, "busy_ns": 0, "idle_ns": None, "host_wait_ns": None,
+                                   "dependency_wait_ns": None, "host_wait_share": None,
+                                   "dependency_wait_share": None},
+                          warnings=["the trace has no GPU activity: nothing to split."])
+        gsel = f"SELECT * FROM {g}"
+        store.query(f"CREATE TEMP TABLE {p} AS " + _sql(_PIECES_SQL, gsel), {"trace": trace_id})
+        psel = f"SELECT * FROM {p}"
+        causes = idle_causes(store, trace_id, _gaps=gsel, _pieces=psel)
+        ops = idle_operators(store, trace_id, top, _gaps=gsel, _pieces=psel)
+        queue = queue_depth(store, trace_id, n)
+        segments = regime_segments(store, trace_id, n, _gaps=gsel)
+    finally:
+        store.query(f"DROP TABLE IF EXISTS {p}")
+        store.query(f"DROP TABLE IF EXISTS {g}")
     span = int(devices["gpu_span_ns"].sum())
     busy = int(devices["busy_ns"].sum())
     host = int(devices["host_wait_ns"].sum())
     dep = int(devices["dependency_wait_ns"].sum())
-    causes = idle_causes(store, trace_id)
     causes["share_of_host_wait"] = causes["idle_ns"] / host if host else float("nan")
     causes["share_of_span"] = causes["idle_ns"] / span if span else float("nan")
-    ops = idle_operators(store, trace_id, top)
     ops["share_of_host_wait"] = ops["idle_ns"] / host if host else float("nan")
-    queue = queue_depth(store, trace_id, n)
-    segments = regime_segments(store, trace_id, n)
     cpu_ns = int(segments.loc[segments.regime == "cpu_bound", "dur_ns"].sum())
     scalars = {
         "gpu_span_ns": span,
