@@ -69,17 +69,24 @@ def idle_gaps(store, trace_id: str) -> pd.DataFrame:
     return store.query(_GAPS_SQL, {"trace": trace_id})
 
 
-def idle_split(store, trace_id: str, gaps: pd.DataFrame | None = None) -> pd.DataFrame:
+_SPLIT_SQL = """
+WITH g AS ({gaps}), sp AS (""" + _SPAN_SQL + """)
+SELECT sp.device, sp.gpu_span_ns, sp.busy_ns,
+       CAST(coalesce(sum(g.gap_ns) FILTER (WHERE g.cause = 'host_wait'), 0) AS BIGINT) AS host_wait_ns,
+       CAST(coalesce(sum(g.gap_ns) FILTER (WHERE g.cause = 'dependency_wait'), 0) AS BIGINT) AS dependency_wait_ns,
+       count(g.gap_ns) AS gaps
+FROM sp LEFT JOIN g ON g.device = sp.device
+GROUP BY sp.device, sp.gpu_span_ns, sp.busy_ns ORDER BY sp.device
+"""
+
+
+def idle_split(store, trace_id: str, *, _gaps: str | None = None) -> pd.DataFrame:
     """Per device: gpu_span_ns, busy_ns, idle_ns, host_wait_ns, dependency_wait_ns and their shares of the span
-    (``gaps``: the rows of ``idle_gaps`` when the caller has them)."""
-    spans = store.query(_SPAN_SQL, {"trace": trace_id})
-    gaps = idle_gaps(store, trace_id) if gaps is None else gaps
+    (the gaps of ``idle_gaps`` summed per device and cause in SQL)."""
+    df = store.query(_sql(_SPLIT_SQL, _gaps), {"trace": trace_id})
     rows = []
-    for rec in spans.itertuples(index=False):
-        g = gaps[gaps.device == rec.device]
-        host = int(g.loc[g.cause == "host_wait", "gap_ns"].sum())
-        dep = int(g.loc[g.cause == "dependency_wait", "gap_ns"].sum())
-        span = int(rec.gpu_span_ns)
+    for rec in df.itertuples(index=False):
+        span, host, dep = int(rec.gpu_span_ns), int(rec.host_wait_ns), int(rec.dependency_wait_ns)
         rows.append(
             {
                 "device": int(rec.device),
@@ -90,7 +97,7 @@ def idle_split(store, trace_id: str, gaps: pd.DataFrame | None = None) -> pd.Dat
                 "dependency_wait_ns": dep,
                 "host_wait_share": host / span if span else None,
                 "dependency_wait_share": dep / span if span else None,
-                "gaps": int(len(g)),
+                "gaps": int(rec.gaps),
             }
         )
     return pd.DataFrame(rows)
@@ -420,15 +427,14 @@ def bound(store, trace_id: str, bins: int = DEFAULT_BINS, top: int = 20) -> Resu
     g, p = f"bound_gaps_{uuid.uuid4().hex}", f"bound_pieces_{uuid.uuid4().hex}"
     try:
         store.query(f"CREATE TEMP TABLE {g} AS " + _gaps_sub(), {"trace": trace_id})
-        gaps_df = store.query(f"SELECT * FROM {g} ORDER BY device, gap_start_ns")
-        devices = idle_split(store, trace_id, gaps_df)
+        gsel = f"SELECT * FROM {g}"
+        devices = idle_split(store, trace_id, _gaps=gsel)
         if devices.empty:
             return Result(name="bound", definition=DEFINITION.strip(),
                           scalars={"gpu_span_ns": None, "busy_ns": 0, "idle_ns": None, "host_wait_ns": None,
                                    "dependency_wait_ns": None, "host_wait_share": None,
                                    "dependency_wait_share": None},
                           warnings=["the trace has no GPU activity: nothing to split."])
-        gsel = f"SELECT * FROM {g}"
         store.query(f"CREATE TEMP TABLE {p} AS " + _sql(_PIECES_SQL, gsel), {"trace": trace_id})
         psel = f"SELECT * FROM {p}"
         causes = idle_causes(store, trace_id, _gaps=gsel, _pieces=psel)
