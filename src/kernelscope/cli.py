@@ -243,6 +243,10 @@ def ingest(paths, labels, name, no_python, db):
     A collector run directory (run.json beside trace.json.gz, as `kernelscope profile` writes) is
     ingested as one trace with its telemetry, provenance, un-profiled timings and labels.
 
+    Rank traces of a multi-GPU run (distributedInfo world size > 1, or rank<N> in the name) in one
+    folder become one run, in one transaction: each line says the rank and where it came from; rank
+    collisions, missing ranks and mixed runs are refused in one line (docs/metrics.md, Communication).
+
     Prints one line per file (ingested or skipped, with the trace id); failures go to stderr as
     `kernelscope: <path>: <reason>` and make the exit code non-zero. A file that fails leaves no rows.
     """
@@ -578,6 +582,26 @@ def dashboard(host, port, db):
     with _open(db, read_only=True):  # a missing or foreign store fails here, in one line
         pass
     serve(_db_path(db), host=host, port=port)
+
+
+@cli.command()
+@click.option("--parquet", "parquet_dir", required=True, metavar="DIR", type=click.Path(),
+              help="Folder to write the Parquet dataset to (new or empty).")
+@click.option("--run", "run", default=None, metavar="RUN",
+              help="Export only this run (a run id, or a trace id for a trace outside any run).")
+@_db_option
+def export(parquet_dir, run, db):
+    """Export the store as a Parquet dataset: one folder per table, hive-partitioned by run and rank
+    (DIR/<table>/run=<run>/rank=<rank>/data_0.parquet), plus a manifest of columns and types
+    (docs/export.md). DuckDB, Spark or Trino read it in place; kernelscope's analyses run on it through
+    `kernelscope.storage.export.open_parquet_store(DIR)`.
+    """
+    from .storage.export import export_parquet
+
+    with _open(db, read_only=True) as store:
+        info = export_parquet(store, parquet_dir, run=run)
+    click.echo(f"exported  {info.tables} tables, {info.rows:,} rows of {info.runs} run(s), "
+               f"{info.bytes / 1e6:.2f} MB  {info.path}")
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -1,0 +1,125 @@
+"""Parquet export: hive layout by run and rank, manifest, and analyses over the dataset equal those over the
+store (every registered single-trace analysis on every trace, and comm over the run)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.dataset as ds
+import pytest
+from click.testing import CliRunner
+
+from kernelscope.analysis.registry import ANALYSES
+from kernelscope.cli import cli
+from kernelscope.errors import KernelscopeError, StoreError, UsageError
+from kernelscope.storage.export import MANIFEST, export_parquet, open_parquet_store
+from kernelscope.storage.ingest import ingest_paths
+from kernelscope.storage.store import open_store
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLES = ROOT / "sample_traces"
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("export")
+    db = tmp / "s.duckdb"
+    with open_store(db) as store:
+        res = ingest_paths(store, [SAMPLES / "ddp2", SAMPLES / "small_kernels_graph", SAMPLES / "compiled"])
+        assert {r.status for r in res} == {"ingested"}
+        info = export_parquet(store, tmp / "pq")
+    return db, tmp / "pq", info
+
+
+def _same(a, b) -> bool:
+    """Equal, except floats within 1e-12 relative (a float sum's order may differ: DuckDB aggregates in
+    parallel); ints, strings and structure exactly."""
+    if isinstance(a, float) and isinstance(b, float):
+        return a == pytest.approx(b, rel=1e-12, abs=1e-12)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return type(a) is type(b) and a == b
+
+
+def _outcome(fn):
+    try:
+        return fn().to_dict()
+    except KernelscopeError as exc:
+        return f"{type(exc).__name__}: {exc}"
+
+
+def test_analyses_over_the_dataset_equal_the_store(exported):
+    db, pq, _ = exported
+    with open_store(db, read_only=True) as store:
+        ids = [r[0] for r in store.con.execute("SELECT trace_id FROM traces ORDER BY trace_id").fetchall()]
+        assert len(ids) == 4
+        want = {}
+        for name, a in ANALYSES.items():
+            if a.multi:
+                continue
+            for tid in ids:
+                want[(name, tid)] = _outcome(lambda: a.fn(store, tid))
+        want[("comm", None)] = _outcome(lambda: ANALYSES["comm"].fn(store, None))
+        tables = {t: store.query(f"SELECT * FROM {t} ORDER BY ALL") for t in ("traces", "gpu_activities",
+                                                                                "collectives", "rank_clocks")}
+    with open_parquet_store(pq) as ps:
+        got = {}
+        for name, a in ANALYSES.items():
+            if a.multi:
+                continue
+            for tid in ids:
+                got[(name, tid)] = _outcome(lambda: a.fn(ps, tid))
+        got[("comm", None)] = _outcome(lambda: ANALYSES["comm"].fn(ps, None))
+        for t, df in tables.items():
+            back = ps.query(f"SELECT * FROM {t} ORDER BY ALL")
+            assert list(back.columns) == list(df.columns) and back.equals(df), t
+    assert isinstance(want[("comm", None)], dict) and want[("comm", None)]["straggler_rank"] == 1
+    assert isinstance(want[("summary", ids[0])], dict)
+    for key in want:
+        assert _same(got[key], want[key]), key
+
+
+def test_layout_and_manifest(exported):
+    db, pq, info = exported
+    manifest = json.loads((pq / MANIFEST).read_text())
+    with open_store(db, read_only=True) as store:
+        n = store.con.execute("SELECT count(*) FROM gpu_activities").fetchone()[0]
+        run_id = store.con.execute("SELECT run_id FROM runs").fetchone()[0]
+        single = store.con.execute("SELECT trace_id, run_id FROM traces WHERE name = 'compiled'").fetchone()
+    assert manifest["tables"]["gpu_activities"]["rows"] == n
+    assert manifest["tables"]["gpu_activities"]["partitioned_by"] == ["run", "rank"]
+    assert ["start_ns", "BIGINT"] in manifest["tables"]["gpu_activities"]["columns"]
+    assert (pq / "gpu_activities" / f"run={run_id}" / "rank=1" / "data_0.parquet").is_file()
+    assert (pq / "gpu_activities" / f"run={single[1] or single[0]}" / "rank=0").is_dir()
+    # a reader that knows nothing of kernelscope (pyarrow) sees the rows and the partition columns
+    d = ds.dataset(pq / "gpu_activities", format="parquet", partitioning="hive")
+    t = d.to_table(columns=["run", "rank"])
+    assert t.num_rows == n and set(t.column("run").to_pylist()) >= {run_id}
+    assert info.rows == sum(v["rows"] for v in manifest["tables"].values()) and info.runs == 3
+
+
+def test_export_one_run_and_refusals(exported, tmp_path):
+    db, _, _ = exported
+    with open_store(db, read_only=True) as store:
+        run_id = store.con.execute("SELECT run_id FROM runs").fetchone()[0]
+        info = export_parquet(store, tmp_path / "one", run=run_id)
+        assert info.runs == 1
+        with pytest.raises(UsageError, match="not an empty folder"):
+            export_parquet(store, tmp_path / "one")
+        with pytest.raises(UsageError, match="no run or trace 'zzz'"):
+            export_parquet(store, tmp_path / "two", run="zzz")
+    with open_parquet_store(tmp_path / "one") as ps:
+        assert ps.query("SELECT DISTINCT run_id FROM traces").run_id.tolist() == [run_id]
+        assert ps.query("SELECT count(*) AS n FROM runs").n[0] == 1
+    with pytest.raises(StoreError, match="not a kernelscope Parquet export"):
+        open_parquet_store(tmp_path)
+
+
+def test_cli_export(exported, tmp_path):
+    db, _, _ = exported
+    res = CliRunner().invoke(cli, ["export", "--parquet", str(tmp_path / "x"), "--db", str(db)])
+    assert res.exit_code == 0 and res.stdout.startswith("exported  ")
+    assert "of 3 run(s)" in res.stdout
