@@ -36,20 +36,23 @@ TOP_N = 10
 # Scalar numbers over the whole trace, one row. Every BIGINT sum is cast back to BIGINT so that ns stay
 # exact integers (DuckDB widens SUM(BIGINT) to HUGEINT, which pandas would turn into float).
 _SQL_COUNTS = """
-SELECT
-  (SELECT count(*) FROM gpu_activities WHERE trace_id = $t AND kind = 'kernel')  AS kernels,
-  (SELECT count(*) FROM gpu_activities WHERE trace_id = $t AND kind = 'memcpy')  AS memcpys,
-  (SELECT count(*) FROM gpu_activities WHERE trace_id = $t AND kind = 'memset')  AS memsets,
+WITH g AS (
+  SELECT count(*) FILTER (WHERE kind = 'kernel') AS kernels,
+         count(*) FILTER (WHERE kind = 'memcpy') AS memcpys,
+         count(*) FILTER (WHERE kind = 'memset') AS memsets,
+         CAST(coalesce(sum(dur_ns) FILTER (WHERE kind = 'kernel'), 0) AS BIGINT) AS kernel_time_ns,
+         CAST(max(end_ns) - min(start_ns) AS BIGINT) AS gpu_span_ns, max(end_ns) AS last_end_ns
+  FROM gpu_activities WHERE trace_id = $t
+), o AS (
+  SELECT count(*) AS cpu_ops, min(start_ns) FILTER (WHERE depth = 0) AS first_top_ns
+  FROM cpu_ops WHERE trace_id = $t
+)
+SELECT g.kernels, g.memcpys, g.memsets,
   (SELECT count(*) FROM launches WHERE trace_id = $t AND activities > 0)         AS launches,
-  (SELECT count(*) FROM cpu_ops WHERE trace_id = $t)                             AS cpu_ops,
-  (SELECT CAST(coalesce(sum(dur_ns), 0) AS BIGINT)
-     FROM gpu_activities WHERE trace_id = $t AND kind = 'kernel')                AS kernel_time_ns,
-  (SELECT CAST(max(end_ns) - min(start_ns) AS BIGINT)
-     FROM gpu_activities WHERE trace_id = $t)                                    AS gpu_span_ns,
-  (SELECT max(end_ns) FROM gpu_activities WHERE trace_id = $t)
-    - (SELECT min(start_ns) FROM cpu_ops WHERE trace_id = $t AND depth = 0)      AS latency_ns,
+  o.cpu_ops, g.kernel_time_ns, g.gpu_span_ns, g.last_end_ns - o.first_top_ns    AS latency_ns,
   (SELECT count(*) FROM annotations WHERE trace_id = $t AND kind = 'step')       AS steps,
   (SELECT count(*) FROM annotations WHERE trace_id = $t AND kind = 'user')       AS user_annotations
+FROM g, o
 """
 
 # Per device: activity counts and span from gpu_activities, busy time from the derived busy_intervals.
@@ -98,39 +101,42 @@ GROUP BY name ORDER BY total_ns DESC, name LIMIT $n
 """
 
 # {link} is 'top_op_id' or 'leaf_op_id' (a column name chosen here, never user input).
+# Kernels are summed per operator instance first, then per name (calls = instances with kernels).
 _SQL_TOP_OPS = """
-SELECT o.name, count(DISTINCT o.op_id) AS calls, count(*) AS kernels,
-       CAST(sum(a.dur_ns) AS BIGINT) AS kernel_time_ns
-FROM gpu_activities a JOIN cpu_ops o ON o.trace_id = a.trace_id AND o.op_id = a.{link}
-WHERE a.trace_id = $t AND a.kind = 'kernel'
+WITH i AS (
+  SELECT {link} AS op_id, count(*) AS k, sum(dur_ns) AS d
+  FROM gpu_activities WHERE trace_id = $t AND kind = 'kernel' AND {link} IS NOT NULL GROUP BY 1
+)
+SELECT o.name, count(*) AS calls, CAST(sum(i.k) AS BIGINT) AS kernels, CAST(sum(i.d) AS BIGINT) AS kernel_time_ns
+FROM i JOIN cpu_ops o ON o.trace_id = $t AND o.op_id = i.op_id
 GROUP BY o.name ORDER BY kernel_time_ns DESC, o.name LIMIT $n
 """
 
 _SQL_TRUST = """
-SELECT
-  (SELECT count(*) FROM gpu_activities WHERE trace_id = $t AND kind = 'kernel' AND launch_id IS NOT NULL)
-      AS kernels_with_launch,
-  (SELECT count(*) FROM gpu_activities WHERE trace_id = $t AND kind = 'kernel' AND is_graph)
-      AS graph_kernels,
-  (SELECT count(*) FROM gpu_activities WHERE trace_id = $t AND kind = 'kernel' AND NOT is_graph)
-      AS nongraph_kernels,
-  (SELECT count(*) FROM gpu_activities
-     WHERE trace_id = $t AND kind = 'kernel' AND NOT is_graph AND leaf_op_id IS NOT NULL)
-      AS nongraph_kernels_with_leaf_op,
-  (SELECT CAST(coalesce(sum(dur_ns), 0) AS BIGINT) FROM gpu_activities
-     WHERE trace_id = $t AND kind = 'kernel' AND top_op_id IS NULL)
-      AS kernel_time_without_operator_ns,
-  (SELECT count(DISTINCT leaf_op_id) FROM gpu_activities WHERE trace_id = $t AND kind = 'kernel')
-      AS leaf_ops_with_kernels,
-  (SELECT count(DISTINCT top_op_id) FROM gpu_activities WHERE trace_id = $t AND kind = 'kernel')
-      AS top_ops_with_kernels,
+WITH k AS (
+  SELECT count(*) FILTER (WHERE launch_id IS NOT NULL) AS kernels_with_launch,
+         count(*) FILTER (WHERE is_graph) AS graph_kernels,
+         count(*) FILTER (WHERE NOT is_graph) AS nongraph_kernels,
+         count(*) FILTER (WHERE NOT is_graph AND leaf_op_id IS NOT NULL) AS nongraph_kernels_with_leaf_op,
+         CAST(coalesce(sum(dur_ns) FILTER (WHERE top_op_id IS NULL), 0) AS BIGINT)
+             AS kernel_time_without_operator_ns,
+         count(DISTINCT leaf_op_id) AS leaf_ops_with_kernels,
+         count(DISTINCT top_op_id) AS top_ops_with_kernels
+  FROM gpu_activities WHERE trace_id = $t AND kind = 'kernel'
+), l AS (
+  SELECT count(*) FILTER (WHERE ext_agrees = false) AS ext_id_disagreements,
+         count(*) FILTER (WHERE ext_agrees IS NOT NULL) AS ext_id_compared
+  FROM launches WHERE trace_id = $t
+)
+SELECT k.kernels_with_launch, k.graph_kernels, k.nongraph_kernels, k.nongraph_kernels_with_leaf_op,
+  k.kernel_time_without_operator_ns, k.leaf_ops_with_kernels, k.top_ops_with_kernels,
   (SELECT count(*) FROM cpu_ops WHERE trace_id = $t AND depth = 0) AS top_ops,
   (SELECT count(*) FROM gpu_activities a JOIN launches l
       ON l.trace_id = a.trace_id AND l.launch_id = a.launch_id
      WHERE a.trace_id = $t AND a.start_ns < l.start_ns)
       AS negative_launch_times,
-  (SELECT count(*) FROM launches WHERE trace_id = $t AND ext_agrees = false) AS ext_id_disagreements,
-  (SELECT count(*) FROM launches WHERE trace_id = $t AND ext_agrees IS NOT NULL) AS ext_id_compared
+  l.ext_id_disagreements, l.ext_id_compared
+FROM k, l
 """
 
 # An activity overlaps its stream when it starts before an earlier-starting activity on the same
