@@ -64,18 +64,26 @@ def normalised_name_sql(col: str) -> str:
 def _groups_sql() -> tuple[str, dict]:
     case, params = kernels_mod.category_case("name", "op_name")
     norm = normalised_name_sql("coalesce(name, '')")
+    # Kernels are first grouped per side by (kernel name, leaf operator name, shapes, dtypes): n kernels of
+    # summed duration t; signatures, normalised names and categories are then built per group, not per row.
     one_side = """
-      SELECT {side} AS side, a.dur_ns, a.name, o.name AS op_name,
-             CASE WHEN o.name IS NULL THEN NULL
-                  ELSE o.name || ' ' || coalesce(o.input_dims, '') || ' ' || coalesce(o.input_types, '') END AS sig
-      FROM gpu_activities a LEFT JOIN cpu_ops o ON o.trace_id = a.trace_id AND o.op_id = a.leaf_op_id
-      WHERE a.trace_id = {tid} AND a.kind = 'kernel'"""
+      SELECT {side} AS side, a.name, o.name AS op_name, o.input_dims, o.input_types,
+             count(*) AS n, sum(a.dur_ns) AS t
+      FROM gpu_activities a
+      LEFT JOIN (SELECT op_id, name, input_dims, input_types FROM cpu_ops WHERE trace_id = {tid}) o
+        ON o.op_id = a.leaf_op_id
+      WHERE a.trace_id = {tid} AND a.kind = 'kernel'
+      GROUP BY ALL"""
     # Names are normalised and categorised once per distinct (kernel name, leaf operator name), not per row.
     sql = f"""
-    WITH k0 AS ({one_side.format(side="'A'", tid="$a")} UNION ALL {one_side.format(side="'B'", tid="$b")}),
+    WITH k00 AS ({one_side.format(side="'A'", tid="$a")} UNION ALL {one_side.format(side="'B'", tid="$b")}),
+    k0 AS (SELECT side, n, t, name, op_name,
+                  CASE WHEN op_name IS NULL THEN NULL
+                       ELSE op_name || ' ' || coalesce(input_dims, '') || ' ' || coalesce(input_types, '') END AS sig
+           FROM k00),
     d AS (SELECT name, op_name, {norm} AS norm, {case} AS cat
           FROM (SELECT DISTINCT name, op_name FROM k0)),
-    k AS (SELECT k0.side, k0.dur_ns, k0.sig, d.norm, d.cat FROM k0 JOIN d
+    k AS (SELECT k0.side, k0.n, k0.t, k0.sig, d.norm, d.cat FROM k0 JOIN d
           ON d.name IS NOT DISTINCT FROM k0.name AND d.op_name IS NOT DISTINCT FROM k0.op_name),
     l1 AS (SELECT sig FROM k WHERE sig IS NOT NULL GROUP BY sig HAVING count(DISTINCT side) = 2),
     k2 AS (SELECT * FROM k WHERE sig IS NULL OR sig NOT IN (SELECT sig FROM l1)),
@@ -83,7 +91,7 @@ def _groups_sql() -> tuple[str, dict]:
     k3 AS (SELECT * FROM k2 WHERE norm NOT IN (SELECT norm FROM l2)),
     l3 AS (SELECT cat FROM k3 GROUP BY cat HAVING count(DISTINCT side) = 2),
     keyed AS (
-      SELECT side, dur_ns,
+      SELECT side, n, t,
         CASE WHEN sig IN (SELECT sig FROM l1) THEN 'signature'
              WHEN norm IN (SELECT norm FROM l2) THEN 'kernel'
              WHEN cat IN (SELECT cat FROM l3) THEN 'category' ELSE 'kernel' END AS level,
@@ -94,9 +102,10 @@ def _groups_sql() -> tuple[str, dict]:
     ),
     g AS (
       SELECT level, key,
-             count(*) FILTER (WHERE side = 'A') AS count_a, count(*) FILTER (WHERE side = 'B') AS count_b,
-             CAST(coalesce(sum(dur_ns) FILTER (WHERE side = 'A'), 0) AS BIGINT) AS time_a_ns,
-             CAST(coalesce(sum(dur_ns) FILTER (WHERE side = 'B'), 0) AS BIGINT) AS time_b_ns
+             CAST(coalesce(sum(n) FILTER (WHERE side = 'A'), 0) AS BIGINT) AS count_a,
+             CAST(coalesce(sum(n) FILTER (WHERE side = 'B'), 0) AS BIGINT) AS count_b,
+             CAST(coalesce(sum(t) FILTER (WHERE side = 'A'), 0) AS BIGINT) AS time_a_ns,
+             CAST(coalesce(sum(t) FILTER (WHERE side = 'B'), 0) AS BIGINT) AS time_b_ns
       FROM keyed GROUP BY level, key
     )
     SELECT level, key,
@@ -109,12 +118,13 @@ def _groups_sql() -> tuple[str, dict]:
 
 
 def _headline_values(store, trace_id: str) -> dict:
-    s = summary_mod.summary(store, trace_id).scalars
-    out = {m: s.get(m) for m in SUMMARY_METRICS}
-    lr = launch_mod.launch(store, trace_id).scalars
+    """The headline metrics of one trace: summary's and launch's scalars of the same names, computed by
+    their light functions (summary.headline, launch.tklqt) rather than the full analyses."""
+    out = dict(summary_mod.headline(store, trace_id))
+    lr = launch_mod.tklqt(store, trace_id)
     for m in LAUNCH_METRICS:
         out[m] = lr.get(m)
-    return out
+    return {m: out.get(m) for m in METRICS}
 
 
 def _delta_pct(a, b):
@@ -126,7 +136,8 @@ def _delta_pct(a, b):
 def _pair(store, a: str, b: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     sql, params = _groups_sql()
     groups = store.query(sql, {**params, "a": a, "b": b})
-    va, vb = _headline_values(store, a), _headline_values(store, b)
+    va = _headline_values(store, a)
+    vb = va if b == a else _headline_values(store, b)
     rows = []
     for m in METRICS:
         x, y = va[m], vb[m]

@@ -192,18 +192,32 @@ def _table(store, sql: str, **params) -> pd.DataFrame:
     return df if isinstance(df, pd.DataFrame) else pd.DataFrame(df)
 
 
+def _core(store, t: str):
+    """(counts row, devices table, busy_ns, idle_ns, latency_ns): what summary and headline share."""
+    c = _one(store, _SQL_COUNTS, t=t)
+    devices = _table(store, _SQL_DEVICES, t=t)
+    has_gpu = len(devices) > 0
+    busy = int(devices["busy_ns"].sum()) if has_gpu else 0
+    idle = int(devices["idle_ns"].sum()) if has_gpu else None
+    latency = c["latency_ns"] if has_gpu else None
+    return c, devices, busy, idle, latency
+
+
+def headline(store, trace_id: str) -> dict[str, Any]:
+    """summary's scalars kernels, kernel_time_ns, busy_ns, gpu_span_ns, idle_ns and latency_ns alone
+    (same definitions and values; what diff compares), without the tables and trust queries."""
+    c, devices, busy, idle, latency = _core(store, trace_id)
+    return {"kernels": c["kernels"], "kernel_time_ns": c["kernel_time_ns"], "busy_ns": busy,
+            "gpu_span_ns": c["gpu_span_ns"] if len(devices) else None, "idle_ns": idle, "latency_ns": latency}
+
+
 def summary(store, trace_id: str) -> Result:
     """Summarise one stored trace (definitions in this module's docstring and docs/metrics.md)."""
     t = trace_id
     meta = _one(store, _SQL_TRACE, t=t)
-    c = _one(store, _SQL_COUNTS, t=t)
-    devices = _table(store, _SQL_DEVICES, t=t)
-
+    c, devices, busy, idle, latency = _core(store, t)
     has_gpu = len(devices) > 0
-    busy = int(devices["busy_ns"].sum()) if has_gpu else 0
-    idle = int(devices["idle_ns"].sum()) if has_gpu else None
     union_all = busy if len(devices) <= 1 else _one(store, _SQL_UNION_ALL_DEVICES, t=t)["busy_ns"]
-    latency = c["latency_ns"] if has_gpu else None
     scalars: dict[str, Any] = {
         "trace_id": meta.get("trace_id", t),
         "name": meta.get("name"),
