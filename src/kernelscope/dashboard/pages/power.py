@@ -1,0 +1,90 @@
+"""Power page of one trace (``/trace/<ref>/power``): power, energy, SM/memory clocks and temperature over
+time (telemetry binned to at most 2,000 bins, on the trace's time axis through the stored clock offset) with
+GPU-busy shading; the power analysis' headline numbers (a null number says why, under the 10-counter-step
+window rule), throttling, energy per phase and the energy time share per operator."""
+
+from __future__ import annotations
+
+from dash import dcc, html
+
+from ...analysis.registry import get_analysis
+from ...reports.power import (
+    busy_shading,
+    headline,
+    phase_energy_figure,
+    phase_rows,
+    power_timeline_figure,
+    telemetry_bins,
+    throttle_text,
+)
+from ...units import NS_PER_MS
+from .common import message, table
+
+TITLE = "Power"
+
+
+def _kpi(h: dict) -> html.Div:
+    """One headline number: ``power-kpi-<key>``; ``data-value`` holds the Result's raw value (empty when
+    null), the text its unit or 'null: <reason>'."""
+    null = h["value"] is None
+    shown, extra = ("null", h["text"][len("null: "):]) if null and h["text"].startswith("null: ") else \
+        (h["text"], "")
+    return html.Div([html.Div(h["label"], className="ks-kpi-label"),
+                     html.Div(shown, className="ks-kpi-value", id=f"power-kpi-{h['key']}",
+                              **{"data-value": "" if null else repr(h["value"])}),
+                     html.Div(extra, className="ks-kpi-extra", id=f"power-why-{h['key']}")],
+                    className="ks-kpi", title=h["definition"], style={"maxWidth": "260px"})
+
+
+def _trust_text(r) -> list[str]:
+    t = r.trust
+    sp = t.get("sample_period_ns") or {}
+    out = [f"{t.get('telemetry_samples', 0):,} telemetry samples"
+           + (f", period median {sp['median'] / NS_PER_MS:,.1f} ms, p95 {sp['p95'] / NS_PER_MS:,.1f} ms, "
+              f"max {sp['max'] / NS_PER_MS:,.1f} ms." if sp.get("median") is not None else ".")]
+    if t.get("counter_step_ns"):
+        out.append(f"Counter step {t['counter_step_ns'] / NS_PER_MS:,.1f} ms over {t.get('counter_change_points', 0)} "
+                   f"change points: windows shorter than {t['min_window_ns'] / NS_PER_MS:,.1f} ms (10 steps) get "
+                   "no energy.")
+    out.append(f"Telemetry placed on the trace's clock with an offset of {t.get('clock_offset_ns', 0):,} ns.")
+    return out
+
+
+def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
+    r = get_analysis("power").fn(store, trace_id)
+    name = store.query("SELECT name FROM traces WHERE trace_id = $t", {"t": trace_id})["name"].iloc[0]
+    body: list = [html.H2(f"Power and energy: {name or trace_id}")]
+    if not r.trust.get("telemetry_samples"):
+        return html.Div(body + [message(
+            "No telemetry was recorded with this trace (it was not captured with the kernelscope collector's "
+            "NVML sampler, or the machine had no NVML): there is no power, energy, clock or temperature to show.",
+            "msg-power-no-telemetry")])
+    body.append(html.Div([_kpi(h) for h in headline(r)], className="ks-kpis", id="power-kpis"))
+    body.append(html.P(throttle_text(r), id="power-throttle"))
+    fig = power_timeline_figure(telemetry_bins(store, trace_id), busy_shading(store, trace_id),
+                                r.scalars.get("trace_window_ns"))
+    body.append(dcc.Graph(id="power-timeline", figure=fig, config={"displaylogo": False}))
+
+    body.append(html.H3("Energy per phase"))
+    ph = phase_rows(r)
+    if len(ph):
+        pf = phase_energy_figure(r.tables.get("phases"))
+        if pf is not None:
+            body.append(dcc.Graph(id="power-phase-figure", figure=pf, config={"displaylogo": False}))
+        body.append(table(ph.rename(columns={"duration (ms)": "dur_ms", "energy (mJ)": "energy"}),
+                          [("phase", "phase", "text"), ("kind", "kind", "text"), ("dur_ms", "duration (ms)", "numeric"),
+                           ("energy", "energy (mJ)", "text")], "power-phases"))
+    else:
+        body.append(message("The trace has no step or user annotations (phases).", "msg-power-no-phases"))
+
+    share = r.tables.get("energy_time_share")
+    if share is not None and len(share) and share["energy_time_share_mj"].notna().any():
+        top = share.head(15).assign(
+            kernel_ms=[round(int(v) / NS_PER_MS, 3) for v in share["kernel_time_ns"].head(15)],
+            share_mj=[round(float(v), 3) for v in share["energy_time_share_mj"].head(15)])
+        body += [html.H3("Energy time share by operator (kernel time × mean busy power; not the operator's energy)"),
+                 table(top, [("name", "operator", "text"), ("kernel_ms", "kernel time (ms)", "numeric"),
+                             ("share_mj", "energy time share (mJ)", "numeric")], "power-time-share")]
+    body.append(html.Div([html.H3("Trust")] + [html.P(t) for t in _trust_text(r)]
+                         + [html.P("⚠ " + w, className="ks-warning") for w in r.warnings], id="power-trust"))
+    return html.Div(body)

@@ -1,0 +1,287 @@
+"""Power: the telemetry time series (binned in DuckDB), figure builders over it and over the power
+analysis' Result, and the report section.
+
+Numbers come from ``analysis.power`` (docs/metrics.md, "Power"): energies, ``j_per_tflop``, busy/idle power,
+clocks, throttling, per-phase energy. A null number is shown with its reason, read from the same Result:
+a window shorter than ``trust.min_window_ns`` (10 counter steps) or outside the telemetry, no energy loop,
+no FLOPs, no telemetry at all (METRICS.md, "Energy").
+
+Time axis: ms since the trace's first event (``traces.start_ns``); a telemetry sample at host time ``ts_ns``
+lies at trace time ``ts_ns - traces.clock_offset_ns`` (0 when the offset is unknown, as the analysis does).
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from ..analysis.registry import get_analysis
+from ..units import NS_PER_MS
+from .blocks import Section, Table
+from .data import busy_bins
+from .figures import MAX_BINS, bin_width_ns, busy_fraction_bins
+
+# Telemetry per (device, bin of width $w from the first sample $t0), time relative to the trace start:
+# t_ns = mean sample time in the bin; power/clock/temperature means over the bin's non-null samples;
+# energy = the counter's last value in the bin minus the device's first value (mJ since the first sample).
+_SQL_TEL_SPAN = """
+SELECT count(*) AS n, min(m.ts_ns - coalesce(t.clock_offset_ns, 0) - t.start_ns) AS t0,
+       max(m.ts_ns - coalesce(t.clock_offset_ns, 0) - t.start_ns) AS t1
+FROM telemetry m JOIN traces t ON t.trace_id = m.trace_id WHERE m.trace_id = $t
+"""
+_SQL_TEL_BINS = """
+WITH s AS (
+  SELECT coalesce(m.device_index, 0) AS device, m.ts_ns - coalesce(t.clock_offset_ns, 0) - t.start_ns AS t_ns,
+         m.power_mw, m.power_instant_mw, m.energy_mj, m.sm_clock_mhz, m.mem_clock_mhz, m.temperature_c
+  FROM telemetry m JOIN traces t ON t.trace_id = m.trace_id WHERE m.trace_id = $t
+), b AS (
+  SELECT *, (t_ns - $t0) // $w AS bin, min(energy_mj) OVER (PARTITION BY device) AS e0 FROM s
+)
+SELECT device, bin, count(*) AS samples, CAST(round(avg(t_ns)) AS BIGINT) AS t_ns,
+       avg(power_mw) / 1000.0 AS power_w, avg(power_instant_mw) / 1000.0 AS power_instant_w,
+       (max(energy_mj) - max(e0)) / 1000.0 AS energy_j,
+       avg(sm_clock_mhz) AS sm_clock_mhz, avg(mem_clock_mhz) AS mem_clock_mhz, avg(temperature_c) AS temperature_c
+FROM b GROUP BY device, bin ORDER BY device, bin
+"""
+_SQL_TRACE = """
+SELECT t.start_ns, t.end_ns, (SELECT min(start_ns) FROM gpu_activities a WHERE a.trace_id = $t) AS gpu_t0
+FROM traces t WHERE t.trace_id = $t
+"""
+
+
+def telemetry_bins(store, trace_id: str, max_bins: int = MAX_BINS) -> pd.DataFrame:
+    """The trace's telemetry binned in DuckDB: at most ``max_bins`` bins per device over the samples' time
+    range. Columns: device, bin, samples, t_ns (mean sample time in the bin, ns since ``traces.start_ns``),
+    power_w, power_instant_w, sm_clock_mhz, mem_clock_mhz, temperature_c (means of the non-null samples),
+    energy_j (counter at the bin's last sample minus the device's first reading, J). Empty without
+    telemetry."""
+    span = store.query(_SQL_TEL_SPAN, {"t": trace_id}).iloc[0]
+    if not int(span["n"]):
+        return pd.DataFrame(columns=["device", "bin", "samples", "t_ns", "power_w", "power_instant_w",
+                                     "energy_j", "sm_clock_mhz", "mem_clock_mhz", "temperature_c"])
+    t0 = int(span["t0"])
+    width = bin_width_ns(int(span["t1"]) - t0 + 1, max_bins)
+    return store.query(_SQL_TEL_BINS, {"t": trace_id, "t0": t0, "w": width})
+
+
+def busy_shading(store, trace_id: str) -> pd.DataFrame:
+    """GPU busy fraction per (device, bin) on the same axis as ``telemetry_bins``: columns device,
+    start_ns (bin start, ns since ``traces.start_ns``), bin_ns, busy_fraction (0..1). Empty without GPU
+    activity. Bins from ``reports.data.busy_bins`` (at most MAX_BINS over the GPU span)."""
+    tr = store.query(_SQL_TRACE, {"t": trace_id}).iloc[0]
+    bins, span_ns, width = busy_bins(store, trace_id)
+    df = busy_fraction_bins(bins, span_ns, width)
+    if not len(df) or pd.isna(tr["gpu_t0"]):
+        return df[["device", "start_ns", "bin_ns", "busy_fraction"]]
+    df["start_ns"] = df["start_ns"] + (int(tr["gpu_t0"]) - int(tr["start_ns"]))
+    return df[["device", "start_ns", "bin_ns", "busy_fraction"]]
+
+
+# (column, row, label, unit) of the timeline's series
+SERIES = [
+    ("power_w", 1, "power (averaged)", "W"),
+    ("power_instant_w", 1, "power (instant)", "W"),
+    ("energy_j", 2, "energy since first sample", "J"),
+    ("sm_clock_mhz", 3, "SM clock", "MHz"),
+    ("mem_clock_mhz", 3, "memory clock", "MHz"),
+    ("temperature_c", 4, "temperature", "°C"),
+]
+
+
+def power_timeline_figure(tel: pd.DataFrame, busy: pd.DataFrame | None = None,
+                          window_ns: int | None = None) -> go.Figure:
+    """Power, energy, clocks and temperature over time (rows of one figure, shared x in ms since the
+    trace start), one line per device and series from ``telemetry_bins``; GPU busy (``busy_shading``, % of
+    each bin) shaded grey behind the power row; the trace window ``[0, window_ns]`` shaded light blue."""
+    fig = make_subplots(rows=4, cols=1, shared_xaxes=True, vertical_spacing=0.04,
+                        specs=[[{"secondary_y": True}], [{}], [{}], [{}]],
+                        subplot_titles=("power (W)", "energy since first sample (J)", "clocks (MHz)",
+                                        "temperature (°C)"))
+    if busy is not None and len(busy):
+        for device, d in busy.groupby("device", sort=True):
+            fig.add_trace(go.Scatter(
+                x=(d["start_ns"] / NS_PER_MS).round(4).tolist(), y=(d["busy_fraction"] * 100).round(2).tolist(),
+                mode="lines", line={"shape": "hv", "width": 0}, fill="tozeroy", fillcolor="rgba(107,114,128,0.18)",
+                name=f"GPU {device} busy (% of bin)", hovertemplate="%{x:.3f} ms: %{y:.1f}% busy<extra></extra>"),
+                row=1, col=1, secondary_y=True)
+    multi = tel["device"].nunique() > 1 if len(tel) else False
+    for device, d in tel.groupby("device", sort=True):
+        for col, row, label, unit in SERIES:
+            v = d[["t_ns", col]].dropna()
+            if not len(v):
+                continue
+            fig.add_trace(go.Scatter(
+                x=(v["t_ns"] / NS_PER_MS).round(4).tolist(), y=v[col].astype(float).round(3).tolist(),
+                mode="lines+markers", marker={"size": 4}, line={"width": 1.5},
+                name=f"{label}" + (f" (GPU {device})" if multi else ""),
+                hovertemplate="%{x:.3f} ms: %{y:,.1f} " + unit + f"<extra>{label}</extra>"),
+                row=row, col=1, secondary_y=False if row == 1 else None)
+    if window_ns:
+        fig.add_vrect(x0=0, x1=window_ns / NS_PER_MS, row="all", col=1, fillcolor="rgba(59,130,246,0.07)",
+                      line_width=0, layer="below")
+    fig.update_yaxes(range=[0, 105], showgrid=False, title_text="busy %", row=1, col=1, secondary_y=True)
+    fig.update_xaxes(title_text="time since trace start (ms); blue: the trace window", row=4, col=1)
+    fig.update_layout(template="plotly_white", height=760, margin={"l": 60, "r": 60, "t": 40, "b": 50},
+                      legend={"orientation": "h", "y": -0.08}, hovermode="closest")
+    return fig
+
+
+def phase_energy_figure(phases: pd.DataFrame) -> go.Figure | None:
+    """Energy per phase (the power analysis' ``phases`` rows with a non-null ``energy_mj``), bars in J;
+    None when no phase has an energy."""
+    if phases is None or not len(phases):
+        return None
+    p = phases[phases["energy_mj"].notna()]
+    if not len(p):
+        return None
+    labels = [f"{n} ({k})" for n, k in zip(p["name"], p["kind"])]
+    fig = go.Figure(go.Bar(x=(p["energy_mj"].astype(float) / 1000).tolist(), y=labels, orientation="h",
+                           hovertemplate="%{y}: %{x:,.3f} J<extra></extra>"))
+    fig.update_layout(title={"text": "Energy per phase (J)", "font": {"size": 14}}, template="plotly_white",
+                      height=120 + 24 * len(p), margin={"l": 200, "r": 20, "t": 40, "b": 40},
+                      yaxis={"autorange": "reversed"}, xaxis_title="energy (J)")
+    return fig
+
+
+def window_reason(result, window_ns: int | None) -> str:
+    """Why the energy of a window of ``window_ns`` is null, from the Result's scalars and trust."""
+    s, tr = result.scalars, result.trust
+    if not s.get("energy_source"):
+        return "no energy counter or power samples in the telemetry"
+    mw = tr.get("min_window_ns")
+    if mw is None:
+        return "the telemetry has too few changes to measure a counter step"
+    if window_ns is not None and window_ns < mw:
+        step = tr.get("counter_step_ns")
+        steps = f"10 × {step / NS_PER_MS:,.1f} ms = " if step else ""
+        return (f"the window ({window_ns / NS_PER_MS:,.1f} ms) is shorter than 10 counter steps "
+                f"({steps}{mw / NS_PER_MS:,.1f} ms)")
+    return "the window is not inside the telemetry's first..last counter change"
+
+
+def null_reasons(result) -> dict[str, str]:
+    """For each null headline scalar of the power Result, why it is null (METRICS.md window rules)."""
+    s, out = result.scalars, {}
+    if s.get("trace_energy_mj") is None:
+        out["trace_energy_mj"] = out["mean_power_w"] = window_reason(result, s.get("trace_window_ns"))
+    if s.get("energy_per_iteration_mj") is None:
+        out["energy_per_iteration_mj"] = "no un-profiled energy loop was recorded with the trace"
+    if s.get("energy_per_unit_mj") is None:
+        out["energy_per_unit_mj"] = (out.get("energy_per_iteration_mj")
+                                     or "the trace has no tokens label (or batch and seq labels)")
+    if s.get("j_per_tflop") is None:
+        out["j_per_tflop"] = (out.get("energy_per_iteration_mj")
+                              or "the bandwidth analysis found no modelled FLOPs")
+    for key in ("busy_power", "idle_power"):
+        if (s.get(key) or {}).get("mean_w") is None:
+            which = "inside" if key == "busy_power" else "outside"
+            out[key] = f"no telemetry sample in the trace window fell {which} a GPU busy interval"
+    for key in ("sm_clock_mhz", "mem_clock_mhz"):
+        if (s.get("clocks") or {}).get(key) is None:
+            out[key] = "no clock sample inside the trace window (clocks are sampled less often than power)"
+    return out
+
+
+def headline(result) -> list[dict]:
+    """The headline numbers of the power Result as rows: key, label, value (the Result's raw number),
+    text (value with its unit, or 'null: <reason>'), definition."""
+    s = result.scalars
+    bp, ip, ck = s.get("busy_power") or {}, s.get("idle_power") or {}, s.get("clocks") or {}
+    why = null_reasons(result)
+    unit = s.get("unit")
+
+    def clock(key):
+        c = ck.get(key)
+        return None if c is None else c.get("median"), \
+            None if c is None else f"{c['median']:,.0f} MHz (min {c['min']:,}, max {c['max']:,})"
+    def txt(v, fmt: str, scale: float = 1.0, suffix: str = ""):
+        return None if v is None else format(v / scale, fmt) + suffix
+
+    def pw(p):
+        return None if p.get("mean_w") is None else \
+            f"{p['mean_w']:,.1f} W (peak {p['peak_w']:,.1f} W, {p['samples']} samples)"
+    e_iter = s.get("energy_per_iteration_mj")
+    rows = [
+        ("energy_source", "energy source", s.get("energy_source"), s.get("energy_source"),
+         "energy_counter (NVML total energy) or integrated_power (trapezoids over power samples)"),
+        ("trace_energy_mj", "trace energy", s.get("trace_energy_mj"),
+         txt(s.get("trace_energy_mj"), ",.3f", 1000, " J"), "energy of the trace window (counter difference)"),
+        ("mean_power_w", "mean power (trace)", s.get("mean_power_w"), txt(s.get("mean_power_w"), ",.1f", 1, " W"),
+         "trace energy / trace window"),
+        ("energy_per_iteration_mj", "energy per iteration", e_iter, txt(e_iter, ",.3f", 1000, " J"),
+         "from the un-profiled energy loop"),
+        ("energy_per_unit_mj", f"energy per {unit or 'unit'}", s.get("energy_per_unit_mj"),
+         txt(s.get("energy_per_unit_mj"), ",.3f", 1, " mJ"),
+         "energy per iteration / units per iteration (tokens, else batch x seq)"),
+        ("j_per_tflop", "J per TFLOP", s.get("j_per_tflop"), txt(s.get("j_per_tflop"), ",.3f", 1, " J/TFLOP"),
+         "energy per iteration / (modelled FLOPs per iteration / 1e12)"),
+        ("busy_power", "mean power, GPU busy", bp.get("mean_w"), pw(bp),
+         "telemetry samples in the trace window inside a busy interval"),
+        ("idle_power", "mean power, GPU idle", ip.get("mean_w"), pw(ip),
+         "telemetry samples in the trace window outside busy intervals"),
+        ("sm_clock_mhz", "SM clock (median)", *clock("sm_clock_mhz"), "over samples in the trace window"),
+        ("mem_clock_mhz", "memory clock (median)", *clock("mem_clock_mhz"), "over samples in the trace window"),
+    ]
+    out = []
+    for key, label, value, text, definition in rows:
+        if text is None:
+            text = "null: " + why.get(key, "not measured")
+        out.append({"key": key, "label": label, "value": value, "text": text, "definition": definition})
+    return out
+
+
+def throttle_text(result) -> str:
+    """The throttle reasons that were set, with their share of samples, in one sentence."""
+    thr = result.tables.get("throttle")
+    if thr is None or not len(thr) or thr["share"].isna().all():
+        return "No throttle-reason samples were recorded."
+    on = thr[thr["samples"] > 0]
+    n = result.trust.get("telemetry_samples")
+    if not len(on):
+        return f"No clock-event (throttle) reason was set in any sample ({n} telemetry samples)."
+    return "Clock-event reasons set: " + ", ".join(f"{r} in {100 * s:.0f}% of samples"
+                                                  for r, s in zip(on["reason"], on["share"])) + "."
+
+
+def phase_rows(result) -> pd.DataFrame:
+    """The ``phases`` table as shown: phase, kind, duration (ms), energy (mJ, or the reason it is null)."""
+    ph = result.tables.get("phases")
+    if ph is None or not len(ph):
+        return pd.DataFrame(columns=["phase", "kind", "duration (ms)", "energy (mJ)"])
+    return pd.DataFrame({
+        "phase": ph["name"].tolist(), "kind": ph["kind"].tolist(),
+        "duration (ms)": [round(int(d) / NS_PER_MS, 3) for d in ph["dur_ns"]],
+        "energy (mJ)": [f"{e:,.1f}" if e is not None and e == e else "null: " + window_reason(result, int(d))
+                        for e, d in zip(ph["energy_mj"], ph["dur_ns"])],
+    })
+
+
+def power_section(store, trace_ids: list[str], ctx) -> Section | None:
+    """Per trace: the telemetry timeline with busy shading, the headline numbers (nulls with reasons),
+    throttling, and energy per phase. Traces without telemetry get a sentence."""
+    blocks: list = []
+    rows = []
+    for tid in trace_ids:
+        name = store.query("SELECT name FROM traces WHERE trace_id = $t", {"t": tid})["name"]
+        name = name.iloc[0] if len(name) and isinstance(name.iloc[0], str) else tid
+        r = get_analysis("power").fn(store, tid)
+        if not r.trust.get("telemetry_samples"):
+            blocks.append(f"{name}: no telemetry was recorded with this trace: no power, energy or clocks.")
+            continue
+        fig = power_timeline_figure(telemetry_bins(store, tid), busy_shading(store, tid),
+                                    r.scalars.get("trace_window_ns"))
+        fig.update_layout(title=f"{name}: power, energy, clocks and temperature")
+        blocks.append(fig)
+        rows.append({"trace": name, **{h["label"]: h["text"] for h in headline(r)}})
+        blocks.append(f"{name}: " + throttle_text(r))
+        ph = phase_rows(r)
+        if len(ph):
+            blocks.append(Table(ph, f"{name}: energy per phase (null below 10 counter steps)"))
+        pf = phase_energy_figure(r.tables.get("phases"))
+        if pf is not None:
+            blocks.append(pf)
+        blocks += [f"{name}: warning: {w}" for w in r.warnings]
+    if rows:
+        blocks.insert(0, Table(pd.DataFrame(rows), "Energy and power (definitions: docs/metrics.md, Power)"))
+    return Section("Power and energy", "power", blocks) if blocks else None
