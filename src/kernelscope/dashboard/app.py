@@ -30,18 +30,18 @@ from ..errors import KernelscopeError, TraceNotFound, UsageError
 from ..storage.queries import resolve_trace
 from ..storage.store import open_store
 from .pages import overview, traces
-from .pages import bandwidth, compare, power  # pages 7-9 (issue 5)
+from .pages import bound, launch, sweep  # pages 5-6 (issue 5)
 from .pages.common import message
 
 # Pages of one trace, in nav order: /trace/<ref>/<name>. Add a page with one line here.
 TRACE_PAGES = {
     "overview": overview,
-    "bandwidth": bandwidth,
-    "power": power,
+    "launch": launch,
+    "bound": bound,
 }
 # Pages over the whole store or several traces: /<name>?...
 STORE_PAGES: dict = {
-    "compare": compare,
+    "sweep": sweep,
 }
 
 _CSS = """

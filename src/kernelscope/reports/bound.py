@@ -278,7 +278,13 @@ def headline_extras(store, tid: str, has_gpu: bool) -> dict:
            "energy": energy(get_analysis("power").fn(store, tid)),
            "inflation": inflation(store, tid),
            "kernels": get_analysis("kernels").fn(store, tid)}
-    out["findings"], out["recommend_warnings"] = recommendations(store, tid) if has_gpu else ([], [])
+    out["findings"], out["recommend_warnings"] = [], []
+    if has_gpu:
+        try:
+            out["findings"], out["recommend_warnings"] = recommendations(store, tid)
+        except Exception as e:  # noqa: BLE001 - one failing rule source must not take the page down; said in words
+            out["recommend_warnings"] = [f"the recommend analysis failed ({type(e).__name__}: {e}); no "
+                                         "recommendation is shown."]
     return out
 
 
@@ -305,8 +311,9 @@ def extras_section(store, trace_ids: list[str], ctx) -> Section | None:
             blocks.append(fig)
         if not has_gpu:
             blocks.append(f"{name}: no GPU activity: no recommendation.")
-        elif not x["findings"]:
+        elif not x["findings"] and not x["recommend_warnings"]:
             blocks.append(f"{name}: no recommendation rule fired.")
         blocks += [f"{name}: {t}" for t in recommendation_lines(x["findings"])]
+        blocks += [f"{name}: warning: {w}" for w in x["recommend_warnings"]]
     blocks.insert(0, Table(pd.DataFrame(rows), "TKLQT (with q), energy and profiler inflation"))
     return Section("Launch queue, energy, inflation and recommendations", "extras", blocks)

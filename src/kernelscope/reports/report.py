@@ -21,11 +21,16 @@ import plotly.graph_objects as go
 from .. import __version__
 from .blocks import Context, Section, Table
 from .overview import overview_section
+from . import bound as _bound, launch as _launch, sweep as _sweep  # issue 5: launch, bound-ness, sweep
 
 
 # One line per section, in report order.
 SECTIONS = [
     overview_section,
+    _bound.extras_section,  # TKLQT with q, energy, profiler inflation, categories, recommendations
+    _launch.launch_section,
+    _bound.bound_section,
+    _sweep.sweep_section,  # only with several traces or --by
 ]
 
 

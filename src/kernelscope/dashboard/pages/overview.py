@@ -139,6 +139,10 @@ def _categories_and_recommendations(x: dict, has_gpu: bool) -> list:
     out.append(html.H3("Recommendations"))
     if not has_gpu:
         out.append(message("No recommendation: the rules need GPU activity.", "msg-no-recommendations"))
+    elif not x["findings"] and x["recommend_warnings"]:
+        out.append(message("No recommendation: " + "; ".join(x["recommend_warnings"]), "msg-no-recommendations",
+                           "error"))
+        return out
     elif not x["findings"]:
         out.append(message("No recommendation rule fired on this trace.", "msg-no-recommendations"))
     else:

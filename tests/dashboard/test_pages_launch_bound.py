@@ -1,0 +1,299 @@
+"""Overview additions, Launch, Bound and Sweep pages: layouts through the Flask test client (the router
+callback as the browser calls it), callbacks as plain functions, and the numbers on the pages equal to the
+analyses' results, several checked a second way from the store (hand computations in the tests)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import statistics
+
+import numpy as np
+import pytest
+
+from kernelscope.analysis.registry import get_analysis
+from kernelscope.dashboard.app import create_app, route
+from kernelscope.dashboard.pages import bound as bound_page
+from kernelscope.dashboard.pages import sweep as sweep_page
+from kernelscope.storage.store import open_store
+
+from .tree import find, texts
+
+
+@pytest.fixture(scope="module")
+def client(dash_store):
+    return create_app(dash_store.db).server.test_client()
+
+
+@pytest.fixture(scope="module")
+def store(dash_store):
+    with open_store(dash_store.db, read_only=True) as s:
+        yield s
+
+
+def _page(client, pathname, search=""):
+    """The router callback through /_dash-update-component, as the browser calls it."""
+    body = {"output": "page.children", "outputs": {"id": "page", "property": "children"},
+            "inputs": [{"id": "url", "property": "pathname", "value": pathname}],
+            "changedPropIds": ["url.pathname"], "state": [{"id": "url", "property": "search", "value": search}]}
+    r = client.post("/_dash-update-component", data=json.dumps(body), content_type="application/json")
+    assert r.status_code == 200, r.data[:500]
+    return r.get_json()["response"]["page"]["children"]
+
+
+def _find(tree, comp_id):
+    if isinstance(tree, dict):
+        if tree.get("props", {}).get("id") == comp_id:
+            return tree
+        tree = tree.get("props", {}).get("children")
+    for child in tree if isinstance(tree, list) else ([tree] if isinstance(tree, dict) else []):
+        hit = _find(child, comp_id)
+        if hit is not None:
+            return hit
+    return None
+
+
+def _text(tree) -> str:
+    if isinstance(tree, (str, int, float)):
+        return str(tree)
+    if isinstance(tree, dict):
+        return _text(tree.get("props", {}).get("children"))
+    if isinstance(tree, list):
+        return " ".join(_text(c) for c in tree)
+    return ""
+
+
+def _vals(arr) -> list:
+    """A Plotly JSON array: a list, or a typed array {"dtype", "bdata"}."""
+    if isinstance(arr, dict):
+        return np.frombuffer(base64.b64decode(arr["bdata"]), dtype=arr["dtype"]).tolist()
+    return list(arr)
+
+
+def _dv(tree, kid) -> str:
+    return _find(tree, f"kpi-{kid}")["props"]["data-value"]
+
+
+# --- Overview additions ---------------------------------------------------------------------------------
+
+def test_overview_tklqt_energy_inflation_equal_the_analyses(client, dash_store, store):
+    tid = dash_store.ids["llama_prefill_b1"]
+    page = _page(client, f"/trace/{tid}")
+    ls = get_analysis("launch").fn(store, tid).scalars
+    assert _dv(page, "tklqt_ns") == str(ls["tklqt_ns"])
+    assert _dv(page, "mean_queue_depth") == str(ls["mean_queue_depth"])
+    # Second way: TKLQT = sum over kernels with a launch call (no graph in this trace) of start(k) - start(launch).
+    hand = store.query("""SELECT sum(a.start_ns - l.start_ns) AS s, count(*) FILTER (WHERE a.is_graph) AS g
+                          FROM gpu_activities a JOIN launches l USING (trace_id, launch_id)
+                          WHERE a.trace_id = $t AND a.kind = 'kernel'""", {"t": tid})
+    assert int(hand["g"].iloc[0]) == 0 and int(hand["s"].iloc[0]) == ls["tklqt_ns"]
+    span = get_analysis("summary").fn(store, tid).scalars["gpu_span_ns"]
+    assert abs(ls["mean_queue_depth"] - ls["tklqt_ns"] / span) < 1e-6  # q = TKLQT / span
+    assert "q = 0.31" in _text(_find(page, "kpis"))  # shown with q, never as a share
+
+    # Energy: the sample's trace window is shorter than 10 counter steps, so the per-iteration energy is shown.
+    ps = get_analysis("power").fn(store, tid).scalars
+    assert ps["trace_energy_mj"] is None
+    energy = _find(page, "kpi-energy_mj")["props"]
+    assert energy["data-key"] == "energy_per_iteration_mj"
+    assert float(energy["data-value"]) == ps["energy_per_iteration_mj"]
+    assert "shorter than 10 counter steps" in _text(_find(page, "energy-text"))
+
+    # Profiler inflation = (latency / iterations) / median un-profiled cuda_event time, by hand from the store.
+    lat = get_analysis("summary").fn(store, tid).scalars["latency_ns"]
+    steps = int(store.query("SELECT count(*) AS n FROM annotations WHERE trace_id = $t AND kind = 'step'",
+                            {"t": tid})["n"].iloc[0])
+    ev = store.query("SELECT dur_ns FROM timings WHERE trace_id = $t AND kind = 'cuda_event'", {"t": tid})["dur_ns"]
+    hand_infl = (lat // max(1, steps)) / round(statistics.median(ev.tolist()))
+    assert float(_dv(page, "inflation")) == pytest.approx(hand_infl, rel=1e-12)
+    assert 1.5 < hand_infl < 3  # the profiler slows this launch-bound trace about 2x
+
+
+def test_overview_categories_and_recommendations(client, dash_store, store):
+    tid = dash_store.ids["llama_prefill_b1"]
+    page = _page(client, f"/trace/{tid}")
+    k = get_analysis("kernels").fn(store, tid)
+    fig = _find(page, "overview-categories")["props"]["figure"]
+    # tensor-core + other bars per category add up to the category's kernel time (ms)
+    cats = {}
+    for tr in fig["data"]:
+        for y, x in zip(tr["y"], _vals(tr["x"])):
+            cats[y] = cats.get(y, 0.0) + x
+    want = {r.category: r.time_ns / 1e6 for r in k.tables["categories"].itertuples() if r.time_ns > 0}
+    assert cats.keys() == want.keys() and all(abs(cats[c] - want[c]) < 1e-9 for c in want)
+    assert abs(sum(cats.values()) - k.scalars["kernel_time_ns"] / 1e6) < 1e-6
+    rec = get_analysis("recommend").fn(store, tid)
+    shown = _find(page, "recommendations")["props"]["children"]
+    assert [d["props"]["data-rule"] for d in shown] == list(rec.tables["findings"]["rule"])
+    first = rec.tables["findings"].iloc[0]
+    assert first["message"] in _text(shown[0])
+    ev = first["evidence"][0]
+    assert f"{ev['analysis']}.{ev['key']}" in _text(shown[0])  # the evidence numbers are cited
+
+
+def test_overview_no_telemetry_and_cpu_only(client, dash_store):
+    page = _page(client, f"/trace/{dash_store.ids['probe_train']}")
+    assert _dv(page, "energy_mj") == "" and "no telemetry" in _text(_find(page, "energy-text"))
+    assert "No profiler inflation" in _text(_find(page, "inflation-text"))
+    page = _page(client, f"/trace/{dash_store.ids['cpu_only']}")
+    assert _dv(page, "mean_queue_depth") == "" and _dv(page, "tklqt_ns") == "0"
+    assert _find(page, "msg-no-recommendations") is not None and _find(page, "msg-no-kernels") is not None
+    # the summary KPIs the browser test compares are still there
+    assert _find(page, "kpi-busy_ns") is not None and _find(page, "kpi-gpu_span_ns") is not None
+
+
+# --- Launch ---------------------------------------------------------------------------------------------
+
+def test_launch_page_numbers_equal_the_launch_and_whatif_results(client, dash_store, store):
+    tid = dash_store.ids["llama_prefill_b8"]
+    page = _page(client, f"/trace/{tid}/launch")
+    assert _find(page, "nav-launch")["props"]["className"] == "ks-active"
+    lr = get_analysis("launch").fn(store, tid)
+    ws = get_analysis("whatif").fn(store, tid).scalars
+    ls = lr.scalars
+    for k in ["tklqt_ns", "api_ns", "queue_ns", "dispatch_ns", "launch_bound_ops"]:
+        assert _dv(page, k) == str(ls[k]), k
+    assert ls["api_ns"] + ls["queue_ns"] + ls["dispatch_ns"] == ls["tklqt_ns"]  # the split adds up
+    # TKLQT by operator: the three stacked parts per operator add up to that operator's tklqt_ns
+    fig = _find(page, "launch-by-operator")["props"]["figure"]
+    per = {}
+    for tr in fig["data"]:
+        for y, x in zip(tr["y"], _vals(tr["x"])):
+            per[y] = per.get(y, 0.0) + x
+    po = lr.tables["per_op"].set_index("name")["tklqt_ns"]
+    top = po.sort_values(ascending=False).head(15)
+    assert set(per) == set(top.index) and all(abs(per[n] - top[n] / 1e6) < 1e-6 for n in top.index)
+    # what-if bars: predicted, observed, traced, naive in ms
+    wf = _find(page, "whatif-figure")["props"]["figure"]["data"][0]
+    assert _vals(wf["customdata"]) == [ws["predicted_ns"], ws["observed_ns"], ws["traced_ns"], ws["naive_ns"]]
+    assert _dv(page, "predicted_ns") == str(ws["predicted_ns"])
+    # distribution: the medians drawn are the table's (µs)
+    dist = lr.tables["distribution"].set_index("metric")
+    med = _find(page, "launch-distribution")["props"]["figure"]["data"][0]
+    assert _vals(med["customdata"]) == [int(dist.loc[m, "median_ns"]) for m in
+                                       ["lq_ns", "api_ns", "queue_ns", "dispatch_ns", "launch_delay_ns"]]
+    lb = _find(page, "launch-bound-table")["props"]["data"]
+    assert [r["name"] for r in lb] == list(lr.tables["launch_bound"]["name"])
+
+
+def test_launch_page_graph_trace_and_cpu_only(client, dash_store, store):
+    tid = dash_store.ids["small_kernels_graph"]
+    page = _page(client, f"/trace/{tid}/launch")
+    ls = get_analysis("launch").fn(store, tid).scalars
+    assert ls["graph_launches"] > 0 and ls["tklqt_naive_ns"] > ls["tklqt_ns"]
+    assert _dv(page, "tklqt_ns") == str(ls["tklqt_ns"])
+    assert f"{ls['graph_kernels']:,} graph kernels" in _text(page)
+    page = _page(client, f"/trace/{dash_store.ids['cpu_only']}/launch")
+    assert "no kernel with a launch call" in _text(_find(page, "msg-no-launches"))
+    assert _find(page, "launch-distribution") is None
+
+
+# --- Bound ----------------------------------------------------------------------------------------------
+
+def test_bound_page_split_queue_and_causes(client, dash_store, store):
+    tid = dash_store.ids["llama_prefill_b8"]
+    page = _page(client, f"/trace/{tid}/bound")
+    r = get_analysis("bound").fn(store, tid)
+    s = r.scalars
+    for k in ["host_wait_ns", "dependency_wait_ns", "busy_ns", "cpu_bound_ns", "gpu_bound_ns"]:
+        assert _dv(page, k) == str(s[k]), k
+    # the split bars add up to the span: busy + host wait + dependency wait = gpu_span_ns
+    split = _find(page, "bound-split")["props"]["figure"]["data"]
+    assert sum(int(tr["customdata"][0][0]) for tr in split) == s["gpu_span_ns"]
+    # queue depth: sum over streams and bins of mean depth x bin width = queued_ns (the area, = TKLQT here)
+    fig = _find(page, "bound-queue")["props"]["figure"]
+    width = s["bin_ns"]
+    area = sum(sum(_vals(tr["y"])) for tr in fig["data"]) * width
+    assert abs(area - s["queued_ns"]) <= 1e-4 * width * sum(len(_vals(tr["y"])) for tr in fig["data"])
+    assert s["queued_ns"] == get_analysis("launch").fn(store, tid).scalars["tklqt_ns"]
+    # one shaded rectangle per regime segment
+    assert len(fig["layout"]["shapes"]) == len(r.tables["segments"])
+    assert len(_find(page, "bound-segments-table")["props"]["data"]) == len(r.tables["segments"])
+    causes = _find(page, "bound-causes")["props"]["figure"]["data"][0]
+    assert sum(int(c[0]) for c in causes["customdata"]) == s["host_wait_ns"]  # causes add up to host wait
+    ops = _find(page, "bound-idle-operators-table")["props"]["data"]
+    assert [o["operator"] for o in ops] == list(r.tables["idle_operators"]["operator"])
+
+
+def test_bound_bins_in_url_and_rebin_callback(client, dash_store, store):
+    tid = dash_store.ids["llama_prefill_b1"]
+    page = _page(client, f"/trace/{tid}/bound", "?bins=500")
+    assert _find(page, "bound-bins")["props"]["value"] == 500
+    s500 = get_analysis("bound").fn(store, tid, bins=500).scalars
+    assert _dv(page, "cpu_bound_ns") == str(s500["cpu_bound_ns"])
+    fig, segments, search = bound_page.rebin(dash_store.db, tid, 50)
+    s50 = get_analysis("bound").fn(store, tid, bins=50).scalars
+    assert search == "?bins=50"
+    assert len(fig.data[0].x) <= 50 and s50["bin_ns"] >= 10 * s500["bin_ns"] - 10
+    assert f"({len(get_analysis('bound').fn(store, tid, bins=50).tables['segments'])})" in texts(segments[0])
+    # bad bins in the URL fall back to the default
+    assert _find(_page(client, f"/trace/{tid}/bound", "?bins=abc"), "bound-bins")["props"]["value"] == 200
+
+
+def test_bound_page_cpu_only(client, dash_store):
+    page = _page(client, f"/trace/{dash_store.ids['cpu_only']}/bound")
+    assert "no GPU activity" in _text(_find(page, "msg-no-gpu")) and _find(page, "bound-queue") is None
+
+
+# --- Sweep ----------------------------------------------------------------------------------------------
+
+def test_sweep_list_without_params(client, dash_store):
+    page = _page(client, "/sweep")
+    link = _find(page, "sweep-link-llama_prefill-batch")
+    assert link["props"]["href"] == "/sweep?sweep=llama_prefill&by=batch"
+    assert "(3 traces)" in _text(_find(page, "sweep-list"))
+    assert _find(page, "by-link-rank") is not None  # ddp ranks 0 and 1: a numeric label telling them apart
+
+
+def test_sweep_page_numbers_and_bracket(client, dash_store, store):
+    page = _page(client, "/sweep", "?sweep=llama_prefill&by=batch")
+    r = get_analysis("transition").fn(store, None, by="batch", sweep="llama_prefill")
+    pts = r.tables["points"]
+    assert list(pts["label"]) == [1, 8, 128]
+    t = r.scalars["transition"]
+    assert f"between batch={t['last_cpu_bound']} (last CPU-bound) and batch={t['first_gpu_bound']}" in _text(page)
+    # second way for the trace rule's bracket: q >= 1 from the launch analysis of each point
+    q = [get_analysis("launch").fn(store, tid).scalars["mean_queue_depth"] for tid in pts["trace_id"]]
+    first = next(i for i, v in enumerate(q) if v >= 1)
+    assert r.scalars["brackets"]["trace"]["first_gpu_bound"] == [1, 8, 128][first]
+    assert f"trace rule: last CPU-bound batch={[1, 8, 128][first - 1]}, first GPU-bound batch={[1, 8, 128][first]}" \
+        in _text(page)
+    fig = _find(page, "sweep-figure")["props"]["figure"]
+    by_name = {tr["name"]: tr for tr in fig["data"] if tr.get("name")}
+    assert _vals(by_name["TKLQT"]["y"]) == pytest.approx([v / 1e6 for v in pts["tklqt_ns"]])
+    assert _vals(by_name["q"]["y"]) == pytest.approx(list(pts["mean_queue_depth"]))
+    assert by_name["q"]["customdata"] == list(pts["trace_id"])
+    regimes = [sh["fillcolor"] for sh in fig["layout"]["shapes"] if sh.get("fillcolor")]
+    assert len(regimes) == 3 * 4  # one shaded band per point on each of the four panels
+    dashed = [sh for sh in fig["layout"]["shapes"] if sh.get("line", {}).get("dash") == "dash"]
+    assert sorted({sh["x0"] for sh in dashed}) == sorted([t["last_cpu_bound"], t["first_gpu_bound"]])
+
+
+def test_sweep_click_selects_point_and_url_restores_it(client, dash_store, store):
+    page = _page(client, "/sweep", "?sweep=llama_prefill&by=batch")
+    data = _find(page, "sweep-data")["props"]["data"]
+    tid = dash_store.ids["llama_prefill_b8"]
+    fig, panel, search = sweep_page.select_point({"points": [{"customdata": tid, "x": 8}]}, data,
+                                                 "?sweep=llama_prefill&by=batch")
+    assert search == "?sweep=llama_prefill&by=batch&point=8"
+    assert "batch = 8" in texts(panel[0])
+    assert find(panel[2], "sweep-open-launch").href == f"/trace/{tid}/launch"
+    rings = [tr for tr in fig.data if tr.marker.symbol == "circle-open"]
+    assert len(rings) == 4 and all(list(tr.x) == [8] for tr in rings)
+    # no click, unknown trace: nothing changes
+    assert sweep_page.select_point(None, data, "")[2] is sweep_page.dash.no_update
+    assert sweep_page.select_point({"points": [{"customdata": "nope"}]}, data, "")[2] is sweep_page.dash.no_update
+    # the shared URL restores the selection
+    page = _page(client, "/sweep", search)
+    assert "batch = 8 (llama_prefill_b8)" in _text(_find(page, "sweep-selected-title"))
+    rings = [tr for tr in _find(page, "sweep-figure")["props"]["figure"]["data"]
+             if tr.get("marker", {}).get("symbol") == "circle-open"]
+    assert len(rings) == 4
+
+
+def test_sweep_empty_cases(client, dash_store, empty_db):
+    page = _page(client, "/sweep", "?by=layers")  # only train_step carries layers: one point
+    assert "1 point" in _text(_find(page, "msg-one-point"))
+    page = _page(client, "/sweep", "?by=nope")
+    assert "no stored trace has a label 'nope'" in _text(_find(page, "msg-no-sweep"))
+    assert "no sweep" in texts(route(empty_db, "/sweep", "")).lower()

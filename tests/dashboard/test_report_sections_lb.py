@@ -1,0 +1,109 @@
+"""The report's launch, bound-ness, extras (TKLQT with q, energy, profiler inflation, recommendations) and
+sweep sections: present with the analyses' numbers; the sweep only with several traces or --by."""
+
+from __future__ import annotations
+
+import pytest
+
+from kernelscope.analysis.registry import get_analysis
+from kernelscope.reports import bound as rb
+from kernelscope.reports import launch as rl
+from kernelscope.reports import sweep as rs
+from kernelscope.reports.blocks import Context, Table
+from kernelscope.reports.report import SECTIONS, build, report
+from kernelscope.storage.store import open_store
+
+
+@pytest.fixture(scope="module")
+def store(dash_store):
+    with open_store(dash_store.db, read_only=True) as s:
+        yield s
+
+
+def _md_rows(md: str, heading: str) -> list[dict]:
+    """The first Markdown table after ``heading`` as row dicts."""
+    lines = md[md.index(heading):].splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("| "))
+    header = [c.strip() for c in lines[start].strip("|").split("|")]
+    rows = []
+    for ln in lines[start + 2:]:
+        if not ln.startswith("|"):
+            break
+        rows.append(dict(zip(header, [c.strip() for c in ln.strip("|").split("|")])))
+    return rows
+
+
+def test_sections_registered_in_order():
+    names = [f.__name__ for f in SECTIONS]
+    for fn in (rb.extras_section, rl.launch_section, rb.bound_section, rs.sweep_section):
+        assert fn.__name__ in names
+    assert names.index("launch_section") < names.index("bound_section") < names.index("sweep_section")
+
+
+def test_one_trace_has_launch_bound_extras_but_no_sweep(dash_store, store):
+    tid = dash_store.ids["llama_prefill_b8"]
+    md = report(store, [tid], fmt="md")
+    assert "## Launch overhead" in md and "## Bound-ness" in md and "## Sweep" not in md
+    ls = get_analysis("launch").fn(store, tid).scalars
+    ws = get_analysis("whatif").fn(store, tid).scalars
+    (row,) = _md_rows(md, "## Launch overhead")
+    assert row["TKLQT (ms)"] == f"{round(ls['tklqt_ns'] / 1e6, 3):,.3f}"
+    assert row["mean queue depth q"] == f"{ls['mean_queue_depth']:,.3f}"
+    assert row["what-if predicted (ms)"] == f"{round(ws['predicted_ns'] / 1e6, 3):,.3f}"
+    # the split adds up to TKLQT (ms, 3 decimals: within rounding)
+    parts = sum(float(row[c].replace(",", "")) for c in ["api (ms)", "queue (ms)", "dispatch (ms)"])
+    assert abs(parts - ls["tklqt_ns"] / 1e6) < 0.002
+    bs = get_analysis("bound").fn(store, tid).scalars
+    assert f"{bs['host_wait_ns'] / 1e6:,.3f} ms host wait ({100 * bs['host_wait_share']:.1f}%" in md
+    (extra,) = _md_rows(md, "## Launch queue, energy, inflation")
+    assert extra["TKLQT (ms)"] == row["TKLQT (ms)"]
+    ps = get_analysis("power").fn(store, tid).scalars
+    assert extra["energy is"] == "per iteration"
+    assert extra["energy (J)"] == f"{round(ps['energy_per_iteration_mj'] / 1000, 3):,.3f}"
+    p = get_analysis("transition").fn(store, [tid], by="batch").tables["points"].iloc[0]
+    assert extra["profiler inflation (×)"] == f"{round(p['inflation'], 3):,.3f}"
+    # second way: latency per iteration / un-profiled time, both in the transition's point row
+    assert p["inflation"] == pytest.approx(p["latency_per_iter_ns"] / p["unprofiled_ns"])
+
+
+def test_sweep_section_only_with_several_traces_or_by(dash_store, store):
+    ids = [dash_store.ids[n] for n in ("llama_prefill_b1", "llama_prefill_b8", "llama_prefill_b128")]
+    assert rs.sweep_section(store, ids[:1], Context()) is None
+    titles = [s.title for s in build(store, ids[:1])]
+    assert "Sweep" not in titles and "Launch overhead" in titles and "Bound-ness" in titles
+    sec = rs.sweep_section(store, ids, Context())
+    r = get_analysis("transition").fn(store, ids, by="batch")
+    t = r.scalars["transition"]
+    assert t is not None
+    assert any(f"between batch={t['last_cpu_bound']} (last CPU-bound) and batch={t['first_gpu_bound']}" in b
+               for b in sec.blocks if isinstance(b, str))
+    (table,) = [b for b in sec.blocks if isinstance(b, Table)]
+    assert list(table.df["batch"]) == [1, 8, 128]
+    assert list(table.df["TKLQT (ms)"]) == [round(v / 1e6, 3) for v in r.tables["points"]["tklqt_ns"]]
+    assert list(table.df["regime"]) == list(r.tables["points"]["regime"])
+    # with --by and one trace: a sweep of one point, said in words
+    one = rs.sweep_section(store, ids[:1], Context(by="batch"))
+    assert one is not None and any("A sweep of 1 point" in b for b in one.blocks if isinstance(b, str))
+    # several traces without the label: the analysis' reason, not a traceback
+    bad = rs.sweep_section(store, [dash_store.ids["cpu_only"], dash_store.ids["nsys"]], Context())
+    assert "no numeric label 'batch'" in bad.blocks[0]
+
+
+def test_html_report_with_sweep_figure(dash_store, store):
+    ids = [dash_store.ids[n] for n in ("llama_prefill_b1", "llama_prefill_b8", "llama_prefill_b128")]
+    html = report(store, ids, fmt="html")
+    for anchor in ("launch", "bound", "sweep", "extras"):
+        assert f'<section id="{anchor}">' in html
+    sweep_html = html[html.index('<section id="sweep">'):]
+    sweep_html = sweep_html[:sweep_html.index("</section>")]
+    assert sweep_html.count('class="plotly-graph-div"') == 1
+    assert len(html.encode()) <= 10_000_000
+
+
+def test_cpu_only_sections_say_so(dash_store, store):
+    tid = dash_store.ids["cpu_only"]
+    md = report(store, [tid], fmt="md")
+    assert "there is no launch overhead to show" in md
+    assert "no GPU activity (a CPU-only trace)" in md
+    assert "No energy: the trace has no telemetry" in md
+    assert "no GPU activity: no recommendation" in md
