@@ -44,7 +44,7 @@ import pandas as pd
 import pyarrow.compute as pc
 
 from ..errors import UsageError
-from .opmodel import MIXED, infer_input_types, kernel_name_dtype, model_op
+from .opmodel import DTYPES, MIXED, foreach_chunks, infer_input_types, kernel_name_dtype, model_op
 from .result import Result
 
 DESCRIPTION = "FLOPs and minimum bytes per leaf operator, achieved GB/s and TFLOP/s, % of device peak, roofline."
@@ -58,37 +58,47 @@ _TENSOR_COLUMN = {"bf16": "bf16_tflops", "fp16": "fp16_tflops", "tf32": "fp32_ma
 # Leaf operator instances grouped by everything a rule reads (name, recorded inputs, the element-size
 # hint their kernels give: cat kernels name OpaqueType<N>) and device; per group the instances' op ids,
 # activity counts and GPU times as lists (one row per group, so the inputs are read and grouped once).
-# An instance's GPU time is the union of its activity intervals: sorted by start, each activity adds the
-# part of it that ends after every earlier one, end - max(start, running max of earlier ends).
+# An instance's GPU time is the union of its activity intervals: one activity, its duration; two, the sum
+# less their overlap; more (rare), sorted by start, each activity adds the part of it that ends after
+# every earlier one, end - max(start, running max of earlier ends).
 _SQL_GROUPS = """
 WITH a AS (
-  SELECT leaf_op_id AS op_id, device, start_ns, end_ns,
-         max(end_ns) OVER (PARTITION BY leaf_op_id ORDER BY start_ns, end_ns
-                           ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end,
-         CASE WHEN name LIKE '%OpaqueType<%'
-              THEN nullif(regexp_extract(name, 'OpaqueType<(\\d+)u?>', 1), '') END AS hint,
-         {kdt} AS kdt
-  FROM gpu_activities {kjoin} WHERE trace_id = $t AND leaf_op_id IS NOT NULL
+  SELECT leaf_op_id AS op_id, device, start_ns, end_ns, dur_ns{kcol}
+  FROM gpu_activities WHERE trace_id = $t AND leaf_op_id IS NOT NULL
 ), per AS (
-  SELECT op_id, min(device) AS device, count(*) AS activities, max(hint) AS hint,
-         CASE WHEN count(DISTINCT kdt) > 1 THEN 'mixed' ELSE min(kdt) END AS kdtype,
-         CAST(coalesce(sum(end_ns - greatest(start_ns, coalesce(prev_end, start_ns)))
-                       FILTER (WHERE prev_end IS NULL OR end_ns > prev_end), 0) AS BIGINT) AS gpu_ns
-  FROM a GROUP BY op_id
+  SELECT op_id, min(device) AS device, count(*) AS activities, {kdt} AS kdtype,
+         CASE WHEN count(*) = 1 THEN sum(dur_ns)
+              WHEN count(*) = 2 THEN sum(dur_ns) - greatest(0, min(end_ns) - max(start_ns)) END AS gpu_ns
+  FROM a {kjoin} GROUP BY op_id
+), hint AS (
+  SELECT leaf_op_id AS op_id, max(nullif(regexp_extract(name, 'OpaqueType<(\\d+)u?>', 1), '')) AS hint
+  FROM gpu_activities
+  WHERE trace_id = $t AND leaf_op_id IS NOT NULL AND contains(name, 'OpaqueType<') GROUP BY 1
+), many AS (
+  SELECT op_id, sum(end_ns - greatest(start_ns, coalesce(prev_end, start_ns)))
+                  FILTER (WHERE prev_end IS NULL OR end_ns > prev_end) AS gpu_ns
+  FROM (SELECT op_id, start_ns, end_ns,
+               max(end_ns) OVER (PARTITION BY op_id ORDER BY start_ns, end_ns
+                                 ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
+        FROM a WHERE op_id IN (SELECT op_id FROM per WHERE activities > 2))
+  GROUP BY op_id
 )
-SELECT o.name, o.input_dims, o.input_types, o.input_strides, o.concrete_inputs, per.hint, per.kdtype,
+SELECT o.name, o.input_dims, o.input_types, o.input_strides, o.concrete_inputs, hint.hint, per.kdtype,
        per.device,
-       list(per.op_id) AS op_ids, list(per.activities) AS activities, list(per.gpu_ns) AS gpu_ns
-FROM per JOIN cpu_ops o ON o.trace_id = $t AND o.op_id = per.op_id
+       list(per.op_id) AS op_ids, list(per.activities) AS activities,
+       list(CAST(coalesce(per.gpu_ns, many.gpu_ns, 0) AS BIGINT)) AS gpu_ns
+FROM per LEFT JOIN many ON many.op_id = per.op_id LEFT JOIN hint ON hint.op_id = per.op_id
+JOIN cpu_ops o ON o.trace_id = $t AND o.op_id = per.op_id
 GROUP BY ALL
-ORDER BY o.name, o.input_dims, o.input_types, o.input_strides, o.concrete_inputs, per.hint, per.kdtype,
+ORDER BY o.name, o.input_dims, o.input_types, o.input_strides, o.concrete_inputs, hint.hint, per.kdtype,
          per.device
 """
 # Without kernel-name evidence every kernel's dtype word is NULL; with it, a kernel name's dtype comes from
 # the ($kn, $kd) pairs computed in Python (kernel_name_dtype: RE2 has no look-behind).
-_NO_EVIDENCE = {"kdt": "CAST(NULL AS VARCHAR)", "kjoin": ""}
-_EVIDENCE = {"kdt": "kd.dt",
-             "kjoin": "LEFT JOIN (SELECT unnest($kn) AS kname, unnest($kd) AS dt) kd ON kd.kname = name"}
+_NO_EVIDENCE = {"kdt": "CAST(NULL AS VARCHAR)", "kjoin": "", "kcol": ""}
+_EVIDENCE = {"kdt": "CASE WHEN count(DISTINCT kd.dt) > 1 THEN 'mixed' ELSE min(kd.dt) END",
+             "kjoin": "LEFT JOIN (SELECT unnest($kn) AS kname, unnest($kd) AS dt) kd ON kd.kname = a.name",
+             "kcol": ", name"}
 
 # Names of kernels attributed to operators recorded with shapes but no dtypes (none on Kineto traces).
 _SQL_ANY_UNTYPED = """
@@ -185,21 +195,195 @@ def device_names(store, trace_id: str) -> tuple[dict[int, str], dict[str, Any]]:
     return names, prov if isinstance(prov, dict) else {}
 
 
+# ---------------------------------------------------------------- tensor lists of _foreach_* operators
+
+# Every _foreach_* operator (with or without GPU work: the CPU step-counter update is a boundary too), with
+# the thread blocks its multi_tensor_apply kernels launched, the count of its other activities and the
+# kernels' names.
+_SQL_FOREACH = """
+SELECT o.op_id, o.start_ns,
+       CAST(coalesce(sum(a.grid_x * a.grid_y * a.grid_z)
+                     FILTER (WHERE contains(a.name, 'multi_tensor_apply_kernel')), 0) AS BIGINT) AS blocks,
+       count(a.activity_id) FILTER (WHERE NOT contains(a.name, 'multi_tensor_apply_kernel')) AS other,
+       list(DISTINCT a.name) FILTER (WHERE contains(a.name, 'multi_tensor_apply_kernel')) AS kernels
+FROM cpu_ops o LEFT JOIN gpu_activities a ON a.trace_id = $t AND a.leaf_op_id = o.op_id
+WHERE o.trace_id = $t AND starts_with(o.name, 'aten::_foreach_')
+GROUP BY o.op_id, o.start_ns ORDER BY o.start_ns, o.op_id
+"""
+# The gradients the autograd engine accumulated into parameters: one call per parameter and backward pass.
+_SQL_GRADS = """
+SELECT start_ns, input_dims, input_types FROM cpu_ops
+WHERE trace_id = $t AND name = 'torch::autograd::AccumulateGrad' ORDER BY start_ns, op_id
+"""
+_FUNCTOR_DTYPE = re.compile(r"Functor<\s*([^,<>]+)")
+
+
+def foreach_lists(store, trace_id: str) -> dict[int, tuple[list | None, str | None, str | None]]:
+    """Tensor lists of the trace's ``_foreach_*`` operators, which Kineto does not record:
+    ``{op_id: (shapes, dtype, reason)}`` with ``shapes`` None and a ``reason`` when no list is inferred.
+
+    Rule (docs/metrics.md, "Tensor lists of _foreach_ operators"): an optimizer's ``_foreach_*`` calls
+    run over the parameters that received a gradient in the backward pass before them, so the list is
+    the ``torch::autograd::AccumulateGrad`` calls (each records its gradient's shape and dtype) after the
+    last ``_foreach_*`` operator that precedes the latest such call before the operator, keeping those of
+    the dtype its ``multi_tensor_apply_kernel`` functors name. Accepted only when all of the operator's
+    GPU work is multi_tensor_apply kernels and their thread blocks (grid size, summed) equal the blocks
+    PyTorch launches for that list, one per started chunk of 65,536 elements of each tensor
+    (``opmodel.foreach_chunks``)."""
+    fe = store.query(_SQL_FOREACH, {"t": trace_id})
+    if not len(fe):
+        return {}
+    grads = store.query(_SQL_GRADS, {"t": trace_id})
+    g_start = grads["start_ns"].to_numpy("int64")
+    g_shape, g_type = [], []
+    for d, ty in zip(grads["input_dims"], grads["input_types"]):
+        d, ty = _json(d) or [], _json(ty) or []
+        ok = bool(d) and isinstance(d[0], list) and all(isinstance(i, int) for i in d[0])
+        g_shape.append(d[0] if ok else None)
+        g_type.append(ty[0] if ty and isinstance(ty[0], str) else None)
+    f_start = fe["start_ns"].to_numpy("int64")
+    out: dict[int, tuple[list | None, str | None, str | None]] = {}
+    for r in fe.itertuples(index=False):
+        names = list(r.kernels) if isinstance(r.kernels, (list, tuple, np.ndarray)) else []
+        if not names:
+            continue  # no multi_tensor_apply kernel: nothing to model (CPU work, or other kernels)
+        i = int(np.searchsorted(g_start, r.start_ns, side="left"))  # AccumulateGrad calls before it: [0, i)
+        if not i:
+            out[int(r.op_id)] = (None, None, "tensor-list shapes not recorded, and no AccumulateGrad before it "
+                                 "in the trace to infer them from")
+            continue
+        j = int(np.searchsorted(f_start, g_start[i - 1], side="left"))  # _foreach_ ops before the last one
+        lo = int(np.searchsorted(g_start, f_start[j - 1], side="right")) if j else 0
+        dtypes = {kernel_name_dtype(m.group(1)) if (m := _FUNCTOR_DTYPE.search(n)) else None for n in names}
+        dtype = dtypes.pop() if len(dtypes) == 1 else None
+        if int(r.other) or dtype is None or dtype == MIXED or dtype not in DTYPES:
+            out[int(r.op_id)] = (None, None, "tensor-list shapes not recorded, and its kernels do not name "
+                                 "one element dtype (or include other kernels)")
+            continue
+        shapes = [g_shape[k] for k in range(lo, i) if g_type[k] == dtype and g_shape[k] is not None]
+        blocks = foreach_chunks(shapes)
+        if not shapes or blocks != int(r.blocks):
+            out[int(r.op_id)] = (None, None, f"tensor-list shapes not recorded; the {len(shapes)} gradients "
+                                 f"accumulated before it need {blocks} thread blocks, its kernels ran "
+                                 f"{int(r.blocks)}")
+            continue
+        out[int(r.op_id)] = (shapes, dtype, None)
+    return out
+
+
+def _explode_foreach(store, t: str, g: pd.DataFrame, gi: np.ndarray, op_ids: np.ndarray) -> pd.DataFrame:
+    """Give every ``_foreach_*`` instance its own group row with the inferred tensor lists in
+    ``input_dims`` (``shapes_source = 'accumulate_grad'``, ``hint`` = element size) or the reason none was
+    inferred (``list_reason``). ``gi`` (group of each instance) is updated in place; emptied groups are
+    dropped and the rest renumbered."""
+    is_fe = g["name"].map(lambda n: isinstance(n, str) and n.startswith("aten::_foreach_")).to_numpy(bool)
+    if not is_fe.any():
+        return g
+    lists = foreach_lists(store, t)
+    pos = np.flatnonzero(is_fe[gi])
+    rows = []
+    for k, p in enumerate(pos):
+        row = g.iloc[int(gi[p])].to_dict()
+        shapes, dtype, reason = lists.get(int(op_ids[p]), (None, None, None))
+        if shapes is not None:
+            types = _json(row["input_types"]) or []
+            dims = _json(row["input_dims"]) or [[] for _ in types]
+            dims = [shapes if ty == "TensorList" else (dims[x] if x < len(dims) else [])
+                    for x, ty in enumerate(types)]
+            row.update(input_dims=json.dumps(dims), hint=str(DTYPES[dtype][0]), shapes_source="accumulate_grad")
+        else:
+            row["list_reason"] = reason
+        rows.append(row)
+        gi[p] = len(g) + k
+    g = pd.concat([g, pd.DataFrame(rows)], ignore_index=True)
+    keep = np.bincount(gi, minlength=len(g)) > 0
+    new_no = np.cumsum(keep) - 1
+    gi[:] = new_no[gi]
+    return g.loc[keep].reset_index(drop=True)
+
+
+# ---------------------------------------------------------------- measured bytes (Nsight Compute)
+
+_SQL_NCU_ANY = """
+SELECT count(*) AS n FROM ncu_kernels WHERE trace_id = $t AND activity_id IS NOT NULL
+  AND dram_bytes_read IS NOT NULL AND dram_bytes_write IS NOT NULL
+"""
+# Per matched kernel (one row per activity: the latest ingested file wins when several measured it).
+_SQL_NCU_KERNELS = """
+WITH m AS (
+  SELECT activity_id, arg_max(dram_bytes_read, ingested_ns) AS dram_bytes_read,
+         arg_max(dram_bytes_write, ingested_ns) AS dram_bytes_write,
+         arg_max(duration_ns, ingested_ns) AS ncu_duration_ns,
+         arg_max(cache_control, ingested_ns) AS cache_control,
+         arg_max(clock_control, ingested_ns) AS clock_control
+  FROM ncu_kernels WHERE trace_id = $t AND activity_id IS NOT NULL
+    AND dram_bytes_read IS NOT NULL AND dram_bytes_write IS NOT NULL
+  GROUP BY activity_id
+)
+SELECT a.leaf_op_id AS op_id, a.activity_id, a.name AS kernel, a.dur_ns,
+       m.dram_bytes_read, m.dram_bytes_write, m.dram_bytes_read + m.dram_bytes_write AS measured_bytes,
+       m.ncu_duration_ns, m.cache_control, m.clock_control
+FROM m JOIN gpu_activities a ON a.trace_id = $t AND a.activity_id = m.activity_id
+WHERE a.leaf_op_id IS NOT NULL
+ORDER BY a.start_ns, a.activity_id
+"""
+# Kernels per leaf operator that has at least one measured kernel.
+_SQL_OP_KERNELS = """
+SELECT leaf_op_id AS op_id, count(*) AS kernels FROM gpu_activities
+WHERE trace_id = $t AND kind = 'kernel' AND leaf_op_id IN (SELECT unnest($ops))
+GROUP BY leaf_op_id
+"""
+
+
+def ncu_measured(store, trace_id: str) -> tuple[pd.DataFrame | None, pd.DataFrame | None]:
+    """Nsight Compute DRAM bytes of the trace's kernels (``ncu_kernels`` rows matched to them):
+    ``(per_kernel, per_op)``. ``per_op`` (``op_id``, ``measured_bytes``, ``ncu_duration_ns``) holds the
+    leaf operator instances whose every kernel was measured (read + write bytes summed over them; ncu
+    measures kernels only, not memcpy/memset). (None, None) when no matched row has DRAM bytes."""
+    if not int(store.query(_SQL_NCU_ANY, {"t": trace_id})["n"].iloc[0]):
+        return None, None
+    k = store.query(_SQL_NCU_KERNELS, {"t": trace_id})
+    if not len(k):
+        return None, None
+    ops = sorted({int(x) for x in k["op_id"]})
+    n = store.query(_SQL_OP_KERNELS, {"t": trace_id, "ops": ops}).set_index("op_id")["kernels"]
+    per = k.groupby("op_id").agg(measured_kernels=("activity_id", "count"), measured_bytes=("measured_bytes", "sum"),
+                                 ncu_duration_ns=("ncu_duration_ns", "sum")).reset_index()
+    per = per[per["measured_kernels"].to_numpy() == n.reindex(per["op_id"]).to_numpy()]
+    per = per[["op_id", "measured_bytes", "ncu_duration_ns"]].astype("int64").reset_index(drop=True)
+    return k, per
+
+
 # ---------------------------------------------------------------- the analysis
+
+DEFAULT_INSTANCES = 5
 
 
 def bandwidth(store, trace_id: str, *, peaks: str | Path | None = None, device: str | None = None,
-              measured_bytes: pd.DataFrame | None = None, infer_dtypes: bool = True) -> Result:
+              measured_bytes: pd.DataFrame | None = None, infer_dtypes: bool = True,
+              infer_lists: bool = True, instances: int | str = DEFAULT_INSTANCES) -> Result:
     """Bandwidth/compute utilisation of one trace's leaf operators (definitions: module docstring).
 
     ``peaks``: a CSV of device peaks searched before the package table. ``device``: a device name to
     use instead of the trace's own. ``measured_bytes``: optional DataFrame ``op_id, measured_bytes``
-    (DRAM bytes measured by a profiler such as Nsight Compute, summed over the operator's kernels);
-    when given, ``measured_bytes`` and ``measured_gbps`` columns appear beside the modelled ones.
-    ``infer_dtypes``: give operators recorded with shapes but no dtypes the dtype their kernels' names
-    agree on (``dtype_source = 'kernel_name'``); False leaves them unmodelled.
+    (DRAM bytes measured by a profiler, summed over the operator's kernels); without it, Nsight Compute
+    rows with DRAM bytes matched to the trace's kernels are used when the store has them. Either way
+    ``measured_bytes``, ``measured_gbps`` and ``modelled_over_measured`` columns appear beside the
+    modelled ones. ``infer_dtypes``: give operators recorded with shapes but no dtypes the dtype their
+    kernels' names agree on (``dtype_source = 'kernel_name'``); False leaves them unmodelled.
+    ``infer_lists``: give ``_foreach_*`` operators the tensor lists of the gradients accumulated before
+    them (``foreach_lists``); False leaves them unmodelled. ``instances``: rows of ``per_instance`` per
+    signature, the N with the most GPU time (default 5), or ``"all"`` for every instance; every other
+    number covers all instances either way.
     """
     t = trace_id
+    if isinstance(instances, str) and instances.strip().lower() == "all":
+        top = None
+    elif isinstance(instances, (int, np.integer)) and not isinstance(instances, bool) and instances >= 0:
+        top = int(instances)
+    else:
+        raise UsageError(f"instances must be a whole number >= 0 or 'all', not {instances!r} "
+                         "(e.g. -o instances=all).")
     un = store.query(_SQL_UNATTRIBUTED, {"t": t}).iloc[0]
     names, prov = device_names(store, t)
     table = load_peaks(peaks)
@@ -220,6 +404,18 @@ def bandwidth(store, trace_id: str, *, peaks: str | Path | None = None, device: 
     else:
         groups = store.query_arrow(_SQL_GROUPS.format(**_NO_EVIDENCE), {"t": t})
     g = groups.drop_columns(["op_ids", "activities", "gpu_ns"]).to_pandas()
+    g["shapes_source"] = pd.Series(["trace"] * len(g), dtype="object")
+    g["list_reason"] = pd.Series([None] * len(g), dtype="object")
+    # Instances as flat arrays (in the groups' list order) and the group of each.
+    counts = pc.list_value_length(groups["op_ids"]).to_numpy(zero_copy_only=False) if len(g) else np.zeros(0, int)
+    gi = np.repeat(np.arange(len(g)), counts)
+    flat = {c: np.asarray(pc.list_flatten(groups[c]).to_numpy(zero_copy_only=False) if len(g) else [], dtype="int64")
+            for c in ("op_ids", "activities", "gpu_ns")}
+    op_ids, acts, ns = flat["op_ids"], flat["activities"], flat["gpu_ns"]
+    if infer_lists and len(g):
+        g = _explode_foreach(store, t, g, gi, op_ids)
+    n = len(g)
+
     types, sources = _dtype_sources(g)
     costs = [model_op(r.name, r.input_dims, ty, r.input_strides, r.concrete_inputs,
                       elem_size_hint=int(r.hint) if isinstance(r.hint, str) else None,
@@ -230,7 +426,8 @@ def bandwidth(store, trace_id: str, *, peaks: str | Path | None = None, device: 
     g["dtype"] = pd.Series([c.dtype for c in costs], dtype="object")
     g["tensor_core"] = pd.Series([c.tensor for c in costs], dtype=bool)
     g["rule"] = pd.Series([c.rule for c in costs], dtype="object")
-    g["reason"] = pd.Series([c.reason for c in costs], dtype="object")
+    g["reason"] = pd.Series([lr if c.bytes is None and isinstance(lr, str) else c.reason
+                             for c, lr in zip(costs, g["list_reason"])], dtype="object")
     g["dtype_source"] = pd.Series(sources, dtype="object")
 
     dev_rows: dict[int, dict[str, Any] | None] = {}
@@ -249,48 +446,80 @@ def bandwidth(store, trace_id: str, *, peaks: str | Path | None = None, device: 
         l2.append(row["l2_mb"] * 2**20 if row and row.get("l2_mb") else None)
     g["peak_gbps"] = pd.array(bw_peak, dtype="Float64")
     g["peak_tflops"] = pd.array(fl_peak, dtype="Float64")
-    g["fits_cache"] = (g["bytes"].astype("Float64") <= pd.array(l2, dtype="Float64")).fillna(False).astype(bool)
+    g["l2_bytes"] = pd.array(l2, dtype="Float64")
+    g["fits_cache"] = (g["bytes"].astype("Float64") <= g["l2_bytes"]).fillna(False).astype(bool)
 
-    # Instances: the groups' lists flattened (numpy), group values repeated, ordered by op id.
-    n = len(g)
-    counts = pc.list_value_length(groups["op_ids"]).to_numpy(zero_copy_only=False) if n else np.zeros(0, int)
-    gi = np.repeat(np.arange(n), counts)
-    flat = {c: np.asarray(pc.list_flatten(groups[c]).to_numpy(zero_copy_only=False) if n else [], dtype="int64")
-            for c in ("op_ids", "activities", "gpu_ns")}
-    order = np.argsort(flat["op_ids"], kind="stable")
-    gi, ns = gi[order], flat["gpu_ns"][order]
+    # Per group sums over its instances (float sums are exact below 2**53 ns).
+    g["calls"] = np.bincount(gi, minlength=n).astype("int64")
     g["gpu_ns"] = np.bincount(gi, weights=ns, minlength=n).astype("int64") if n else []
-    g["calls"] = np.asarray(counts, dtype="int64")
-    g["activities"] = np.bincount(gi, weights=flat["activities"][order], minlength=n).astype("int64") if n else []
+    g["activities"] = np.bincount(gi, weights=acts, minlength=n).astype("int64") if n else []
     _add_rates(g)  # intensity and bound are properties of a group (same calls, same peaks)
 
-    inst = pd.DataFrame({"op_id": flat["op_ids"][order], "name": _repeat(g["name"], gi),
-                         "signature": np.zeros(len(gi), dtype="int64"),
-                         "device": g["device"].to_numpy()[gi], "activities": flat["activities"][order],
-                         "gpu_ns": ns})
-    for col in ("flops", "bytes"):
-        inst[col] = g[col].take(gi).reset_index(drop=True)
-    inst["dtype"], inst["tensor_core"] = _repeat(g["dtype"], gi), g["tensor_core"].to_numpy(bool)[gi]
-    inst["rule"] = _repeat(g["rule"], gi)
-    inst["dtype_source"] = _repeat(g["dtype_source"], gi)
+    # Rates of every instance, for the above-peak counts (vectorised over all instances).
     fl, by = _floats(g["flops"])[gi], _floats(g["bytes"])[gi]
     pbw, pfl = _floats(g["peak_gbps"])[gi], _floats(g["peak_tflops"])[gi]
+    fits = g["fits_cache"].to_numpy(bool)[gi]
     with np.errstate(divide="ignore", invalid="ignore"):
         nsf = np.where(ns > 0, ns.astype(float), np.nan)
-        inst["achieved_gbps"] = by / nsf
-        inst["achieved_tflops"] = fl / nsf / 1e3
-        inst["pct_peak_bw"] = 100 * inst["achieved_gbps"].to_numpy() / pbw
-        inst["pct_peak_flops"] = 100 * inst["achieved_tflops"].to_numpy() / pfl
-    inst["intensity"] = _floats(g["intensity"])[gi]
-    inst["bound"] = _repeat(g["bound"], gi)
-    inst["fits_cache"] = g["fits_cache"].to_numpy(bool)[gi]
-    inst["peak_gbps"], inst["peak_tflops"] = pbw, pfl
-    if measured_bytes is not None:
-        inst = _with_measured(inst, measured_bytes)
+        i_gbps, i_tflops = by / nsf, fl / nsf / 1e3
+        i_pbw, i_pfl = 100 * i_gbps / pbw, 100 * i_tflops / pfl
+        over_bw, over_fl = i_pbw > 100, i_pfl > 100
+    above = int((over_bw | over_fl).sum())
+    unexplained = int(((over_bw & ~fits) | over_fl).sum())
+    cached = above - unexplained
 
-    sig = _signatures(g)
-    if n:
-        inst["signature"] = g["signature"].to_numpy("int64")[gi]
+    # Measured bytes per instance (explicit, else Nsight Compute rows in the store).
+    measured_k = None
+    if measured_bytes is not None:
+        if not {"op_id", "measured_bytes"} <= set(measured_bytes.columns):
+            raise UsageError("measured bytes need the columns op_id and measured_bytes (one row per operator).")
+        measured = measured_bytes[["op_id", "measured_bytes"]]
+    else:
+        measured_k, measured = ncu_measured(store, t)
+    m_inst = None
+    if measured is not None:
+        m = measured.dropna(subset=["measured_bytes"])
+        mo, mb = m["op_id"].to_numpy("int64"), m["measured_bytes"].to_numpy("int64")
+        order = np.argsort(op_ids, kind="stable")
+        at = np.searchsorted(op_ids[order], mo)
+        hit = at < len(order)
+        hit[hit] = op_ids[order][at[hit]] == mo[hit]
+        m_inst = np.full(len(op_ids), np.nan)
+        m_inst[order[at[hit]]] = mb[hit]
+
+    sig = _signatures(g, gi, ns, m_inst, by)
+    sig_of = g["signature"].to_numpy("int64")[gi] if n else np.zeros(0, "int64")
+
+    # per_instance: the top instances of each signature by GPU time (ties: lower op id), or all.
+    keep = np.arange(len(op_ids)) if top is None else _top_instances(gi, sig_of, op_ids, ns, top)
+    keep = keep[np.argsort(op_ids[keep], kind="stable")]
+    kg = gi[keep]
+    inst = pd.DataFrame({"op_id": op_ids[keep], "name": _repeat(g["name"], kg), "signature": sig_of[keep],
+                         "device": g["device"].to_numpy()[kg], "activities": acts[keep], "gpu_ns": ns[keep]})
+    for col in ("flops", "bytes"):
+        inst[col] = g[col].take(kg).reset_index(drop=True)
+    inst["dtype"], inst["tensor_core"] = _repeat(g["dtype"], kg), g["tensor_core"].to_numpy(bool)[kg]
+    inst["rule"] = _repeat(g["rule"], kg)
+    inst["dtype_source"] = _repeat(g["dtype_source"], kg)
+    inst["shapes_source"] = _repeat(g["shapes_source"], kg)
+    inst["achieved_gbps"], inst["achieved_tflops"] = i_gbps[keep], i_tflops[keep]
+    inst["pct_peak_bw"], inst["pct_peak_flops"] = i_pbw[keep], i_pfl[keep]
+    inst["intensity"] = _floats(g["intensity"])[kg]
+    inst["bound"] = _repeat(g["bound"], kg)
+    inst["fits_cache"] = fits[keep]
+    inst["peak_gbps"], inst["peak_tflops"] = pbw[keep], pfl[keep]
+    inst["note"] = _notes(i_pbw[keep], i_pfl[keep], fits[keep], by[keep], _floats(g["l2_bytes"])[kg])
+    if m_inst is not None:
+        mk = pd.array(np.where(np.isnan(m_inst[keep]), 0, m_inst[keep]).astype("int64"), dtype="Int64")
+        mk[np.isnan(m_inst[keep])] = pd.NA
+        inst["measured_bytes"] = mk
+        with np.errstate(divide="ignore", invalid="ignore"):
+            inst["measured_gbps"] = m_inst[keep] / nsf[keep]
+            inst["modelled_over_measured"] = by[keep] / np.where(m_inst[keep] > 0, m_inst[keep], np.nan)
+        if measured_k is not None and "ncu_duration_ns" in measured.columns:
+            d = measured.set_index("op_id")["ncu_duration_ns"]
+            inst["ncu_duration_ns"] = pd.array(d.reindex(inst["op_id"]).to_numpy(), dtype="Int64")
+
     modelled_g = g["bytes"].notna().to_numpy(bool)
     total_ns = int(ns.sum())
     modelled_ns = int(g.loc[modelled_g, "gpu_ns"].sum())
@@ -303,24 +532,21 @@ def bandwidth(store, trace_id: str, *, peaks: str | Path | None = None, device: 
     unmodelled["share"] = unmodelled["gpu_ns"] / total_ns if total_ns else float("nan")
     unmodelled = unmodelled[["name", "calls", "gpu_ns", "share", "reason"]].reset_index(drop=True)
 
-    m = g.loc[modelled_g]
-    flops = int((m["flops"].astype("int64") * m["calls"]).sum())
-    nbytes = int((m["bytes"].astype("int64") * m["calls"]).sum())
-    over_bw = np.nan_to_num(inst["pct_peak_bw"].to_numpy(float)) > 100
-    over_fl = np.nan_to_num(inst["pct_peak_flops"].to_numpy(float)) > 100
-    above = int((over_bw | over_fl).sum())
-    unexplained = int(((over_bw & ~inst["fits_cache"].to_numpy(bool)) | over_fl).sum())
-    cached = above - unexplained
+    mg = g.loc[modelled_g]
+    flops = int((mg["flops"].astype("int64") * mg["calls"]).sum())
+    nbytes = int((mg["bytes"].astype("int64") * mg["calls"]).sum())
     if cached:
-        warnings.append(f"{cached} operator instances move their modelled bytes faster than the DRAM peak; "
-                        "all of their bytes fit in the device's last-level cache, so inputs written just "
-                        "before were read from cache: their pct_peak_bw overstates DRAM use.")
+        warnings.append(f"{cached} operator instances move their modelled bytes faster than the DRAM peak "
+                        "(pct_peak_bw above 100); all of their bytes fit in the device's last-level cache, so "
+                        "inputs written just before were read from cache, not DRAM: their rows say so in "
+                        "'note' and fits_cache is true.")
     if unexplained:
         warnings.append(f"{unexplained} operator instances exceed 100% of a device peak without a cache "
                         "explanation (a modelling or peak-table error): read their numbers with care.")
     from_names = g["dtype_source"].eq("kernel_name").to_numpy(bool)
     untyped = (g["input_types"].isna() & g["input_dims"].notna()).to_numpy(bool)
     conflicting = untyped & g["kdtype"].eq(MIXED).fillna(False).to_numpy(bool)
+    from_grads = g["shapes_source"].eq("accumulate_grad").to_numpy(bool)
     if from_names.any():
         warnings.append(f"{int(g.loc[from_names, 'calls'].sum())} operator instances "
                         f"({int(g.loc[from_names, 'gpu_ns'].sum())} ns) were recorded without dtypes; "
@@ -330,6 +556,11 @@ def bandwidth(store, trace_id: str, *, peaks: str | Path | None = None, device: 
         warnings.append(f"{int(g.loc[conflicting, 'calls'].sum())} operator instances recorded without "
                         "dtypes have kernels whose names state different dtypes (casts, mixed precision): "
                         "no dtype inferred, left unmodelled.")
+    if from_grads.any():
+        warnings.append(f"{int(g.loc[from_grads, 'calls'].sum())} _foreach_ operator instances "
+                        f"({int(g.loc[from_grads, 'gpu_ns'].sum())} ns) were given the tensor lists of the "
+                        "gradients accumulated before them (shapes_source = 'accumulate_grad'; the "
+                        "profiler records no tensor-list shapes), checked against their kernels' thread blocks.")
     if int(un["ns"]):
         warnings.append(f"{int(un['n'])} GPU activities ({int(un['ns'])} ns) have no leaf operator "
                         "(CUDA-graph replays or launches outside the trace) and are not modelled.")
@@ -345,32 +576,98 @@ def bandwidth(store, trace_id: str, *, peaks: str | Path | None = None, device: 
         "bytes": nbytes,
         "achieved_gbps": nbytes / modelled_ns if modelled_ns else None,
         "achieved_tflops": flops / modelled_ns / 1e3 if modelled_ns else None,
-        "instances": int(len(inst)),
+        "instances": int(len(op_ids)),
+        "instances_shown": int(len(inst)),
         "signatures": int(len(sig)),
         "above_peak": above,
+        "above_peak_cache": cached,
         "above_peak_unexplained": unexplained,
         "device_peaks": {str(d): ({"device": r["device"], "mem_bw_gbps": r["mem_bw_gbps"],
                                    **{c: r[c] for c in PEAK_COLUMNS[1:]}, "source": r["source"]}
                                   if r else None) for d, r in dev_rows.items()},
         "tf32_matmul": tf32_mm,
     }
+    tables = {"per_instance": inst, "per_signature": sig, "unmodelled": unmodelled}
+    if m_inst is not None:
+        has = ~np.isnan(m_inst)
+        mb_sum = int(m_inst[has].sum())
+        mod = by[has]
+        mod_sum = int(np.nansum(mod)) if np.isfinite(mod).all() else None
+        scalars.update(measured_instances=int(has.sum()), measured_bytes=mb_sum, measured_modelled_bytes=mod_sum,
+                       modelled_over_measured=(mod_sum / mb_sum if mod_sum is not None and mb_sum else None))
+        if measured_k is not None:
+            mk_ops = measured_k["op_id"].to_numpy("int64")
+            at = np.minimum(np.searchsorted(op_ids[order], mk_ops), max(len(order) - 1, 0))
+            found = op_ids[order][at] == mk_ops if len(order) else np.zeros(len(mk_ops), bool)
+            mk_g = np.where(found, gi[order[at]], -1) if len(order) else np.full(len(mk_ops), -1)
+            mk = measured_k.assign(name=[g["name"].iloc[j] if j >= 0 else None for j in mk_g],
+                                   signature=pd.array([g["signature"].iloc[j] if j >= 0 else None for j in mk_g],
+                                                      dtype="Int64"))
+            tables["measured_kernels"] = mk[
+                ["activity_id", "op_id", "name", "signature", "kernel", "dur_ns", "ncu_duration_ns",
+                 "dram_bytes_read", "dram_bytes_write", "measured_bytes", "cache_control", "clock_control"]]
+            settings = sorted({f"cache control '{a}', clock control '{b}'"
+                               for a, b in zip(measured_k["cache_control"], measured_k["clock_control"])})
+            warnings.append(f"measured bytes are Nsight Compute's DRAM bytes ({'; '.join(settings)}): ncu runs "
+                            "each kernel alone (cache control 'all' flushes the caches first), writes still in "
+                            "L2 when a kernel ends and re-reads served by L2 are not DRAM traffic, so measured "
+                            "bytes can fall below the modelled minimum, and extra passes can push them above; "
+                            "measured_gbps divides them by the traced GPU time.")
     trust = {
         "instances_modelled": int(g.loc[modelled_g, "calls"].sum()),
         "instances_unmodelled": int(g.loc[~modelled_g, "calls"].sum()),
         "devices_matched": len(matched),
         "devices_unmatched": len(dev_rows) - len(matched),
         "tf32_from": "provenance" if "tf32_matmul" in prov else "default (off for matmul, on for cuDNN)",
-        "measured_bytes": measured_bytes is not None,
+        "measured_bytes": m_inst is not None,
+        "measured_from": ("argument" if measured_bytes is not None else "ncu" if m_inst is not None else None),
         "instances_dtype_from_kernel_name": int(g.loc[from_names, "calls"].sum()),
         "instances_dtype_conflicting": int(g.loc[conflicting, "calls"].sum()),
+        "instances_lists_from_accumulate_grad": int(g.loc[from_grads, "calls"].sum()),
     }
-    if not len(inst):
+    if not len(op_ids):
         warnings.append("no GPU activity is attributed to a leaf operator: nothing to model.")
-    return Result(name="bandwidth", definition=__doc__.strip(), scalars=scalars,
-                  tables={"per_instance": inst,
-                          "per_signature": sig,
-                          "unmodelled": unmodelled},
+    return Result(name="bandwidth", definition=__doc__.strip(), scalars=scalars, tables=tables,
                   warnings=warnings, trust=trust)
+
+
+def _top_instances(gi: np.ndarray, sig_of: np.ndarray, op_ids: np.ndarray, ns: np.ndarray, top: int) -> np.ndarray:
+    """Positions of the ``top`` instances of each signature with the most GPU time (ties: lower op id).
+    Per group a partition finds the candidates (O(n)); only those are sorted."""
+    if not len(gi) or top <= 0:
+        return np.zeros(0, "int64")
+    order = np.arange(len(gi)) if bool((np.diff(gi) >= 0).all()) else np.argsort(gi, kind="stable")
+    bounds = np.r_[0, np.cumsum(np.bincount(gi))]
+    cand = []
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        idx = order[a:b]
+        if b - a > top:
+            vals = ns[idx]
+            idx = idx[vals >= np.partition(vals, b - a - top)[b - a - top]]
+        cand.append(idx)
+    c = np.concatenate(cand)
+    c = c[np.lexsort((op_ids[c], -ns[c], sig_of[c]))]
+    s = sig_of[c]
+    first = np.flatnonzero(np.r_[True, s[1:] != s[:-1]])
+    rank = np.arange(len(c)) - np.repeat(first, np.diff(np.r_[first, len(c)]))
+    return c[rank < top]
+
+
+def _notes(pbw: np.ndarray, pfl: np.ndarray, fits: np.ndarray, nbytes: np.ndarray, l2: np.ndarray) -> pd.Series:
+    """Per row, in words, why a percentage of peak is above 100 (null when none is)."""
+    out = []
+    for b, f, c, nb, cache in zip(pbw, pfl, fits, nbytes, l2):
+        if f > 100:
+            out.append("above the dense FLOP peak: a modelling or peak-table error")
+        elif b > 100 and c:
+            out.append(f"{b:.0f}% of the DRAM peak is not DRAM bandwidth: all {nb / 1e6:.1f} MB of modelled "
+                       f"traffic fit in the {cache / 2**20:.0f} MiB last-level cache, so data written just "
+                       "before was read from cache")
+        elif b > 100:
+            out.append("above the DRAM peak without a cache explanation: a modelling or peak-table error")
+        else:
+            out.append(None)
+    return pd.Series(out, dtype="object")
 
 
 def _dtype_sources(g: pd.DataFrame) -> tuple[list, list]:
@@ -423,44 +720,57 @@ def _add_rates(df: pd.DataFrame) -> None:
     df["bound"] = bound
 
 
-def _signatures(g: pd.DataFrame) -> pd.DataFrame:
+_SIG_COLUMNS = ["calls", "activities", "gpu_ns", "flops", "bytes", "dtype", "tensor_core", "rule", "dtype_source",
+                "shapes_source", "achieved_gbps", "achieved_tflops", "pct_peak_bw", "pct_peak_flops", "intensity",
+                "bound", "fits_cache", "peak_gbps", "peak_tflops", "note"]
+_MEASURED_COLUMNS = ["measured_calls", "measured_bytes", "measured_gbps", "modelled_over_measured"]
+
+
+def _signatures(g: pd.DataFrame, gi: np.ndarray, ns: np.ndarray, measured: np.ndarray | None,
+                nbytes: np.ndarray) -> pd.DataFrame:
     """Per signature (name + input shapes + dtypes), from the groups of identical calls: sums, and rates
-    over the summed time; flops/bytes null when any call is unmodelled. Sorted by GPU time; ``g`` gets a
-    ``signature`` column: its row number in this table."""
+    over the summed time; flops/bytes null when any call is unmodelled. With ``measured`` (bytes per
+    instance, NaN = not measured): ``measured_calls``, ``measured_bytes`` (their sum), ``measured_gbps``
+    (over those instances' GPU time) and ``modelled_over_measured`` (their modelled bytes / measured
+    bytes). Sorted by GPU time; ``g`` gets a ``signature`` column: its row number in this table."""
     key = ["name", "input_dims", "input_types"]
+    cols = key + _SIG_COLUMNS + (_MEASURED_COLUMNS if measured is not None else [])
     if not len(g):
         g["signature"] = pd.Series(dtype="int64")
-        cols = key + ["calls", "activities", "gpu_ns", "flops", "bytes", "dtype", "tensor_core", "rule",
-                      "dtype_source", "achieved_gbps", "achieved_tflops", "pct_peak_bw", "pct_peak_flops", "intensity",
-                      "bound", "peak_gbps", "peak_tflops"]
         return pd.DataFrame(columns=cols)
     x = g.assign(tf=g["flops"] * g["calls"], tb=g["bytes"] * g["calls"], missing=g["bytes"].isna())
-    grp = x.groupby(key, dropna=False, sort=False)
-    sig = grp.agg(calls=("calls", "sum"), activities=("activities", "sum"), gpu_ns=("gpu_ns", "sum"),
-                  flops=("tf", "sum"), bytes=("tb", "sum"), missing=("missing", "any"),
-                  dtype=("dtype", "first"), tensor_core=("tensor_core", "first"), rule=("rule", "first"),
-                  dtype_source=("dtype_source", "first"),
-                  peak_gbps=("peak_gbps", "first"), peak_tflops=("peak_tflops", "first")).reset_index()
+    agg = dict(calls=("calls", "sum"), activities=("activities", "sum"), gpu_ns=("gpu_ns", "sum"),
+               flops=("tf", "sum"), bytes=("tb", "sum"), missing=("missing", "any"),
+               dtype=("dtype", "first"), tensor_core=("tensor_core", "first"), rule=("rule", "first"),
+               dtype_source=("dtype_source", "first"), shapes_source=("shapes_source", "first"),
+               fits_cache=("fits_cache", "all"), l2_bytes=("l2_bytes", "first"),
+               peak_gbps=("peak_gbps", "first"), peak_tflops=("peak_tflops", "first"))
+    if measured is not None:
+        has = ~np.isnan(measured)
+        n = len(g)
+        x["m_calls"] = np.bincount(gi, weights=has, minlength=n)
+        x["m_bytes"] = np.bincount(gi[has], weights=measured[has], minlength=n)
+        x["m_ns"] = np.bincount(gi[has], weights=ns[has], minlength=n)
+        x["m_model"] = np.bincount(gi[has], weights=np.nan_to_num(nbytes[has]), minlength=n)
+        x["m_missing"] = np.bincount(gi[has], weights=np.isnan(nbytes[has]), minlength=n) > 0
+        agg.update(measured_calls=("m_calls", "sum"), measured_bytes=("m_bytes", "sum"), m_ns=("m_ns", "sum"),
+                   m_model=("m_model", "sum"), m_missing=("m_missing", "any"))
+    sig = x.groupby(key, dropna=False, sort=False).agg(**agg).reset_index()
     for col in ("flops", "bytes"):
         sig[col] = sig[col].astype("Int64").mask(sig["missing"])
     for col in ("calls", "activities", "gpu_ns"):
         sig[col] = sig[col].astype("int64")
     _add_rates(sig)
+    sig["note"] = _notes(_floats(sig["pct_peak_bw"]), _floats(sig["pct_peak_flops"]), sig["fits_cache"].to_numpy(bool),
+                         _floats(sig["bytes"]) / sig["calls"].to_numpy(float), _floats(sig["l2_bytes"]))
+    if measured is not None:
+        sig["measured_calls"] = sig["measured_calls"].astype("int64")
+        mb = sig["measured_bytes"].where(sig["measured_calls"] > 0)
+        sig["measured_bytes"] = pd.array(mb.round().astype("Float64"), dtype="Int64")
+        sig["measured_gbps"] = mb / sig["m_ns"].where(sig["m_ns"] > 0)
+        sig["modelled_over_measured"] = (sig["m_model"] / mb.where(mb > 0)).mask(sig["m_missing"])
     sig = sig.sort_values(["gpu_ns", "name", "input_dims"], ascending=[False, True, True],
                           kind="stable").reset_index(drop=True)
     index = {k: i for i, k in enumerate(sig[key].itertuples(index=False, name=None))}
     g["signature"] = [index[k] for k in g[key].itertuples(index=False, name=None)]
-    return sig[key + ["calls", "activities", "gpu_ns", "flops", "bytes", "dtype", "tensor_core", "rule",
-                      "dtype_source", "achieved_gbps", "achieved_tflops", "pct_peak_bw", "pct_peak_flops", "intensity",
-                      "bound", "peak_gbps", "peak_tflops"]]
-
-
-def _with_measured(inst: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
-    """Join measured DRAM bytes per operator instance (``op_id``, ``measured_bytes``) beside the model."""
-    if not {"op_id", "measured_bytes"} <= set(measured.columns):
-        raise UsageError("measured bytes need the columns op_id and measured_bytes (one row per operator).")
-    m = measured[["op_id", "measured_bytes"]].astype({"op_id": "int64"})
-    out = inst.merge(m, on="op_id", how="left")
-    ns = out["gpu_ns"].astype("Float64").where(out["gpu_ns"] > 0)
-    out["measured_gbps"] = out["measured_bytes"].astype("Float64") / ns
-    return out
+    return sig[cols]

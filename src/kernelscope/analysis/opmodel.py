@@ -17,6 +17,10 @@ Definitions (docs/metrics.md, "Bandwidth and compute utilisation"):
   (of the output for elementwise, of the input for reductions); softmax 5, layer/group norm 8, RMS norm
   4, their backwards 3/10/6 per element. These per-element constants are conventions (vector work is
   memory-bound on every supported device either way).
+- ``_foreach_*`` (tensor lists): the element rule of ``_foreach`` over list shapes; Kineto records
+  none, so the caller supplies them (``bandwidth`` infers them from the trace's ``AccumulateGrad``
+  gradients, checked against the multi_tensor_apply kernels' block count) with the element size as
+  ``elem_size_hint``.
 - ``dtype``: the compute dtype that selects the peak (``bf16``, ``fp16``, ``fp32``, ``tf32``, ``fp8``,
   ``fp64``); ``tensor`` is True for GEMM/convolution/attention, which run against the tensor-core peak
   of that dtype; other work runs against the non-tensor-core fp32 peak.
@@ -604,6 +608,48 @@ def _cat(args: list[Arg], elem_size: int | None) -> Cost:
     return Cost(0, elem_size * (sum(p.distinct for p in parts) + out_n), "fp32", False, "cat")
 
 
+FOREACH_CHUNK = 65536  # elements per thread block of PyTorch's multi_tensor_apply (kChunkSize)
+
+
+def foreach_chunks(shapes: list[list[int]]) -> int:
+    """Thread blocks PyTorch's ``multi_tensor_apply`` launches for a tensor list (summed over its
+    launches): one per started chunk of ``FOREACH_CHUNK`` elements of each tensor."""
+    return sum(-(-math.prod(s) // FOREACH_CHUNK) for s in shapes)
+
+
+def _foreach(base: str, args: list[Arg], elem_size: int | None) -> Cost:
+    """``_foreach_*`` over tensor lists: every list of one call has the same shapes. N = elements of one
+    list. Elementwise families (in place or not) read each tensor-list argument once and write one
+    list: ``(lists + 1)·N`` elements, N FLOPs, except ``addcmul`` with two same-shaped multiplicand
+    lists, read as one list (torch.optim's only use is ``addcmul_(state, grads, grads)``, the squared
+    gradient, so the second read is of the same memory; a lower bound either way); ``copy_`` reads one list and writes one (2·N);
+    ``zero_`` writes one (N); ``norm`` reads one (N) and writes one value per tensor. 0-dim tensor
+    arguments (a tensor scalar) add their element."""
+    lists = [a for a in args if a.type == "TensorList"]
+    if not lists or not all(isinstance(a.shape, list) and a.shape and all(isinstance(s, list) for s in a.shape)
+                            for a in lists):
+        raise NoRule("tensor-list shapes not recorded by the profiler")
+    if not elem_size:
+        raise NoRule("tensor-list element dtype not recorded")
+    n = sum(math.prod(s) for s in lists[0].shape)
+    if any(sum(math.prod(s) for s in a.shape) != n for a in lists[1:]):
+        raise NoRule("tensor lists of different sizes")
+    scalars = sum(a.read_bytes for a in args if a.is_tensor)
+    stem = base[len("_foreach_"):].rstrip("_")
+    if stem == "zero":
+        return Cost(0, n * elem_size, "fp32", False, "foreach")
+    if stem == "copy":
+        return Cost(0, 2 * n * elem_size, "fp32", False, "foreach")
+    if stem == "norm":
+        return Cost(n, (n + len(lists[0].shape)) * elem_size + scalars, "fp32", False, "foreach")
+    reads = len(lists)
+    if stem == "addcmul" and len(lists) == 3 and lists[1].shape == lists[2].shape:
+        reads = 2  # tensor1 is tensor2 in every torch.optim call (v += c * g * g): read once
+    if stem in UNARY or stem in BINARY:
+        return Cost(n, (reads + 1) * n * elem_size + scalars, "fp32", False, "foreach")
+    raise NoRule(f"no rule for {base}")
+
+
 # Dtype words in kernel names -> the Kineto dtype name they stand for. Used only for operators recorded
 # with shapes but without dtypes (Nsight Systems NVTX ranges from emit_nvtx): see ``kernel_name_dtype``.
 # A word must not be glued to a preceding letter ("bf16" is not "f16", "tfloat32" is not "float").
@@ -674,7 +720,8 @@ def model_op(name: str, dims: str | None, types: str | None, strides: str | None
 
     ``tf32_matmul``/``tf32_conv``: whether fp32 GEMMs/convolutions were allowed to use TF32 tensor cores
     (they then run against the TF32 peak). ``elem_size_hint``: element size for tensor-list inputs
-    whose dtype Kineto does not record (``cat``), taken from the kernel name by the caller.
+    whose dtype Kineto does not record (``cat``: from the kernel name; ``_foreach_*``: from the
+    gradients the list shapes were inferred from), given by the caller.
     """
     base = name.split("::", 1)[1] if isinstance(name, str) and name.startswith("aten::") else None
     if base is None:
@@ -689,7 +736,7 @@ def model_op(name: str, dims: str | None, types: str | None, strides: str | None
         if base in VIEWS:
             return Cost(0, 0, None, False, "view")
         if base.startswith("_foreach_"):
-            raise NoRule("tensor-list shapes not recorded by the profiler")
+            return _foreach(base, args, elem_size_hint)
         if stem in UNARY or stem in BINARY or stem in COMPARE or base == "native_dropout_backward":
             return _elementwise(stem, inplace, args)
         if base == "native_dropout":
