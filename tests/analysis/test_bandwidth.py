@@ -172,6 +172,19 @@ def test_peak_table_rows_are_sourced_and_dense():
         assert r["bf16_tflops"] > r["fp32_matrix_tflops"] >= r["fp32_tflops"]
 
 
+def test_user_table_overrides_a_package_row(tmp_path, monkeypatch):
+    # a user row for a device the package knows wins (searched first); empty cells are unknown
+    user = tmp_path / "mine.csv"
+    user.write_text("device,match,mem_bw_gbps,fp32_tflops,bf16_tflops,l2_mb,source\n"
+                    "My H200,H200,4000,60,900,,nvbandwidth on our node\n")
+    row = match_device("NVIDIA H200", load_peaks(user))
+    assert (row["device"], row["mem_bw_gbps"], row["l2_mb"], row["source"]) == (
+        "My H200", 4000.0, None, "nvbandwidth on our node")
+    monkeypatch.setenv("KERNELSCOPE_DEVICE_PEAKS", str(user))
+    assert match_device("NVIDIA H200", load_peaks())["device"] == "My H200"
+    assert match_device("NVIDIA H100 PCIe", load_peaks())["device"] == "NVIDIA H100 PCIe"  # others untouched
+
+
 def test_bad_peak_table_is_a_user_error(tmp_path, monkeypatch):
     bad = tmp_path / "p.csv"
     bad.write_text("device,match\nX,(\n")
