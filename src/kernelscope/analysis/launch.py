@@ -123,50 +123,49 @@ FROM {x} x WHERE term OR kind <> 'kernel'
 GROUP BY 1 ORDER BY 1
 """
 
-_DIST_SQL = """
-WITH u AS (
-  UNPIVOT (SELECT lq_ns, api_ns, queue_ns, dispatch_ns, launch_delay_ns FROM {x} x WHERE term)
-  ON lq_ns, api_ns, queue_ns, dispatch_ns, launch_delay_ns INTO NAME metric VALUE v
-)
-SELECT metric, count(*) AS count,
-       CAST(quantile_disc(v, 0.5) AS BIGINT) AS median_ns, CAST(quantile_disc(v, 0.9) AS BIGINT) AS p90_ns,
-       CAST(quantile_disc(v, 0.99) AS BIGINT) AS p99_ns, CAST(max(v) AS BIGINT) AS max_ns
-FROM u GROUP BY metric
-"""
+# One aggregate pass (no unpivot): quantile_disc per column, then one row per metric in Python.
+_DIST_METRICS = ("lq_ns", "api_ns", "queue_ns", "dispatch_ns", "launch_delay_ns")
+_DIST_SQL = "SELECT count(*) AS n, " + ", ".join(
+    f"quantile_disc({m}, [0.5, 0.9, 0.99]) AS {m}_q, max({m}) AS {m}_max" for m in _DIST_METRICS
+) + " FROM {x} x WHERE term"
 
 # Per operator instance: TKLQT terms, launch-call time and the union of its activities' intervals;
 # then summed per operator name. {link} is 'top_op_id' or 'leaf_op_id' (chosen here, never user input).
 _PER_OP_SQL = """
-WITH terms AS (
-  SELECT {link} AS op_id, count(*) FILTER (WHERE kind = 'kernel' AND NOT is_graph) AS kernels,
-         count(*) FILTER (WHERE is_graph) AS graph_launches,
-         sum(lq_ns) AS tklqt_ns, sum(api_ns) AS api_ns, sum(queue_ns) AS queue_ns,
-         sum(dispatch_ns) AS dispatch_ns, sum(launch_delay_ns) AS launch_delay_ns
-  FROM {x} x WHERE term GROUP BY 1
-),
-gk AS (  -- graph node kernels per operator (counted as kernels of the operator, beside the launches)
-  SELECT {link} AS op_id, count(*) AS graph_kernels FROM {x} x WHERE is_graph AND kind = 'kernel' GROUP BY 1
+WITH agg AS (  -- one pass per operator instance; acts/sum_ns/min/max give the union of a lone activity
+  SELECT {link} AS op_id,
+         count(*) FILTER (WHERE term AND kind = 'kernel' AND NOT is_graph) AS kernels,
+         count(*) FILTER (WHERE term AND is_graph) AS graph_launches,
+         count(*) FILTER (WHERE is_graph AND kind = 'kernel') AS graph_kernels,
+         count(*) FILTER (WHERE term) AS terms,
+         sum(lq_ns) FILTER (WHERE term) AS tklqt_ns, sum(api_ns) FILTER (WHERE term) AS api_ns,
+         sum(queue_ns) FILTER (WHERE term) AS queue_ns, sum(dispatch_ns) FILTER (WHERE term) AS dispatch_ns,
+         sum(launch_delay_ns) FILTER (WHERE term) AS launch_delay_ns,
+         count(*) AS acts, max(greatest(0, end_ns - start_ns)) AS lone_union_ns
+  FROM {x} x GROUP BY 1
 ),
 calls AS (
   SELECT {link} AS op_id, CAST(sum(dur_ns) AS BIGINT) AS launch_api_ns
   FROM launches WHERE trace_id = $t AND activities > 0 AND {link} IS NOT NULL GROUP BY 1
 ),
-o AS (
+o AS (  -- instances with several activities only: the union needs them in start order
   SELECT {link} AS op_id, start_ns, end_ns,
          max(end_ns) OVER (PARTITION BY {link} ORDER BY start_ns, end_ns
                            ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
-  FROM {x} x WHERE {link} IS NOT NULL
+  FROM {x} x WHERE {link} IN (SELECT op_id FROM agg WHERE acts > 1 AND terms > 0 AND op_id IS NOT NULL)
 ),
 un AS (  -- sorted by start, each interval adds the part past the running max end of those before it
   SELECT op_id, sum(greatest(0, end_ns - greatest(start_ns, coalesce(prev_end, start_ns)))) AS gpu_union_ns
   FROM o GROUP BY op_id
 ),
 inst AS (
-  SELECT t.op_id, t.kernels, t.graph_launches, coalesce(gk.graph_kernels, 0) AS graph_kernels,
+  SELECT t.op_id, t.kernels, t.graph_launches, t.graph_kernels,
          t.tklqt_ns, t.api_ns, t.queue_ns, t.dispatch_ns, t.launch_delay_ns,
-         coalesce(c.launch_api_ns, 0) AS launch_api_ns, coalesce(un.gpu_union_ns, 0) AS gpu_union_ns
-  FROM terms t LEFT JOIN gk ON gk.op_id IS NOT DISTINCT FROM t.op_id
-  LEFT JOIN calls c ON c.op_id = t.op_id LEFT JOIN un ON un.op_id = t.op_id
+         coalesce(c.launch_api_ns, 0) AS launch_api_ns,
+         CASE WHEN t.op_id IS NULL THEN 0 WHEN t.acts = 1 THEN t.lone_union_ns
+              ELSE coalesce(un.gpu_union_ns, 0) END AS gpu_union_ns
+  FROM agg t LEFT JOIN calls c ON c.op_id = t.op_id LEFT JOIN un ON un.op_id = t.op_id
+  WHERE t.terms > 0
 )
 SELECT op.name AS name, count(*) FILTER (WHERE inst.op_id IS NOT NULL) AS calls,
        CAST(sum(kernels) AS BIGINT) AS kernels, CAST(sum(graph_kernels) AS BIGINT) AS graph_kernels,
@@ -176,7 +175,7 @@ SELECT op.name AS name, count(*) FILTER (WHERE inst.op_id IS NOT NULL) AS calls,
        CAST(sum(launch_delay_ns) AS BIGINT) AS launch_delay_ns,
        CAST(sum(launch_api_ns) AS BIGINT) AS launch_api_ns, CAST(sum(gpu_union_ns) AS BIGINT) AS gpu_union_ns,
        count(*) FILTER (WHERE inst.op_id IS NOT NULL AND launch_api_ns > gpu_union_ns) AS launch_bound_calls
-FROM inst LEFT JOIN cpu_ops op ON op.trace_id = $t AND op.op_id = inst.op_id
+FROM inst LEFT JOIN (SELECT op_id, name FROM cpu_ops WHERE trace_id = $t) op ON op.op_id = inst.op_id
 GROUP BY op.name
 ORDER BY tklqt_ns DESC, name NULLS LAST
 """
@@ -240,6 +239,20 @@ def tklqt(store, trace_id: str) -> dict[str, Any]:
     return {"tklqt_ns": tk, "gpu_span_ns": span, "mean_queue_depth": round(tk / span, 6) if span else None}
 
 
+def _distribution(row: pd.DataFrame) -> pd.DataFrame:
+    """One row per metric (count, median, p90, p99, max; nearest-rank) from the one-row _DIST_SQL result;
+    no rows when there is no TKLQT term."""
+    n = int(row["n"].iloc[0])
+    recs = []
+    for m in _DIST_METRICS if n else ():
+        q = [int(v) for v in row[f"{m}_q"].iloc[0]]
+        recs.append({"metric": m, "count": n, "median_ns": q[0], "p90_ns": q[1], "p99_ns": q[2],
+                     "max_ns": int(row[f"{m}_max"].iloc[0])})
+    df = pd.DataFrame(recs, columns=["metric", "count", "median_ns", "p90_ns", "p99_ns", "max_ns"])
+    return df.astype({"count": "int64", "median_ns": "int64", "p90_ns": "int64", "p99_ns": "int64",
+                      "max_ns": "int64"})
+
+
 def _one(store, sql: str, t: str) -> dict[str, Any]:
     df = store.query(sql, {"t": t})
     return {c: _py(df[c].iloc[0]) for c in df.columns} if len(df) else {}
@@ -288,11 +301,7 @@ def _launch(store, t: str, x: str) -> Result:
         "negative_lq": int(tot["negative_lq"]),
     }
     by_kind = sq(_BY_KIND_SQL)
-    dist = sq(_DIST_SQL)
-    order = ["lq_ns", "api_ns", "queue_ns", "dispatch_ns", "launch_delay_ns"]
-    dist["metric"] = pd.Categorical(dist["metric"], categories=order, ordered=True)
-    dist = dist.sort_values("metric").reset_index(drop=True)
-    dist["metric"] = dist["metric"].astype(str)
+    dist = _distribution(sq(_DIST_SQL))
     per_op = sq(_PER_OP_SQL, link="top_op_id")
     per_leaf = sq(_PER_OP_SQL, link="leaf_op_id")
     for df in (per_op, per_leaf):

@@ -239,12 +239,19 @@ def evaluate(res: dict[str, Result]) -> tuple[list[dict], list[str]]:
     return findings, skipped
 
 
-def recommend(store, trace_id: str) -> Result:
+def recommend(store, trace_id: str, results: dict[str, Result] | None = None) -> Result:
     """Run the cited analyses on ``trace_id`` and check every rule (module docstring). An analysis that
-    fails (a KernelscopeError) becomes a warning and the rules needing it are skipped."""
+    fails (a KernelscopeError) becomes a warning and the rules needing it are skipped.
+
+    ``results``: analyses already run on this trace by the caller (name -> Result, e.g. the report's or
+    the dashboard's), reused as they are; only the missing ones are run, each once."""
     res: dict[str, Result] = {}
     warnings: list[str] = []
+    given = results or {}
     for name, fn in _sources().items():
+        if name in given:
+            res[name] = given[name]
+            continue
         try:
             res[name] = fn(store, trace_id)
         except KernelscopeError as e:
