@@ -455,17 +455,19 @@ def bandwidth(store, trace_id: str, *, peaks: str | Path | None = None, device: 
     g["activities"] = np.bincount(gi, weights=acts, minlength=n).astype("int64") if n else []
     _add_rates(g)  # intensity and bound are properties of a group (same calls, same peaks)
 
-    # Rates of every instance, for the above-peak counts (vectorised over all instances).
-    fl, by = _floats(g["flops"])[gi], _floats(g["bytes"])[gi]
-    pbw, pfl = _floats(g["peak_gbps"])[gi], _floats(g["peak_tflops"])[gi]
-    fits = g["fits_cache"].to_numpy(bool)[gi]
+    # Above-peak counts over every instance: an instance is above a peak when its GPU time is shorter
+    # than the time the peak needs for its group's bytes (FLOPs): ns < bytes / peak_gbps.
+    gb, gf = _floats(g["bytes"]), _floats(g["flops"])
+    gpbw, gpfl = _floats(g["peak_gbps"]), _floats(g["peak_tflops"])
+    gfits = g["fits_cache"].to_numpy(bool)
     with np.errstate(divide="ignore", invalid="ignore"):
-        nsf = np.where(ns > 0, ns.astype(float), np.nan)
-        i_gbps, i_tflops = by / nsf, fl / nsf / 1e3
-        i_pbw, i_pfl = 100 * i_gbps / pbw, 100 * i_tflops / pfl
-        over_bw, over_fl = i_pbw > 100, i_pfl > 100
+        need_bw = np.nan_to_num(gb / gpbw, nan=-1.0)
+        need_fl = np.nan_to_num(gf / (gpfl * 1e3), nan=-1.0)
+    pos = ns > 0
+    over_bw = (ns < need_bw[gi]) & pos
+    over_fl = (ns < need_fl[gi]) & pos
     above = int((over_bw | over_fl).sum())
-    unexplained = int(((over_bw & ~fits) | over_fl).sum())
+    unexplained = int(((over_bw & ~gfits[gi]) | over_fl).sum())
     cached = above - unexplained
 
     # Measured bytes per instance (explicit, else Nsight Compute rows in the store).
@@ -487,7 +489,7 @@ def bandwidth(store, trace_id: str, *, peaks: str | Path | None = None, device: 
         m_inst = np.full(len(op_ids), np.nan)
         m_inst[order[at[hit]]] = mb[hit]
 
-    sig = _signatures(g, gi, ns, m_inst, by)
+    sig = _signatures(g, gi, ns, m_inst, gb)
     sig_of = g["signature"].to_numpy("int64")[gi] if n else np.zeros(0, "int64")
 
     # per_instance: the top instances of each signature by GPU time (ties: lower op id), or all.
@@ -502,20 +504,25 @@ def bandwidth(store, trace_id: str, *, peaks: str | Path | None = None, device: 
     inst["rule"] = _repeat(g["rule"], kg)
     inst["dtype_source"] = _repeat(g["dtype_source"], kg)
     inst["shapes_source"] = _repeat(g["shapes_source"], kg)
-    inst["achieved_gbps"], inst["achieved_tflops"] = i_gbps[keep], i_tflops[keep]
-    inst["pct_peak_bw"], inst["pct_peak_flops"] = i_pbw[keep], i_pfl[keep]
+    kb, kpbw, kpfl = gb[kg], gpbw[kg], gpfl[kg]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        nsf = np.where(ns[keep] > 0, ns[keep].astype(float), np.nan)
+        i_gbps, i_tflops = kb / nsf, gf[kg] / nsf / 1e3
+        i_pbw, i_pfl = 100 * i_gbps / kpbw, 100 * i_tflops / kpfl
+    inst["achieved_gbps"], inst["achieved_tflops"] = i_gbps, i_tflops
+    inst["pct_peak_bw"], inst["pct_peak_flops"] = i_pbw, i_pfl
     inst["intensity"] = _floats(g["intensity"])[kg]
     inst["bound"] = _repeat(g["bound"], kg)
-    inst["fits_cache"] = fits[keep]
-    inst["peak_gbps"], inst["peak_tflops"] = pbw[keep], pfl[keep]
-    inst["note"] = _notes(i_pbw[keep], i_pfl[keep], fits[keep], by[keep], _floats(g["l2_bytes"])[kg])
+    inst["fits_cache"] = gfits[kg]
+    inst["peak_gbps"], inst["peak_tflops"] = kpbw, kpfl
+    inst["note"] = _notes(i_pbw, i_pfl, gfits[kg], kb, _floats(g["l2_bytes"])[kg])
     if m_inst is not None:
         mk = pd.array(np.where(np.isnan(m_inst[keep]), 0, m_inst[keep]).astype("int64"), dtype="Int64")
         mk[np.isnan(m_inst[keep])] = pd.NA
         inst["measured_bytes"] = mk
         with np.errstate(divide="ignore", invalid="ignore"):
-            inst["measured_gbps"] = m_inst[keep] / nsf[keep]
-            inst["modelled_over_measured"] = by[keep] / np.where(m_inst[keep] > 0, m_inst[keep], np.nan)
+            inst["measured_gbps"] = m_inst[keep] / nsf
+            inst["modelled_over_measured"] = kb / np.where(m_inst[keep] > 0, m_inst[keep], np.nan)
         if measured_k is not None and "ncu_duration_ns" in measured.columns:
             d = measured.set_index("op_id")["ncu_duration_ns"]
             inst["ncu_duration_ns"] = pd.array(d.reindex(inst["op_id"]).to_numpy(), dtype="Int64")
@@ -591,7 +598,7 @@ def bandwidth(store, trace_id: str, *, peaks: str | Path | None = None, device: 
     if m_inst is not None:
         has = ~np.isnan(m_inst)
         mb_sum = int(m_inst[has].sum())
-        mod = by[has]
+        mod = gb[gi[has]]
         mod_sum = int(np.nansum(mod)) if np.isfinite(mod).all() else None
         scalars.update(measured_instances=int(has.sum()), measured_bytes=mb_sum, measured_modelled_bytes=mod_sum,
                        modelled_over_measured=(mod_sum / mb_sum if mod_sum is not None and mb_sum else None))
@@ -730,7 +737,7 @@ def _signatures(g: pd.DataFrame, gi: np.ndarray, ns: np.ndarray, measured: np.nd
                 nbytes: np.ndarray) -> pd.DataFrame:
     """Per signature (name + input shapes + dtypes), from the groups of identical calls: sums, and rates
     over the summed time; flops/bytes null when any call is unmodelled. With ``measured`` (bytes per
-    instance, NaN = not measured): ``measured_calls``, ``measured_bytes`` (their sum), ``measured_gbps``
+    instance, NaN = not measured; ``nbytes``: modelled bytes per call of each group): ``measured_calls``, ``measured_bytes`` (their sum), ``measured_gbps``
     (over those instances' GPU time) and ``modelled_over_measured`` (their modelled bytes / measured
     bytes). Sorted by GPU time; ``g`` gets a ``signature`` column: its row number in this table."""
     key = ["name", "input_dims", "input_types"]
@@ -751,8 +758,8 @@ def _signatures(g: pd.DataFrame, gi: np.ndarray, ns: np.ndarray, measured: np.nd
         x["m_calls"] = np.bincount(gi, weights=has, minlength=n)
         x["m_bytes"] = np.bincount(gi[has], weights=measured[has], minlength=n)
         x["m_ns"] = np.bincount(gi[has], weights=ns[has], minlength=n)
-        x["m_model"] = np.bincount(gi[has], weights=np.nan_to_num(nbytes[has]), minlength=n)
-        x["m_missing"] = np.bincount(gi[has], weights=np.isnan(nbytes[has]), minlength=n) > 0
+        x["m_model"] = x["m_calls"].to_numpy() * np.nan_to_num(nbytes)
+        x["m_missing"] = (x["m_calls"].to_numpy() > 0) & np.isnan(nbytes)
         agg.update(measured_calls=("m_calls", "sum"), measured_bytes=("m_bytes", "sum"), m_ns=("m_ns", "sum"),
                    m_model=("m_model", "sum"), m_missing=("m_missing", "any"))
     sig = x.groupby(key, dropna=False, sort=False).agg(**agg).reset_index()
