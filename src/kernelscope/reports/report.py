@@ -22,6 +22,7 @@ from .. import __version__
 from .blocks import Context, Section, Table
 from .overview import overview_section
 from . import bound as _bound, launch as _launch, sweep as _sweep  # issue 5: launch, bound-ness, sweep
+from . import power as _power, roofline as _roofline  # issue 5: bandwidth/roofline, power
 
 
 # One line per section, in report order.
@@ -31,6 +32,8 @@ SECTIONS = [
     _launch.launch_section,
     _bound.bound_section,
     _sweep.sweep_section,  # only with several traces or --by
+    _roofline.roofline_section,
+    _power.power_section,
 ]
 
 
