@@ -31,11 +31,14 @@ from ..storage.queries import resolve_trace
 from ..storage.store import open_store
 from .pages import overview, traces
 from .pages import bound, launch, sweep  # pages 5-6 (issue 5)
+from .pages import operators, timeline  # pages 3-4 (issue 5)
 from .pages.common import message
 
 # Pages of one trace, in nav order: /trace/<ref>/<name>. Add a page with one line here.
 TRACE_PAGES = {
     "overview": overview,
+    "timeline": timeline,
+    "operators": operators,
     "launch": launch,
     "bound": bound,
 }

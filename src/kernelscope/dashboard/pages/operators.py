@@ -1,0 +1,208 @@
+"""Operators of one trace: one row per operator name with its calls, CPU time, GPU time, kernels, TKLQT,
+FLOPs, achieved GB/s and % of peak; selecting a row lists the operator's kernels and links to the
+Timeline with the operator highlighted.
+
+URL state: ``level`` ('leaf' default: the operators GPU work is attributed to, where FLOPs and bytes are
+modelled; 'top': top-level operators) and ``op`` (the selected name).
+
+Where the numbers come from (none is recomputed here):
+
+- ``count``, ``cpu_ms``: every instance of the name (top-level instances at level 'top') and the sum of
+  their durations (``timeline_data.op_cpu_times``; no analysis returns CPU time per operator).
+- ``calls_gpu``, ``kernels``, ``gpu_ms`` (``gpu_union_ns``: per instance the union of its GPU
+  activities, summed), ``tklqt_ms``: the launch analysis, table ``per_leaf_op`` (level 'leaf') or
+  ``per_op`` (level 'top').
+- ``gflop``, ``gbps``, ``pct_peak`` (level 'leaf' only): the bandwidth analysis's ``per_signature`` rows
+  of the name: FLOPs summed; GB/s and % of peak are the signatures' own values weighted by their
+  ``gpu_ns`` (for one signature exactly the analysis's value; for several, GB/s equals summed bytes over
+  summed GPU time). % of peak is each signature's bound side: ``pct_peak_flops`` when ``bound`` is
+  'compute', else ``pct_peak_bw``. Unmodelled signatures are left out of these three columns.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import quote, urlencode
+
+import dash
+import numpy as np
+import pandas as pd
+from dash import Input, Output, State, dcc, html
+
+from ...analysis.registry import get_analysis
+from ...reports import timeline_data as td
+from ...storage.store import open_store
+from ...units import NS_PER_MS
+from .common import message, table
+
+TITLE = "Operators"
+TABLE_ID = "operators-table"
+LEVELS = {"leaf": "leaf operators (where GPU work is attributed)", "top": "top-level operators"}
+COLUMNS = [("name", "operator", "text"), ("count", "calls", "numeric"), ("cpu_ms", "CPU time (ms)", "numeric"),
+           ("calls_gpu", "calls with GPU work", "numeric"), ("kernels", "kernels", "numeric"),
+           ("gpu_ms", "GPU time (ms)", "numeric"), ("tklqt_ms", "TKLQT (ms)", "numeric"),
+           ("gflop", "GFLOP", "numeric"), ("gbps", "GB/s", "numeric"), ("pct_peak", "% of peak", "numeric")]
+
+
+def _bandwidth_by_name(sig: pd.DataFrame) -> pd.DataFrame:
+    """Per name over its modelled signatures: flops summed, gbps and pct_peak weighted by gpu_ns."""
+    cols = ["name", "flops", "gbps", "pct_peak"]
+    if sig.empty:
+        return pd.DataFrame(columns=cols)
+    s = sig[sig["bytes"].notna() & (sig["gpu_ns"] > 0)].copy()
+    if s.empty:
+        return pd.DataFrame(columns=cols)
+    s["pct"] = np.where(s["bound"] == "compute", s["pct_peak_flops"], s["pct_peak_bw"]).astype("float64")
+    s["w"] = s["gpu_ns"].astype("float64")
+    s["gw"] = s["achieved_gbps"].astype("float64") * s["w"]
+    s["pw"] = s["pct"] * s["w"]
+    s["pv"] = s["pct"].notna() * s["w"]
+    g = s.groupby("name", sort=False).agg(flops=("flops", "sum"), gw=("gw", "sum"), w=("w", "sum"),
+                                          pw=("pw", "sum"), pv=("pv", "sum")).reset_index()
+    g["gbps"] = g["gw"] / g["w"]
+    g["pct_peak"] = np.where(g["pv"] > 0, g["pw"] / g["pv"].where(g["pv"] > 0, 1), np.nan)
+    return g[cols]
+
+
+def operator_table(store, trace_id: str, level: str = "leaf") -> tuple[pd.DataFrame, list[str]]:
+    """The operator table (module docstring) sorted by GPU time, and the analyses' warnings. Cached per
+    process and trace (a stored trace never changes; the analyses take seconds on 1M kernels)."""
+    info = td.trace_info(store, trace_id)
+    key = ("operators", str(getattr(store, "path", "")), trace_id, info and info["ingested_ns"], level)
+    df, warnings = td.cached(key, lambda: _operator_table(store, trace_id, level))
+    return df.copy(), list(warnings)
+
+
+def _operator_table(store, trace_id: str, level: str) -> tuple[pd.DataFrame, list[str]]:
+    launch = get_analysis("launch").fn(store, trace_id)
+    per = launch.tables["per_leaf_op" if level == "leaf" else "per_op"]
+    per = per[per["name"].notna()][["name", "calls", "kernels", "gpu_union_ns", "tklqt_ns"]]
+    cpu = td.op_cpu_times(store, trace_id, level)
+    df = cpu.merge(per, on="name", how="outer")
+    warnings = list(launch.warnings)
+    if level == "leaf":
+        bw = get_analysis("bandwidth").fn(store, trace_id)
+        warnings += list(bw.warnings)
+        df = df.merge(_bandwidth_by_name(bw.tables["per_signature"]), on="name", how="left")
+    else:
+        df["flops"] = df["gbps"] = df["pct_peak"] = np.nan
+    out = pd.DataFrame({
+        "name": df["name"], "id": df["name"],
+        "count": df["count"].fillna(0).astype("int64"),
+        "cpu_ms": (df["cpu_ns"] / NS_PER_MS).round(3),
+        "calls_gpu": df["calls"].fillna(0).astype("int64"),
+        "kernels": df["kernels"].fillna(0).astype("int64"),
+        "gpu_ms": (df["gpu_union_ns"] / NS_PER_MS).round(3),
+        "tklqt_ms": (df["tklqt_ns"] / NS_PER_MS).round(3),
+        "gflop": (df["flops"].astype("float64") / 1e9).round(3),
+        "gbps": df["gbps"].astype("float64").round(1),
+        "pct_peak": df["pct_peak"].astype("float64").round(1),
+        "gpu_union_ns": df["gpu_union_ns"],
+    })
+    out = out.sort_values(["gpu_union_ns", "cpu_ms"], ascending=False, na_position="last")
+    return out.drop(columns="gpu_union_ns").reset_index(drop=True), warnings
+
+
+def detail(store, trace_id: str, name: str | None, level: str) -> list:
+    """The selected operator's kernels, its signatures (level 'leaf') and the Timeline link."""
+    if not name:
+        return [html.P("Select an operator (click its row) to list its kernels.", className="ks-hint",
+                       id="operators-hint")]
+    k = td.op_kernels(store, trace_id, name, level)
+    link = dcc.Link(f"Show {name} on the Timeline", id="operators-timeline-link",
+                    href=f"/trace/{trace_id}/timeline?" + urlencode({"op": name}))
+    out = [html.H3(f"Kernels of {name}"), html.P(link)]
+    if k.empty:
+        out.append(message(f"No GPU activity is attributed to {name} ({LEVELS[level]}).", "msg-op-no-kernels"))
+        return out
+    k["total_ms"] = (k["total_ns"] / NS_PER_MS).round(3)
+    k["mean_us"] = (k["mean_ns"] / 1000).round(2)
+    k["where"] = [f"GPU {d} stream {s}" for d, s in zip(k["device"], k["stream"])]
+    out.append(table(k, [("name", "kernel", "text"), ("kind", "kind", "text"), ("count", "count", "numeric"),
+                         ("total_ms", "total (ms)", "numeric"), ("mean_us", "mean (µs)", "numeric"),
+                         ("where", "stream", "text")], "operator-kernels",
+                     tooltip_data=[{"name": n} for n in k["name"]], tooltip_duration=None, page_size=50))
+    return out
+
+
+def content(store, trace_id: str, level: str, name: str | None) -> list:
+    """The table, the analyses' warnings and the selection's detail for one level."""
+    df, warnings = operator_table(store, trace_id, level)
+    if df.empty:
+        return [message("This trace has no CPU operators, so there is no operator table.", "msg-no-operators")]
+    head = []
+    if level == "top":
+        head.append(html.P("FLOPs, GB/s and % of peak are modelled per leaf operator: switch to leaf operators "
+                           "to see them.", className="ks-hint"))
+    if df["kernels"].sum() == 0:
+        head.append(message("No GPU activity is attributed to any operator in this trace (a CPU-only trace): "
+                            "GPU time, kernels and TKLQT are empty.", "msg-no-gpu"))
+    sel = [i for i, n in enumerate(df["name"]) if n == name]
+    tbl = table(df, COLUMNS, TABLE_ID, filter_action="native", page_size=25,
+                tooltip_data=[{"name": str(n)} for n in df["name"]], tooltip_duration=None,
+                active_cell={"row": sel[0], "column": 0, "column_id": "name", "row_id": name} if sel else None)
+    return head + [html.P("TKLQT: total kernel launch-and-queue time (docs/metrics.md). Type in a column's "
+                          "filter cell to filter, click a header to sort, click a row to select.",
+                          className="ks-hint"), tbl] \
+        + [html.P("⚠ " + w, className="ks-warning") for w in warnings] \
+        + [html.Div(detail(store, trace_id, name, level), id="operators-detail")]
+
+
+def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
+    params = params or {}
+    level = params.get("level") if params.get("level") in LEVELS else "leaf"
+    return html.Div([
+        dcc.Store(id="operators-trace", data=trace_id),
+        html.H2("Operators"),
+        dcc.RadioItems(id="operators-level", value=level, inline=True,
+                       options=[{"label": f" {v}  ", "value": k} for k, v in LEVELS.items()]),
+        html.Div(content(store, trace_id, level, params.get("op") or None), id="operators-content"),
+    ])
+
+
+def select(db_path, trace_id: str, active_cell: dict | None, level: str | None, search: str | None):
+    """The row-click / level callback as a plain function: (detail children, new search) or None."""
+    from ..app import url_params
+
+    params = url_params(search)
+    level = level if level in LEVELS else "leaf"
+    if active_cell is None or not active_cell.get("row_id"):
+        return None
+    name = str(active_cell["row_id"])
+    with open_store(db_path, read_only=True) as store:
+        children = detail(store, trace_id, name, level)
+    p = {k: v for k, v in params.items() if k not in ("op",)} | {"op": name}
+    return children, "?" + urlencode(p, quote_via=quote)
+
+
+def relevel(db_path, trace_id: str, level: str, search: str | None):
+    """The level callback as a plain function: (content children, new search), or None when the URL
+    already shows that level."""
+    from ..app import url_params
+
+    params = url_params(search)
+    level = level if level in LEVELS else "leaf"
+    if level == (params.get("level") if params.get("level") in LEVELS else "leaf"):
+        return None  # the page already shows this level (the radio fires when the page is drawn)
+    with open_store(db_path, read_only=True) as store:
+        children = content(store, trace_id, level, params.get("op") or None)
+    return children, "?" + urlencode(params | {"level": level}, quote_via=quote)
+
+
+def register(app, db_path) -> None:
+    @app.callback(Output("operators-detail", "children"), Output("url", "search", allow_duplicate=True),
+                  Input(TABLE_ID, "active_cell"), State("operators-level", "value"),
+                  State("operators-trace", "data"), State("url", "search"), prevent_initial_call=True)
+    def _operators_select(active_cell, level, trace_id, search):
+        out = select(db_path, trace_id, active_cell, level, search)
+        if out is None:
+            raise dash.exceptions.PreventUpdate
+        return out
+
+    @app.callback(Output("operators-content", "children"), Output("url", "search", allow_duplicate=True),
+                  Input("operators-level", "value"), State("operators-trace", "data"), State("url", "search"),
+                  prevent_initial_call=True)
+    def _operators_level(level, trace_id, search):
+        out = relevel(db_path, trace_id, level, search)
+        if out is None:
+            raise dash.exceptions.PreventUpdate
+        return out

@@ -1,0 +1,215 @@
+"""Figure builders of the Timeline: DataFrames in (from ``reports.timeline_data``), Plotly figures out.
+
+One shared x axis in ms since the trace's first event (the *origin*). The top subplot holds one row per
+lane (annotations, CPU operators per thread and depth, CUDA API calls per thread, GPU streams); below it,
+when the trace has telemetry in the window, power (W), SM clock (MHz) and GPU utilisation (%).
+
+Never one shape per event (DESIGN.md "Dashboard"): zoomed out every lane is one row of a single heatmap
+of busy % per bin; zoomed in, each lane (and event kind) is one WebGL line trace whose segments are
+separated by NaN. The selection adds one highlight trace and one trace of launch->kernel flow lines.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from ..units import NS_PER_MS
+
+LANE_PX = 26
+TELEMETRY = [("power_mw", "power (W)", 1e-3), ("sm_clock_mhz", "SM clock (MHz)", 1.0),
+             ("gpu_util_pct", "GPU util (%)", 1.0)]
+_COLORS = {"cpu": ["#2563eb", "#0891b2", "#7c3aed", "#db2777", "#ea580c", "#65a30d"],
+           "api": "#6b7280", "ann": "#a16207",
+           "kernel": "#1d4ed8", "memcpy": "#ea580c", "memset": "#16a34a"}
+SELECT_COLOR = "#dc2626"
+LANE_KEY = ["src", "k1", "k2", "k3"]
+NAME_CHARS = 60
+
+
+def to_ms(ns, origin: int):
+    """ns since the epoch -> ms since ``origin`` (float)."""
+    return (np.asarray(ns, dtype=np.int64) - int(origin)) / NS_PER_MS
+
+
+def segments(start_ns, end_ns, origin: int, y: float) -> tuple[np.ndarray, np.ndarray]:
+    """x (ms) and y arrays drawing one horizontal segment per interval, separated by NaN:
+    ``[s0, e0, nan, s1, e1, nan, ...]``."""
+    n = len(start_ns)
+    x = np.full(3 * n, np.nan)
+    x[0::3] = to_ms(start_ns, origin)
+    x[1::3] = to_ms(end_ns, origin)
+    yy = np.full(3 * n, np.nan)
+    yy[0::3] = y
+    yy[1::3] = y
+    return x, yy
+
+
+def _per_point(values, n: int, fill) -> list:
+    """One value per segment point (the value at the start and end, ``fill`` at the gap)."""
+    out = [fill] * (3 * n)
+    out[0::3] = values
+    out[1::3] = values
+    return out
+
+
+def _layout(lanes: pd.DataFrame, telemetry: pd.DataFrame | None, extra_rows: int, a: int, b: int,
+            origin: int) -> tuple[dict, list, int]:
+    """The layout (lanes on y axis 1 at the top, one axis per telemetry quantity below, every x axis
+    matched to the first) and the telemetry traces. Built as plain dicts: one validation per figure."""
+    rows_tel = [t for t in TELEMETRY if telemetry is not None and not telemetry.empty
+                and telemetry[t[0]].notna().any()]
+    n_lanes = len(lanes) + extra_rows
+    lane_h = max(120, LANE_PX * n_lanes + 40)
+    heights = [lane_h] + [110] * len(rows_tel)
+    total, gap = sum(heights), 24
+    plot_h = total + gap * len(rows_tel)
+    xr = [float(to_ms(a, origin)), float(to_ms(b, origin))]
+    layout = {"height": plot_h + 90, "margin": {"l": 170, "r": 20, "t": 30, "b": 50}, "showlegend": False,
+              "hovermode": "closest", "plot_bgcolor": "white", "dragmode": "zoom"}
+    top = 1.0
+    traces = []
+    for i, h in enumerate(heights, start=1):
+        bottom = max(0.0, top - h / plot_h)
+        sfx = "" if i == 1 else str(i)
+        layout[f"xaxis{sfx}"] = {"range": xr, "showgrid": True, "gridcolor": "#f3f4f6", "anchor": f"y{sfx}",
+                                 **({"matches": "x", "showticklabels": False} if i > 1 else {})}
+        layout[f"yaxis{sfx}"] = {"domain": [bottom, top], "anchor": f"x{sfx}", "fixedrange": True}
+        top = bottom - gap / plot_h
+    last = "" if len(heights) == 1 else str(len(heights))
+    layout[f"xaxis{last}"].update({"title": {"text": "time since trace start (ms)"}, "showticklabels": True})
+    layout["yaxis"].update({"tickmode": "array", "tickvals": list(range(n_lanes)),
+                            "ticktext": list(lanes["label"]) + (["selected"] if extra_rows else []),
+                            "range": [n_lanes - 0.5, -0.5], "showgrid": False, "zeroline": False})
+    for i, (col, title, scale) in enumerate(rows_tel, start=2):
+        layout[f"yaxis{i}"]["title"] = {"text": title, "font": {"size": 11}}
+        for device, d in telemetry.groupby("device", sort=True):
+            traces.append(go.Scattergl(x=to_ms(d["t_ns"], 0), y=d[col].astype("float64") * scale,
+                                       xaxis=f"x{i}", yaxis=f"y{i}", mode="lines", line={"width": 1.2},
+                                       name=f"GPU {device} {title}",
+                                       hovertemplate="%{x:.3f} ms: %{y:.1f}<extra>" + f"GPU {device} {title}"
+                                                     + "</extra>"))
+    return layout, traces, len(heights)
+
+
+def _shift_telemetry(telemetry: pd.DataFrame | None, origin: int) -> pd.DataFrame | None:
+    if telemetry is None or telemetry.empty:
+        return telemetry
+    t = telemetry.copy()
+    t["t_ns"] = t["t_ns"].astype("int64") - int(origin)
+    return t
+
+
+def binned_figure(lanes: pd.DataFrame, bins: pd.DataFrame, start_ns: int, width_ns: int, a: int, b: int,
+                  origin: int, telemetry: pd.DataFrame | None = None,
+                  selected_bins: pd.DataFrame | None = None) -> go.Figure:
+    """The zoomed-out timeline: a heatmap with one row per lane, z = busy % of each bin.
+
+    ``bins``: lane key columns (src, k1, k2, k3), ``bin``, ``busy_ns`` (sparse; bin i is
+    ``[start_ns + i*width_ns, +width_ns)``). ``lanes`` from ``timeline_data.lanes`` (its ``lane`` column is
+    the row). ``[a, b)`` is the window shown (ns since the epoch); ``origin`` the trace's first event.
+    ``selected_bins`` (bin, busy_ns), when given, adds a red row "selected" at the bottom.
+    """
+    n_bins = max(1, -(-(b - start_ns) // width_ns))
+    extra = 1 if selected_bins is not None else 0
+    z = np.zeros((len(lanes) + extra, n_bins), dtype=np.uint8)
+    if not bins.empty:
+        bb = bins[bins["bin"].between(0, n_bins - 1)].merge(lanes[LANE_KEY + ["lane"]], on=LANE_KEY)
+        z[bb["lane"].to_numpy(), bb["bin"].to_numpy()] = _pct(bb["busy_ns"], width_ns)
+    if extra:
+        sb = selected_bins[selected_bins["bin"].between(0, n_bins - 1)]
+        z[len(lanes), sb["bin"].to_numpy()] = _pct(sb["busy_ns"], width_ns)
+    layout, traces, _ = _layout(lanes, _shift_telemetry(telemetry, origin), extra, a, b, origin)
+    x = to_ms(start_ns + width_ns * np.arange(n_bins) + width_ns // 2, origin)
+    traces.insert(0, go.Heatmap(x=x, y=np.arange(len(lanes)), z=z[: len(lanes)], zmin=0, zmax=100,
+                                colorscale=[[0, "#ffffff"], [0.01, "#dbeafe"], [1, "#1e3a8a"]], showscale=False,
+                                hovertemplate="%{x:.3f} ms: %{z}% busy<extra></extra>"))
+    if extra:
+        traces.insert(1, go.Heatmap(x=x, y=[len(lanes)], z=z[len(lanes):], zmin=0, zmax=100,
+                                    colorscale=[[0, "#ffffff"], [0.01, "#fecaca"], [1, SELECT_COLOR]],
+                                    showscale=False, name="selected",
+                                    hovertemplate="%{x:.3f} ms: selection %{z}% busy<extra></extra>"))
+    return go.Figure(data=traces, layout=layout)
+
+
+def _pct(busy_ns: pd.Series, width_ns: int) -> np.ndarray:
+    """Busy ns -> whole % of the bin (0..100)."""
+    return np.clip(np.rint(100 * busy_ns.to_numpy(dtype=np.float64) / width_ns), 0, 100).astype(np.uint8)
+
+
+def events_figure(lanes: pd.DataFrame, events: pd.DataFrame, a: int, b: int, origin: int,
+                  telemetry: pd.DataFrame | None = None, selected: pd.DataFrame | None = None,
+                  with_names: bool = True) -> go.Figure:
+    """The zoomed-in timeline: each event one segment on its lane; one WebGL trace per lane and kind.
+
+    ``events``: lane key columns, id, name, start_ns, end_ns, detail (GPU activity kind / launch type).
+    The points of CPU operator traces carry ``customdata`` = the operator's ``op_id`` so a click can select
+    it. ``with_names``: hover text (name, duration) on each segment's start point; without, hover says
+    the time only (keeps the figure small when many events are drawn). ``selected`` (from ``timeline_data.selection``): its activities are
+    redrawn in red, and a flow line runs from each launch call's start (on its thread's API lane) to the
+    activity's start (on its stream's lane).
+    """
+    layout, traces, _ = _layout(lanes, _shift_telemetry(telemetry, origin), 0, a, b, origin)
+    row = {k: i for i, k in enumerate(zip(lanes["src"], lanes["k1"], lanes["k2"], lanes["k3"]))}
+    if not events.empty:
+        ev = events.assign(lane=[row.get(k, -1) for k in zip(events["src"], events["k1"], events["k2"],
+                                                              events["k3"])])
+        ev = ev[ev["lane"] >= 0]
+        for (lane, src, kind), d in ev.groupby([ev["lane"], ev["src"], _kind(ev)], sort=True):
+            color = _color(src, kind, int(lanes["k3"].iloc[lane]))
+            x, y = segments(d["start_ns"], d["end_ns"], origin, lane)
+            kw = {}
+            if with_names:
+                dur_us = ((d["end_ns"] - d["start_ns"]) / 1000.0).round(3).tolist()
+                text = [""] * (3 * len(d))
+                text[0::3] = [f"{str(n)[:NAME_CHARS]}<br>{u:,} µs" for n, u in zip(d["name"], dur_us)]
+                kw = {"text": text, "hovertemplate": "%{text}<extra></extra>"}
+            else:
+                kw = {"hovertemplate": "%{x:.3f} ms<extra>" + str(lanes["label"].iloc[lane]) + "</extra>"}
+            if src == "cpu":
+                custom = np.full(3 * len(d), np.nan)
+                custom[0::3] = custom[1::3] = d["id"].to_numpy(dtype=np.float64)
+                kw["customdata"] = custom
+            traces.append(go.Scattergl(x=x, y=y.astype(np.float32), mode="lines", connectgaps=False,
+                                       line={"width": 14 if src != "ann" else 8, "color": color},
+                                       name=f"{lanes['label'].iloc[lane]} {kind}".strip(), **kw))
+    if selected is not None and not selected.empty:
+        gl = selected.assign(lane=[row.get(("gpu", d, s, 0), -1) for d, s in zip(selected["device"],
+                                                                                   selected["stream"])])
+        gl = gl[gl["lane"] >= 0]
+        x = np.concatenate([segments(d["start_ns"], d["end_ns"], origin, lane)[0]
+                            for lane, d in gl.groupby("lane")]) if not gl.empty else np.array([])
+        y = np.concatenate([segments(d["start_ns"], d["end_ns"], origin, lane)[1]
+                            for lane, d in gl.groupby("lane")]) if not gl.empty else np.array([])
+        traces.append(go.Scattergl(x=x, y=y.astype(np.float32), mode="lines",
+                                   line={"width": 14, "color": SELECT_COLOR},
+                                   name="selected activities", hoverinfo="skip", connectgaps=False))
+        fl = gl.dropna(subset=["launch_start_ns"])
+        src_lane = np.array([row.get(("api", p, t, 0), -1) for p, t in zip(fl["pid"], fl["tid"])], dtype=float)
+        fl = fl[src_lane >= 0]
+        src_lane = src_lane[src_lane >= 0]
+        n = len(fl)
+        fx = np.full(3 * n, np.nan)
+        fy = np.full(3 * n, np.nan)
+        fx[0::3] = to_ms(fl["launch_start_ns"].astype("int64"), origin)
+        fx[1::3] = to_ms(fl["start_ns"], origin)
+        fy[0::3] = src_lane
+        fy[1::3] = fl["lane"].to_numpy(dtype=float)
+        traces.append(go.Scattergl(x=fx, y=fy.astype(np.float32), mode="lines",
+                                   line={"width": 1, "color": SELECT_COLOR},
+                                   name="launch → activity", hoverinfo="skip", connectgaps=False))
+    return go.Figure(data=traces, layout=layout)
+
+
+def _kind(ev: pd.DataFrame) -> pd.Series:
+    """The colour group of an event: the GPU activity kind for GPU lanes, '' otherwise."""
+    return ev["detail"].where(ev["src"] == "gpu", "").rename("kind")
+
+
+def _color(src: str, kind: str, depth: int) -> str:
+    if src == "cpu":
+        return _COLORS["cpu"][depth % len(_COLORS["cpu"])]
+    if src == "gpu":
+        return _COLORS.get(kind, _COLORS["kernel"])
+    return _COLORS[src]

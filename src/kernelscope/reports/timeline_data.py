@@ -1,0 +1,447 @@
+"""Windowing and binning queries for drawing the Timeline (dashboard page and Perfetto export).
+
+Times are int64 ns since the Unix epoch, as stored; a *window* is ``[a, b)``. The drawing's x axis is ms
+since the trace's first event (``traces.start_ns``, the *origin*).
+
+**Lanes.** A lane is one row of the timeline, keyed ``(src, k1, k2, k3)``:
+
+- ``cpu``  (pid, tid, depth): CPU operators of one thread at one nesting depth (0 = top level);
+- ``api``  (pid, tid, 0): CUDA runtime/driver calls of one thread (launches, syncs, ...);
+- ``gpu``  (device, stream, 0): GPU activities (kernels, memcpy, memset) of one stream;
+- ``ann``  (kind code, 0, 0): annotations (phases) of one kind: ``ANN_KINDS`` (step, user, nvtx, gpu).
+
+**Busy per bin.** For each lane, ``busy_ns`` of bin ``[a + i*w, a + (i+1)*w)`` is the summed time of the
+lane's intervals inside the bin, capped at the bin's length (exact integer ns). For a lane whose intervals
+do not overlap (CPU operators of one depth on one thread, a thread's API calls, a stream without
+same-stream overlap) that is the length of their union; where they overlap (nested user ranges,
+same-stream overlap) it can exceed the union inside a bin but never the bin. No per-lane union is taken:
+on a 1M-kernel trace the window function doubled the cost of binning.
+
+Zoomed far out the binning reads a per-process cache of ``BASE_BINS`` base bins over the whole trace
+(built once per trace with the same SQL) and sums groups of adjacent base bins; bins are then aligned to
+the base grid, and for non-overlapping lanes the sums equal the direct query's exactly. Narrower windows
+are binned directly in DuckDB.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pandas as pd
+
+#: Annotation kinds in lane order; the lane key's k1 is the index here.
+ANN_KINDS = ("step", "user", "nvtx", "gpu")
+#: Base bins over the whole trace kept per trace and process for zoomed-out views.
+BASE_BINS = 1 << 14
+#: Most events drawn one by one; a window with more is drawn binned (DESIGN.md: below ~20k events).
+EVENT_LIMIT = 20_000
+#: Most events drawn with their names on hover (names cost ~50 bytes each in the response).
+NAME_LIMIT = 5_000
+
+_ANN_CASE = "CASE kind " + " ".join(f"WHEN '{k}' THEN {i}" for i, k in enumerate(ANN_KINDS)) + " ELSE 9 END"
+
+# One SELECT per source with the same columns: lane key, event id, name, start, end and a detail text.
+SOURCES = {
+    "cpu": "SELECT 'cpu' AS src, pid AS k1, tid AS k2, coalesce(depth, 0) AS k3, op_id AS id, name, "
+           "start_ns, end_ns, '' AS detail FROM cpu_ops WHERE trace_id = $t",
+    "api": "SELECT 'api' AS src, pid AS k1, tid AS k2, 0 AS k3, launch_id AS id, name, start_ns, end_ns, "
+           "coalesce(launch_type, '') AS detail FROM launches WHERE trace_id = $t",
+    "gpu": "SELECT 'gpu' AS src, device AS k1, stream AS k2, 0 AS k3, activity_id AS id, name, start_ns, "
+           "end_ns, kind AS detail FROM gpu_activities WHERE trace_id = $t",
+    "ann": f"SELECT 'ann' AS src, {_ANN_CASE} AS k1, 0 AS k2, 0 AS k3, ann_id AS id, name, start_ns, "
+           "end_ns, kind AS detail FROM annotations WHERE trace_id = $t",
+}
+LANE_COLUMNS = ["src", "k1", "k2", "k3"]
+
+# Busy ns per (lane, bin) of one source in [a, b), bins of w ns from a: each interval is clipped to the
+# window and split over the bins it touches (most touch one: those skip the unnest); the sum per bin is
+# capped at the bin's length.
+_BIN_SQL = """
+WITH i AS (
+  SELECT src, k1, k2, k3, greatest(start_ns, $a) AS s, least(end_ns, $b) AS e,
+         (greatest(start_ns, $a) - $a) // $w AS b0, (least(end_ns, $b) - 1 - $a) // $w AS b1
+  FROM ({src}) q WHERE start_ns < $b AND end_ns > $a AND end_ns > start_ns
+), x AS (
+  SELECT src, k1, k2, k3, b0 AS bin, e - s AS d FROM i WHERE b0 = b1
+  UNION ALL
+  SELECT src, k1, k2, k3, bin, least(e, $a + (bin + 1) * $w) - greatest(s, $a + bin * $w) AS d
+  FROM (SELECT src, k1, k2, k3, s, e, unnest(generate_series(b0, b1)) AS bin FROM i WHERE b1 > b0)
+)
+SELECT src, k1, k2, k3, bin, CAST(least(sum(d), $w) AS BIGINT) AS busy_ns FROM x GROUP BY ALL
+"""
+
+_COUNT_SQL = "SELECT count(*) AS n FROM ({src}) q WHERE start_ns < $b AND end_ns > $a"
+
+_EVENTS_SQL = """
+SELECT src, k1, k2, k3, id, name, start_ns, end_ns, detail FROM ({src}) q
+WHERE start_ns < $b AND end_ns > $a ORDER BY start_ns, src, id
+"""
+
+_INFO_SQL = """
+SELECT t.start_ns, t.end_ns, t.clock_offset_ns, t.ingested_ns, t.name,
+  (SELECT count(*) FROM gpu_activities WHERE trace_id = $t) AS gpu_events,
+  (SELECT count(*) FROM telemetry WHERE trace_id = $t) AS telemetry_samples
+FROM traces t WHERE t.trace_id = $t
+"""
+
+_LANES_SQL = """
+SELECT 'ann' AS src, {ann} AS k1, 0 AS k2, 0 AS k3, count(*) AS events FROM annotations WHERE trace_id = $t GROUP BY ALL
+UNION ALL SELECT 'cpu', pid, tid, coalesce(depth, 0), count(*) FROM cpu_ops WHERE trace_id = $t GROUP BY ALL
+UNION ALL SELECT 'api', pid, tid, 0, count(*) FROM launches WHERE trace_id = $t GROUP BY ALL
+UNION ALL SELECT 'gpu', device, stream, 0, count(*) FROM gpu_activities WHERE trace_id = $t GROUP BY ALL
+""".format(ann=_ANN_CASE)
+
+_SRC_ORDER = {"ann": 0, "cpu": 1, "api": 1, "gpu": 3}
+
+
+def trace_info(store, trace_id: str) -> dict | None:
+    """origin (``start_ns``), ``end_ns``, ``clock_offset_ns`` (telemetry clock minus trace clock),
+    ``gpu_events``, ``telemetry_samples``, ``name``; None for an unknown trace."""
+    df = store.query(_INFO_SQL, {"t": trace_id})
+    if df.empty:
+        return None
+    row = {k: (None if pd.isna(v) else v) for k, v in df.iloc[0].items()}
+    for k in ("start_ns", "end_ns", "clock_offset_ns", "ingested_ns", "gpu_events", "telemetry_samples"):
+        row[k] = None if row[k] is None else int(row[k])
+    return row
+
+
+def lanes(store, trace_id: str, info: dict | None = None) -> pd.DataFrame:
+    """Every lane of the trace in drawing order (annotations, then per thread its operator depths and its
+    CUDA API calls, then GPU streams), with its event count and a ``label``. Column ``lane`` is the row
+    index (0 at the top). Cached per process and trace (a stored trace never changes)."""
+    info = info or trace_info(store, trace_id)
+    key = ("lanes", str(getattr(store, "path", "")), trace_id, info and info["ingested_ns"])
+    return cached(key, lambda: _lanes(store, trace_id))
+
+
+def _lanes(store, trace_id: str) -> pd.DataFrame:
+    df = store.query(_LANES_SQL, {"t": trace_id})
+    if df.empty:
+        return pd.DataFrame(columns=LANE_COLUMNS + ["events", "label", "lane"])
+    df["o"] = df["src"].map(_SRC_ORDER)
+    df["k3o"] = np.where(df["src"] == "api", 1 << 30, df["k3"])  # a thread's API lane after its depths
+    df = df.sort_values(["o", "k1", "k2", "k3o"]).drop(columns=["o", "k3o"]).reset_index(drop=True)
+    df["label"] = [lane_label(r.src, r.k1, r.k2, r.k3) for r in df.itertuples()]
+    df["lane"] = range(len(df))
+    return df
+
+
+def lane_label(src: str, k1, k2, k3) -> str:
+    """The text of a lane on the y axis."""
+    if src == "ann":
+        return "phases: " + (ANN_KINDS[int(k1)] if 0 <= int(k1) < len(ANN_KINDS) else "other")
+    if src == "cpu":
+        return f"CPU {k1}/{k2} d{k3}"
+    if src == "api":
+        return f"CUDA API {k1}/{k2}"
+    return f"GPU {k1} stream {k2}"
+
+
+def count_events(store, trace_id: str, a: int, b: int) -> int:
+    """Events of every lane intersecting ``[a, b)``."""
+    sql = " UNION ALL ".join(_COUNT_SQL.format(src=s) for s in SOURCES.values())
+    return int(store.query(f"SELECT CAST(sum(n) AS BIGINT) AS n FROM ({sql})", {"t": trace_id, "a": a, "b": b})
+               ["n"].iloc[0])
+
+
+def events(store, trace_id: str, a: int, b: int) -> pd.DataFrame:
+    """Every event intersecting ``[a, b)`` (lane key, id, name, start_ns, end_ns, detail), by start."""
+    union = "\n  UNION ALL ".join(SOURCES.values())
+    return store.query(_EVENTS_SQL.format(src=union), {"t": trace_id, "a": a, "b": b})
+
+
+def bin_sql_query(store, trace_id: str, a: int, b: int, w: int) -> pd.DataFrame:
+    """Busy ns per (lane, bin) in ``[a, b)``, bins of ``w`` ns from ``a``, straight from DuckDB (sparse:
+    bins without busy time are absent)."""
+    parts = [store.query(_BIN_SQL.format(src=s), {"t": trace_id, "a": a, "b": b, "w": w})
+             for s in SOURCES.values()]
+    parts = [p for p in parts if not p.empty]
+    if not parts:
+        return pd.DataFrame({c: pd.Series(dtype="object" if c == "src" else "int64")
+                             for c in LANE_COLUMNS + ["bin", "busy_ns"]})
+    return pd.concat(parts, ignore_index=True)
+
+
+_CACHE: dict = {}
+_CACHE_LOCK = threading.Lock()
+_CACHE_MAX = 16  # entries (each at most lanes x BASE_BINS int64: a few MB)
+
+
+def cached(key, build):
+    """``build()`` once per key and process (least recently built dropped first)."""
+    with _CACHE_LOCK:
+        if key in _CACHE:
+            return _CACHE[key]
+    value = build()
+    with _CACHE_LOCK:
+        while len(_CACHE) >= _CACHE_MAX:
+            _CACHE.pop(next(iter(_CACHE)))
+        _CACHE[key] = value
+    return value
+
+
+def _base(store, trace_id: str, info: dict, op: str | None = None):
+    """(origin, base width, lane keys, busy matrix [lanes x BASE_BINS]) of the whole trace, cached; with
+    ``op`` the one lane of that selection (:func:`selection_bins`)."""
+    key = ("base", str(getattr(store, "path", "")), trace_id, info["ingested_ns"], op)
+    return cached(key, lambda: _build_base(store, trace_id, info, op))
+
+
+def _build_base(store, trace_id: str, info: dict, op: str | None):
+    origin, span = info["start_ns"], max(1, info["end_ns"] - info["start_ns"])
+    w = max(1, -(-span // BASE_BINS))
+    if op is None:
+        df = bin_sql_query(store, trace_id, origin, origin + span, w)
+    else:
+        df = _selection_bin_query(store, trace_id, op, origin, origin + span, w)
+    keys = list(df.groupby(LANE_COLUMNS, sort=False).groups) if not df.empty else []
+    index = {k: i for i, k in enumerate(keys)}
+    mat = np.zeros((len(keys), BASE_BINS), dtype=np.int64)
+    if keys:
+        rows = np.fromiter((index[k] for k in zip(df["src"], df["k1"], df["k2"], df["k3"])), dtype=np.int64,
+                           count=len(df))
+        mat[rows, df["bin"].to_numpy(dtype=np.int64)] = df["busy_ns"].to_numpy(dtype=np.int64)
+    return origin, w, keys, mat
+
+
+def binned(store, trace_id: str, a: int, b: int, max_bins: int = 2000, info: dict | None = None,
+           op: str | None = None):
+    """Busy ns per (lane, bin) covering ``[a, b)`` with at most about ``max_bins`` bins.
+
+    Returns ``(bins, start, width)``: ``bins`` has the lane key columns, ``bin`` and ``busy_ns`` (sparse);
+    bin ``i`` is ``[start + i*width, start + (i+1)*width)``, and ``start <= a``. Windows holding at least
+    ``max_bins`` base bins are summed from the per-trace cache (``start`` then lies on the base grid);
+    narrower ones are binned directly with ``start = a``. With ``op``: the selection's one lane
+    (src 'sel') instead of every lane (:func:`selection_bins`).
+    """
+    info = info or trace_info(store, trace_id)
+    span = b - a
+    origin, base_w = info["start_ns"], max(1, -(-max(1, info["end_ns"] - info["start_ns"]) // BASE_BINS))
+    if span < max_bins * base_w:
+        w = max(1, -(-span // max_bins))
+        if op is not None:
+            return _selection_bin_query(store, trace_id, op, a, b, w), a, w
+        return bin_sql_query(store, trace_id, a, b, w), a, w
+    origin, base_w, keys, mat = _base(store, trace_id, info, op)
+    k = -(-span // (max_bins * base_w))
+    first = max(0, (a - origin) // base_w)
+    last = min(BASE_BINS, -(-(b - origin) // base_w))
+    n = -(-(last - first) // k)
+    sub = np.zeros((len(keys), n * k), dtype=np.int64)
+    sub[:, : last - first] = mat[:, first:last]
+    sums = sub.reshape(len(keys), n, k).sum(axis=2)
+    li, bi = np.nonzero(sums)
+    kf = pd.DataFrame(keys, columns=LANE_COLUMNS) if keys else pd.DataFrame(columns=LANE_COLUMNS)
+    df = kf.iloc[li].reset_index(drop=True)
+    df["bin"] = bi.astype(np.int64)
+    df["busy_ns"] = sums[li, bi]
+    return df, origin + first * base_w, k * base_w
+
+
+# samples in [a, b) plus, per device, the last one before a and the first one at or after b (so lines
+# run across a window narrower than the sampling period)
+_TELEMETRY_SQL = """
+WITH s AS (
+  SELECT coalesce(device_index, -1) AS device, ts_ns - $off AS t_ns, power_mw, sm_clock_mhz, gpu_util_pct
+  FROM telemetry WHERE trace_id = $t
+)
+SELECT * FROM s WHERE t_ns >= $a AND t_ns < $b
+UNION ALL SELECT * FROM (SELECT * FROM s WHERE t_ns < $a QUALIFY row_number() OVER (PARTITION BY device ORDER BY t_ns DESC) = 1)
+UNION ALL SELECT * FROM (SELECT * FROM s WHERE t_ns >= $b QUALIFY row_number() OVER (PARTITION BY device ORDER BY t_ns) = 1)
+ORDER BY device, t_ns
+"""
+
+_TELEMETRY_BINNED_SQL = """
+SELECT coalesce(device_index, -1) AS device, (ts_ns - $off - $a) // $w AS bin,
+       min(ts_ns - $off) AS t_ns, avg(power_mw) AS power_mw, avg(sm_clock_mhz) AS sm_clock_mhz,
+       avg(gpu_util_pct) AS gpu_util_pct
+FROM telemetry WHERE trace_id = $t AND ts_ns - $off >= $a AND ts_ns - $off < $b
+GROUP BY ALL ORDER BY device, bin
+"""
+
+
+def telemetry(store, trace_id: str, a: int, b: int, clock_offset_ns: int | None, max_points: int = 2000):
+    """NVML samples in ``[a, b)`` on the trace's clock (``t_ns = ts_ns - clock_offset_ns``; offset 0 when
+    not measured), with each device's nearest sample before and after the window: device, t_ns,
+    power_mw, sm_clock_mhz, gpu_util_pct. More than ``max_points`` samples in the window are averaged per
+    bin (``t_ns`` is then the bin's first sample; no neighbours)."""
+    p = {"t": trace_id, "a": a, "b": b, "off": int(clock_offset_ns or 0)}
+    n = store.query("SELECT count(*) AS n FROM telemetry WHERE trace_id = $t AND ts_ns - $off >= $a "
+                    "AND ts_ns - $off < $b", p)["n"].iloc[0]
+    if int(n) <= max_points:
+        return store.query(_TELEMETRY_SQL, p)
+    return store.query(_TELEMETRY_BINNED_SQL, p | {"w": max(1, -(-(b - a) // max_points))}).drop(columns="bin")
+
+
+# The selected GPU activities in [a, b) with their launch calls. {acts} picks the activities' ids.
+_SELECT_SQL = """
+SELECT l.pid, l.tid, l.start_ns AS launch_start_ns, l.end_ns AS launch_end_ns, g.activity_id, g.name,
+       g.kind, g.device, g.stream, g.start_ns, g.end_ns
+FROM gpu_activities g LEFT JOIN launches l ON l.trace_id = $t AND l.launch_id = g.launch_id
+WHERE g.trace_id = $t AND g.start_ns < $b AND g.end_ns > $a AND {acts}
+ORDER BY g.start_ns LIMIT $limit
+"""
+# launched inside one operator instance: the launch call is on its thread and starts inside its interval
+_INSTANCE_ACTS = """g.launch_id IN (
+  SELECT l.launch_id FROM launches l
+  JOIN (SELECT pid, tid, start_ns, end_ns FROM cpu_ops WHERE trace_id = $t AND op_id = $op) o
+    ON l.pid = o.pid AND l.tid = o.tid AND l.start_ns >= o.start_ns AND l.start_ns < o.end_ns
+  WHERE l.trace_id = $t)"""
+# attributed (at ingest) to a leaf or top-level operator of that name
+_NAME_ACTS = """(g.leaf_op_id IN (SELECT op_id FROM cpu_ops WHERE trace_id = $t AND name = $op)
+  OR g.top_op_id IN (SELECT op_id FROM cpu_ops WHERE trace_id = $t AND name = $op))"""
+
+
+def selection(store, trace_id: str, op: str, a: int, b: int, limit: int = 5000) -> tuple[pd.DataFrame, str]:
+    """The GPU activities launched inside the selected operator(s) and intersecting ``[a, b)``, with their
+    launch calls (at most ``limit``, by start). ``op`` is an operator instance id (digits: ``op_id``) or an
+    operator name (every instance). A launch belongs to an operator instance when it is on the same thread
+    and starts inside the instance's interval (the operator or one of its children made it); to an
+    operator name when its leaf or top-level operator has that name.
+
+    Returns ``(frame, label)``; ``label`` names the selection in words ('' when nothing matches)."""
+    p = {"t": trace_id}
+    if op.isdigit():
+        sql, p["op"] = _INSTANCE_ACTS, int(op)
+        named = store.query("SELECT name FROM cpu_ops WHERE trace_id = $t AND op_id = $op", p)
+        label = f"{named['name'].iloc[0]} (instance {op})" if not named.empty else ""
+    else:
+        sql, p["op"] = _NAME_ACTS, op
+        hit = store.query("SELECT 1 FROM cpu_ops WHERE trace_id = $t AND name = $op LIMIT 1", p)
+        label = f"{op} (every call)" if not hit.empty else ""
+    if not label:
+        return pd.DataFrame(), ""
+    return store.query(_SELECT_SQL.format(acts=sql), p | {"a": a, "b": b, "limit": limit}), label
+
+
+def _selection_bin_query(store, trace_id: str, op: str, a: int, b: int, w: int) -> pd.DataFrame:
+    p = {"t": trace_id, "op": int(op) if op.isdigit() else op}
+    acts = _INSTANCE_ACTS if op.isdigit() else _NAME_ACTS
+    src = ("SELECT 'sel' AS src, 0 AS k1, 0 AS k2, 0 AS k3, g.start_ns, g.end_ns FROM gpu_activities g "
+           f"WHERE g.trace_id = $t AND {acts}")
+    return store.query(_BIN_SQL.format(src=src), p | {"a": a, "b": b, "w": w})
+
+
+def selection_bins(store, trace_id: str, op: str, a: int, b: int, max_bins: int = 2000,
+                   info: dict | None = None) -> tuple[pd.DataFrame, int, int]:
+    """Busy ns per bin of the selected operator's GPU activities (as in :func:`selection`), binned like
+    :func:`binned` (same ``start`` and ``width`` for the same window): ``(bins[bin, busy_ns], start,
+    width)``."""
+    df, start, width = binned(store, trace_id, a, b, max_bins, info=info, op=op)
+    return df[["bin", "busy_ns"]].sort_values("bin").reset_index(drop=True), start, width
+
+
+#: Most events one Perfetto export holds (the first ones by start when the window has more).
+EXPORT_LIMIT = 300_000
+
+_EXPORT_SQL = """
+SELECT * FROM (
+  {union}
+) q WHERE start_ns < $b AND end_ns > $a ORDER BY start_ns, src, id LIMIT $limit
+"""
+_EXPORT_LINKS_SQL = """
+SELECT activity_id, launch_id FROM gpu_activities
+WHERE trace_id = $t AND start_ns < $b AND end_ns > $a AND launch_id IS NOT NULL
+"""
+_PID_GPU = 1 << 30  # Chrome-trace pid of GPU device d: _PID_GPU + d (host pids are OS pids)
+_PID_PHASES = (1 << 30) - 1
+
+
+def chrome_trace(store, trace_id: str, a: int, b: int, limit: int = EXPORT_LIMIT) -> dict:
+    """A Chrome-trace JSON object (ui.perfetto.dev and chrome://tracing open it) of the events in
+    ``[a, b)``: complete events ('X') for CPU operators, CUDA API calls (host pid/tid), GPU activities
+    (pid 'GPU d', tid = stream) and phases; launch -> activity flows ('s'/'f', cat 'ac2g', id = the
+    activity id); telemetry as counters ('C'). ``ts``/``dur`` are µs since the trace's first event, with
+    3 decimals (exact ns). At most ``limit`` events, the first by start; ``otherData`` says when cut."""
+    info = trace_info(store, trace_id)
+    origin = info["start_ns"]
+    union = "\n  UNION ALL ".join(SOURCES.values())
+    p = {"t": trace_id, "a": a, "b": b}
+    df = store.query(_EXPORT_SQL.format(union=union), p | {"limit": limit + 1})
+    cut = len(df) > limit
+    df = df.iloc[:limit]
+    out: list[dict] = []
+    pids: dict[int, str] = {}
+
+    def us(ns) -> float:
+        return round((int(ns) - origin) / 1000.0, 3)
+
+    api_at: dict[int, tuple] = {}
+    for r in df.itertuples(index=False):
+        if r.src == "gpu":
+            pid, tid = _PID_GPU + int(r.k1), int(r.k2)
+            pids[pid] = f"GPU {int(r.k1)}"
+        elif r.src == "ann":
+            pid, tid = _PID_PHASES, int(r.k1)
+            pids[pid] = "phases"
+        else:
+            pid, tid = int(r.k1), int(r.k2)
+        ev = {"name": r.name or "", "ph": "X", "cat": r.detail or r.src, "pid": pid, "tid": tid,
+              "ts": us(r.start_ns), "dur": round((int(r.end_ns) - int(r.start_ns)) / 1000.0, 3),
+              "args": {"id": int(r.id)}}
+        if r.src == "cpu":
+            ev["cat"] = "cpu_op"
+        out.append(ev)
+        if r.src == "api":
+            api_at[int(r.id)] = (pid, tid, us(r.start_ns))
+    gpu = df[df["src"] == "gpu"]
+    if not gpu.empty and api_at:
+        links = store.query(_EXPORT_LINKS_SQL, p)
+        starts = dict(zip(gpu["id"].astype("int64"), zip(gpu["k1"], gpu["k2"], gpu["start_ns"])))
+        for act, launch in zip(links["activity_id"].astype("int64"), links["launch_id"].astype("int64")):
+            if act in starts and launch in api_at:
+                pid, tid, ts = api_at[launch]
+                d, s, start = starts[act]
+                out.append({"name": "launch", "ph": "s", "cat": "ac2g", "id": int(act), "pid": pid, "tid": tid,
+                            "ts": ts})
+                out.append({"name": "launch", "ph": "f", "bp": "e", "cat": "ac2g", "id": int(act),
+                            "pid": _PID_GPU + int(d), "tid": int(s), "ts": us(start)})
+    if info["telemetry_samples"]:
+        tel = telemetry(store, trace_id, a, b, info["clock_offset_ns"], max_points=20_000)
+        for r in tel.itertuples(index=False):
+            pid = _PID_GPU + int(r.device)
+            pids.setdefault(pid, f"GPU {int(r.device)}")
+            args = {k: float(getattr(r, k)) for k in ("power_mw", "sm_clock_mhz", "gpu_util_pct")
+                    if not pd.isna(getattr(r, k))}
+            if args:
+                out.append({"name": "telemetry", "ph": "C", "pid": pid, "ts": us(r.t_ns), "args": args})
+    for pid, name in pids.items():
+        out.append({"name": "process_name", "ph": "M", "pid": pid, "args": {"name": name}})
+    return {"traceEvents": out, "displayTimeUnit": "ms",
+            "otherData": {"trace_id": trace_id, "trace": info["name"], "origin_ns": origin,
+                          "window_ns": [a, b], "events": int(len(df)), "truncated": bool(cut),
+                          "note": (f"the window holds more than {limit:,} events; this export has the first "
+                                   f"{limit:,} by start") if cut else ""}}
+
+
+_OP_CPU_SQL = """
+SELECT name, count(*) AS count, CAST(sum(dur_ns) AS BIGINT) AS cpu_ns FROM cpu_ops
+WHERE trace_id = $t AND ({level}) GROUP BY name
+"""
+
+
+def op_cpu_times(store, trace_id: str, level: str = "leaf") -> pd.DataFrame:
+    """Per operator name: ``count`` of instances and ``cpu_ns``, the sum of their durations (wall time on
+    the CPU, children included). ``level`` 'top': top-level instances only (depth 0); 'leaf': every
+    instance of the name."""
+    cond = "coalesce(depth, 0) = 0" if level == "top" else "TRUE"
+    return store.query(_OP_CPU_SQL.format(level=cond), {"t": trace_id})
+
+
+_OP_KERNELS_SQL = """
+SELECT g.name, g.kind, g.device, g.stream, count(*) AS count, CAST(sum(g.dur_ns) AS BIGINT) AS total_ns,
+       CAST(round(avg(g.dur_ns)) AS BIGINT) AS mean_ns
+FROM gpu_activities g
+WHERE g.trace_id = $t AND g.{col} IN (SELECT op_id FROM cpu_ops WHERE trace_id = $t AND name = $op)
+GROUP BY ALL ORDER BY total_ns DESC, g.name
+"""
+
+
+def op_kernels(store, trace_id: str, name: str, level: str = "leaf") -> pd.DataFrame:
+    """The GPU activities attributed (at ingest) to operators called ``name`` — through their leaf
+    operator (``level`` 'leaf') or top-level operator ('top') — grouped by activity name, kind, device
+    and stream: count, total_ns (sum of durations) and mean_ns."""
+    col = "top_op_id" if level == "top" else "leaf_op_id"
+    return store.query(_OP_KERNELS_SQL.format(col=col), {"t": trace_id, "op": name})
