@@ -1,0 +1,122 @@
+"""Timeline and Operators pages in a real headless Chromium (Debian's /usr/bin/chromium via Playwright):
+the figure drawn with data, a 1 ms window from the URL showing individual kernels, a zoom written to the
+URL and restored from it, an operator selected on the Operators page and highlighted on the Timeline, a
+click on a CPU operator, the empty cases in words, zero console errors."""
+
+from __future__ import annotations
+
+from urllib.parse import parse_qs, urlparse
+
+from kernelscope.reports import timeline_data as td
+from kernelscope.storage.store import open_store
+
+try:
+    from playwright.sync_api import expect
+except ImportError:  # pragma: no cover - the page fixture skips these tests then
+    expect = None
+
+# the trace names of the drawn WebGL traces and how many segments (finite x pairs) each has
+_TRACES = """() => Array.from(document.querySelector('#timeline-graph .js-plotly-plot')._fullData).map(t => ({
+  name: t.name, type: t.type,
+  segments: t.type === 'scattergl' ? Array.from(t.x).filter(v => Number.isFinite(v)).length / 2 : 0,
+  zmax: t.type === 'heatmap' ? Math.max(...Array.from(t.z).map(r => Math.max(...Array.from(r)))) : 0}))"""
+_RANGE = "() => document.querySelector('#timeline-graph .js-plotly-plot')._fullLayout.xaxis.range"
+
+
+def _query(url: str) -> dict:
+    return {k: v[-1] for k, v in parse_qs(urlparse(url).query).items()}
+
+
+def _wait_drawn(page):
+    page.wait_for_selector("#timeline-graph .js-plotly-plot .main-svg")
+    page.wait_for_function("() => { const g = document.querySelector('#timeline-graph .js-plotly-plot');"
+                           " return g && g._fullData && g._fullData.length > 0; }")
+
+
+def test_timeline_whole_trace_and_1ms_window(page, base_url, dash_store):
+    tid = dash_store.ids["llama_prefill_b8"]
+    page.goto(f"{base_url}/trace/{tid}/timeline")
+    _wait_drawn(page)
+    traces = page.evaluate(_TRACES)
+    assert sum(t["segments"] for t in traces) > 1000 or any(t["zmax"] > 0 for t in traces)
+    assert any("power" in (t["name"] or "") for t in traces)  # telemetry drawn on the same axis
+    page.goto(f"{base_url}/trace/{tid}/timeline?t0=5&t1=6")
+    _wait_drawn(page)
+    expect(page.locator("#timeline-status")).to_have_attribute("data-mode", "events")
+    traces = page.evaluate(_TRACES)
+    with open_store(dash_store.db, read_only=True) as store:
+        info = td.trace_info(store, tid)
+        a, b = info["start_ns"] + 5_000_000, info["start_ns"] + 6_000_000
+        kernels = int(store.query("SELECT count(*) AS n FROM gpu_activities WHERE trace_id = $t AND kind = 'kernel' "
+                                  "AND start_ns < $b AND end_ns > $a", {"t": tid, "a": a, "b": b})["n"].iloc[0])
+    drawn = sum(t["segments"] for t in traces if (t["name"] or "").startswith("GPU 0 stream") and
+                t["name"].endswith("kernel"))
+    assert drawn == kernels > 10  # each kernel of the window is its own segment
+    assert page.evaluate(_RANGE) == [5, 6]
+    assert page.console_errors == []
+
+
+def test_zoom_goes_into_the_url_and_back(page, base_url, dash_store):
+    tid = dash_store.ids["llama_prefill_b8"]
+    page.goto(f"{base_url}/trace/{tid}/timeline")
+    _wait_drawn(page)
+    # what a drag-zoom does: Plotly relayout of the x range -> the callback re-queries and writes the URL
+    page.evaluate("() => Plotly.relayout(document.querySelector('#timeline-graph .js-plotly-plot'),"
+                  " {'xaxis.range[0]': 10, 'xaxis.range[1]': 11})")
+    page.wait_for_function("() => location.search.includes('t0=10.000000')")
+    expect(page.locator("#timeline-status")).to_contain_text("between 10.000 and 11.000 ms")
+    shared = page.url
+    assert _query(shared) == {"t0": "10.000000", "t1": "11.000000"}
+    # opening the shared URL restores the view
+    page.goto("about:blank")
+    page.goto(shared)
+    _wait_drawn(page)
+    assert page.evaluate(_RANGE) == [10, 11]
+    expect(page.locator("#timeline-status")).to_have_attribute("data-mode", "events")
+    # a click on a CPU operator (the event Plotly emits on a click) selects that instance
+    with open_store(dash_store.db, read_only=True) as store:
+        info = td.trace_info(store, tid)
+        op = int(store.query("SELECT op_id FROM cpu_ops WHERE trace_id = $t AND name = 'aten::mm' AND start_ns >= $a "
+                             "ORDER BY start_ns LIMIT 1", {"t": tid, "a": info["start_ns"] + 10_000_000})
+                 ["op_id"].iloc[0])
+    page.evaluate("(op) => document.querySelector('#timeline-graph .js-plotly-plot')"
+                  ".emit('plotly_click', {points: [{customdata: op, curveNumber: 0, pointNumber: 0}]})", op)
+    page.wait_for_function(f"() => location.search.includes('op={op}')")
+    expect(page.locator("#timeline-status")).to_contain_text(f"aten::mm (instance {op})")
+    traces = page.evaluate(_TRACES)
+    assert [t["segments"] for t in traces if t["name"] == "selected activities"][0] >= 1
+    assert [t["segments"] for t in traces if t["name"] == "launch → activity"][0] >= 1
+    assert page.console_errors == []
+
+
+def test_select_operator_then_timeline(page, base_url, dash_store):
+    tid = dash_store.ids["llama_prefill_b8"]
+    page.goto(f"{base_url}/trace/{tid}/operators")
+    page.wait_for_selector("#operators-table td")
+    page.click("#operators-table td >> text=aten::mm")
+    page.wait_for_function("() => location.search.includes('op=aten')")
+    assert _query(page.url)["op"] == "aten::mm"
+    expect(page.locator("#operators-detail")).to_contain_text("Kernels of aten::mm")
+    assert page.locator("#operator-kernels tbody tr:has(td)").count() >= 2
+    page.click("#operators-timeline-link")
+    page.wait_for_url(f"**/trace/{tid}/timeline?op=aten%3A%3Amm")
+    _wait_drawn(page)
+    expect(page.locator("#timeline-status")).to_contain_text("Selected: aten::mm")
+    traces = page.evaluate(_TRACES)
+    sel = [t for t in traces if t["name"] in ("selected", "selected activities")]
+    assert sel and (sel[0]["zmax"] > 0 or sel[0]["segments"] > 0)
+    # the shared Operators URL restores the selection
+    page.goto(f"{base_url}/trace/{tid}/operators?op=aten%3A%3Amm")
+    expect(page.locator("#operators-detail")).to_contain_text("Kernels of aten::mm")
+    assert page.console_errors == []
+
+
+def test_empty_cases_in_words(page, base_url, dash_store):
+    page.goto(f"{base_url}/trace/{dash_store.ids['cpu_only']}/timeline")
+    expect(page.locator("#msg-no-gpu-lanes")).to_contain_text("no GPU activity")
+    expect(page.locator("#msg-no-telemetry")).to_contain_text("no telemetry")
+    page.goto(f"{base_url}/trace/{dash_store.ids['llama_prefill_b1']}/timeline?t0=100000&t1=100001")
+    expect(page.locator("#msg-empty-window")).to_contain_text("No events between")
+    page.goto(f"{base_url}/trace/{dash_store.ids['cpu_only']}/operators")
+    expect(page.locator("#msg-no-gpu")).to_contain_text("No GPU activity")
+    assert page.console_errors == []
