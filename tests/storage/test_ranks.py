@@ -131,12 +131,14 @@ def test_mixed_runs_refused(tmp_path):
     assert "mixes traces of different runs (world size 2: a0; world size 4: b0)" in line
 
 
-def test_bad_rank_file_rolls_back_the_whole_run(tmp_path):
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_bad_rank_file_rolls_back_the_whole_run(tmp_path, monkeypatch, workers):
+    monkeypatch.setenv("KERNELSCOPE_INGEST_WORKERS", workers)  # the error also crosses a process boundary
     d = overlap_pair(tmp_path / "run")
     (d / "rank1.json").write_text('{"traceEvents": [ {"ph": "X", "cat": "kernel", "ts": ', encoding="utf-8")
     # rank from the name: the broken file's head has no distributedInfo
     line = _refused(tmp_path, d)
-    assert str(d) in line
+    assert line.startswith(f"kernelscope: {d}: {d / 'rank1.json'}: ") and "truncated" in line
 
 
 def test_clock_offset_estimated_and_applied_without_a_shared_host(tmp_path):
@@ -155,6 +157,7 @@ def test_parse_workers_bounded(monkeypatch):
     monkeypatch.setattr(ranks, "_available_bytes", lambda: 3 * ranks.WORKER_BYTES + 1)
     assert ranks.parse_workers(64) == min(3, len(__import__("os").sched_getaffinity(0)))
     assert ranks.parse_workers(1) == 1
+    assert ranks.parse_workers(64, ranks.PARALLEL_MIN_BYTES - 1) == 1  # small files: in-process
     monkeypatch.setattr(ranks, "_available_bytes", lambda: 0)
     assert ranks.parse_workers(64) == 1
     monkeypatch.setenv("KERNELSCOPE_INGEST_WORKERS", "5")

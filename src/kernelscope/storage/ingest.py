@@ -753,26 +753,66 @@ def _run_dir_parts(run_dir: pathlib.Path, labels) -> dict:
     }
 
 
-def _parse_to_parquet(path: str, out: str, python_functions: bool):
-    """Worker: parse one trace file into the staged Parquet ``out``; returns (TraceMeta, rows)."""
+def _parse_and_derive(path: str, out: str, python_functions: bool, threads: int = 1):
+    """Worker: parse one trace into ``out``/raw.parquet and derive its links there (ks_open, ks_links,
+    ks_launch Parquet files, as ``ingest_reader`` does) with its own in-memory DuckDB; returns
+    (TraceMeta, rows, facts) where facts holds crossing, untimed, clock offset/note and span."""
+    import duckdb
+
     from ..parsers import open_trace
 
+    folder = pathlib.Path(out)
     reader = open_trace(pathlib.Path(path), python_functions=python_functions)
-    rows = _stage(reader, pathlib.Path(out))
-    return reader.meta, rows
+    rows = _stage(reader, folder / "raw.parquet")
+    meta = reader.meta
+    con = duckdb.connect(":memory:")
+    try:
+        con.execute("SET enable_progress_bar = false")
+        con.execute(f"SET threads = {max(1, int(threads))}")
+        con.execute("SET preserve_insertion_order = false")
+        con.execute(f"CREATE TEMP VIEW ks_raw AS SELECT * FROM read_parquet({_sql_path(folder / 'raw.parquet')})")
+        derive.check_correlations(con, str(path))
+        crossing = derive.derive_links(con, folder)
+        derive.build_launch_table(con, folder)
+        base = int(meta.base_time_ns or 0)
+        offset, note = derive.clock_offset(con, base)
+        start_ns, end_ns = derive.trace_span(con, base)
+        facts = {"crossing": crossing, "untimed": derive.untimed_count(con), "offset": offset, "note": note,
+                 "start_ns": start_ns, "end_ns": end_ns}
+    finally:
+        con.close()
+    return meta, rows, facts
 
 
 def _parse_all(jobs, python_functions: bool, workers: int) -> list:
-    """Parse (path, out) jobs, in ``workers`` spawned processes when > 1; results in job order."""
+    """Parse and derive (path, folder) jobs, in ``workers`` spawned processes when > 1; results in job order."""
+    def named(path, exc) -> ParseError:  # which rank file failed, in the one line
+        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return ParseError(msg if msg.startswith(str(path)) else f"{path}: {msg}")
+
     if workers <= 1:
-        return [_parse_to_parquet(str(p), str(o), python_functions) for p, o in jobs]
+        threads = max(1, min(os.cpu_count() or 1, 8))
+        out = []
+        for p, o in jobs:
+            try:
+                out.append(_parse_and_derive(str(p), str(o), python_functions, threads))
+            except KernelscopeError as exc:
+                raise named(p, exc) from None
+        return out
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
+    threads = max(1, (os.cpu_count() or 1) // workers)
     ctx = multiprocessing.get_context("spawn")  # the parent holds DuckDB threads: never fork it
     with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-        futures = [pool.submit(_parse_to_parquet, str(p), str(o), python_functions) for p, o in jobs]
-        return [f.result() for f in futures]
+        futures = [pool.submit(_parse_and_derive, str(p), str(o), python_functions, threads) for p, o in jobs]
+        out = []
+        for (p, _o), f in zip(jobs, futures):
+            try:
+                out.append(f.result())
+            except KernelscopeError as exc:
+                raise named(p, exc) from None
+        return out
 
 
 def ingest_rank_run(store, folder, members, *, labels=None, python_functions=True) -> list[IngestResult]:
@@ -798,23 +838,27 @@ def ingest_rank_run(store, folder, members, *, labels=None, python_functions=Tru
                 "extra": None}
     except KernelscopeError as exc:
         return [_fail(folder, exc, t0)]
-    workers = ranks.parse_workers(len(members))
+    sizes = [ranks.trace_file(m.kind, m.path).stat().st_size for m in members]
+    workers = ranks.parse_workers(len(members), sum(sizes))
     with ingest_settings(con), _scratch(store) as scratch:
-        jobs = [(ranks.trace_file(m.kind, m.path), scratch / f"rank{i}.parquet") for i, m in enumerate(members)]
+        jobs = [(ranks.trace_file(m.kind, m.path), scratch / f"m{i}") for i, m in enumerate(members)]
+        for _p, folder_i in jobs:
+            folder_i.mkdir()
+        t_parse = time.perf_counter()
         try:
             parsed = _parse_all(jobs, python_functions, workers)
         except KernelscopeError as exc:
             return [_fail(folder, exc, t0)]
         except OSError as exc:
             return [_fail(folder, ParseError(f"cannot read a rank trace: {exc.strerror or exc}"), t0)]
-        for m, (meta, _rows) in zip(members, parsed):
+        for m, (meta, _rows, _facts) in zip(members, parsed):
             m.set_distributed(meta.distributed_info or ({"rank": meta.rank, "world_size": meta.world_size}
                                                         if meta.rank is not None else None))
         try:
             world, rank_source = ranks.check_members(folder, members)
         except KernelscopeError as exc:
             return [_fail(folder, exc, t0)]
-        hashes = [meta.content_hash or _hash_file(p) for (p, _o), (meta, _r) in zip(jobs, parsed)]
+        hashes = [meta.content_hash or _hash_file(p) for (p, _o), (meta, _r, _f) in zip(jobs, parsed)]
         run_id = ranks.run_id_for(hashes)
         stored = {h: _stored_id(con, h) for h in hashes}
         if all(stored.values()):
@@ -824,7 +868,7 @@ def ingest_rank_run(store, folder, members, *, labels=None, python_functions=Tru
             if in_run == {run_id}:
                 return [IngestResult(str(m.path), "skipped", stored[h], f"already stored as {stored[h]} "
                                      f"(rank {m.rank} of run {run_id})", rows, time.perf_counter() - t0)
-                        for m, h, (_meta, rows) in sorted(zip(members, hashes, parsed), key=lambda x: x[0].rank)]
+                        for m, h, (_meta, rows, _f) in sorted(zip(members, hashes, parsed), key=lambda x: x[0].rank)]
         clash = next(((m, stored[h]) for m, h in zip(members, hashes) if stored[h]), None)
         if clash:
             return [_fail(folder, UsageError(
@@ -832,32 +876,29 @@ def ingest_rank_run(store, folder, members, *, labels=None, python_functions=Tru
                 f"run; remove it (`kernelscope rm {clash[1]}`) to ingest the run"), t0)]
         order = sorted(range(len(members)), key=lambda i: members[i].rank)
         results: list[IngestResult] = []
+        t_insert = time.perf_counter()
+        t_parse = t_insert - t_parse
         con.execute("BEGIN TRANSACTION")
         try:
             hosts = {}
             for i in order:
-                m, (meta, rows), h = members[i], parsed[i], hashes[i]
+                m, (meta, rows, facts), h = members[i], parsed[i], hashes[i]
                 part = parts[m.name]
-                sub = scratch / f"d{i}"
-                sub.mkdir()
-                con.execute(f"CREATE OR REPLACE TEMP VIEW ks_raw AS SELECT * FROM read_parquet("
-                            f"{_sql_path(jobs[i][1])})")
+                sub = jobs[i][1]
+                for view, fname in (("ks_raw", "raw"), ("ks_links", "ks_links"), ("ks_launch", "ks_launch")):
+                    con.execute(f"CREATE OR REPLACE TEMP VIEW {view} AS SELECT * FROM read_parquet("
+                                f"{_sql_path(sub / (fname + '.parquet'))})")
                 trace_path = jobs[i][0]
-                derive.check_correlations(con, str(trace_path))
-                crossing = derive.derive_links(con, sub)
-                derive.build_launch_table(con, sub)
                 warnings = list(meta.warnings or [])
-                if crossing:
-                    warnings.append(f"{crossing} operators/annotations/runtime calls are not nested in the "
-                                    "interval that encloses their start on their thread (partial overlap)")
-                missing_ts = derive.untimed_count(con)
-                if missing_ts:
-                    warnings.append(f"{missing_ts} timed events had no timestamp; kept in other_events only")
+                if facts["crossing"]:
+                    warnings.append(f"{facts['crossing']} operators/annotations/runtime calls are not nested in "
+                                    "the interval that encloses their start on their thread (partial overlap)")
+                if facts["untimed"]:
+                    warnings.append(f"{facts['untimed']} timed events had no timestamp; kept in other_events only")
+                if facts["note"]:
+                    warnings.append(facts["note"])
                 base = int(meta.base_time_ns or 0)
-                offset, note = derive.clock_offset(con, base)
-                if note:
-                    warnings.append(note)
-                start_ns, end_ns = derive.trace_span(con, base)
+                offset, start_ns, end_ns = facts["offset"], facts["start_ns"], facts["end_ns"]
                 trace_id = _new_trace_id(con, h)
                 derive.insert_events(con, trace_id, base)
                 ranks.insert_collectives(con, trace_id)
@@ -888,7 +929,9 @@ def ingest_rank_run(store, folder, members, *, labels=None, python_functions=Tru
                 return [_fail(folder, exc, t0)]
             raise
     seconds = time.perf_counter() - t0
+    t_insert = time.perf_counter() - t_insert
     for r in results:
         r.seconds = seconds / max(1, len(results))
-        r.message += f"; {len(members)} ranks parsed by {workers} process{'es' if workers > 1 else ''}"
+        r.message += (f"; {len(members)} ranks parsed by {workers} process{'es' if workers > 1 else ''} in "
+                      f"{t_parse:.1f} s, derived and inserted in {t_insert:.1f} s")
     return results

@@ -52,6 +52,10 @@ _RANK_NAME_RE = re.compile(r"(?i)rank[_\-]?(\d+)")
 PEEK_BYTES = 4 << 20
 #: Memory one parsing worker is allowed (parser batches + staging writer), for the worker bound.
 WORKER_BYTES = 512 << 20
+#: Below this many bytes of rank files in all, parse in-process: starting a worker process (~1-2 s of
+#: imports) costs more than it saves (benchmarks/ranks.py: 4 small ranks took 6.3 s with 2 processes, 3.6 s
+#: without).
+PARALLEL_MIN_BYTES = 64 << 20
 
 
 def _norm_sql(col: str) -> str:
@@ -297,12 +301,15 @@ def run_id_for(content_hashes) -> str:
     return "run-" + hashlib.sha256("".join(sorted(content_hashes)).encode()).hexdigest()[:12]
 
 
-def parse_workers(files: int) -> int:
+def parse_workers(files: int, total_bytes: int | None = None) -> int:
     """Processes to parse ``files`` rank traces: min(files, CPU cores, available memory / WORKER_BYTES),
-    at least 1; env ``KERNELSCOPE_INGEST_WORKERS`` overrides (still at most ``files``)."""
+    at least 1, and 1 when the files hold fewer than PARALLEL_MIN_BYTES in all; env
+    ``KERNELSCOPE_INGEST_WORKERS`` overrides (still at most ``files``)."""
     env = os.environ.get("KERNELSCOPE_INGEST_WORKERS")
     if env and env.strip().isdigit() and int(env) > 0:
         return max(1, min(files, int(env)))
+    if total_bytes is not None and total_bytes < PARALLEL_MIN_BYTES:
+        return 1
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return max(1, min(files, cores, _available_bytes() // WORKER_BYTES))
 
