@@ -26,6 +26,17 @@ Definitions (docs/metrics.md, "Bandwidth and compute utilisation"; the per-opera
 - An operator recorded with shapes but without dtypes (Nsight Systems NVTX ranges) takes the one dtype
   its kernels' names state (``opmodel.kernel_name_dtype``); such rows have ``dtype_source =
   'kernel_name'``, recorded ones ``'trace'``. Kernels that disagree: no dtype, unmodelled.
+- ``_foreach_*`` operators (optimizer steps) get the tensor lists of the gradients ``AccumulateGrad``
+  recorded before them, when their multi_tensor_apply kernels' thread blocks confirm the list
+  (``foreach_lists``); such rows have ``shapes_source = 'accumulate_grad'``.
+- Above 100% of a peak: only a byte rate above the DRAM peak of an operator whose modelled bytes fit in
+  the last-level cache (``fits_cache``: its inputs were read from cache) is explained; ``note`` says so
+  in words. Anything else counts in ``above_peak_unexplained`` (a bug by METRICS.md).
+- Measured bytes: Nsight Compute DRAM bytes of the trace's kernels (``ncu_kernels``), per kernel, per
+  instance whose every kernel was measured, per signature, beside the modelled bytes
+  (``modelled_over_measured = bytes / measured_bytes``).
+- ``per_instance`` holds the top ``instances`` (default 5) instances of each signature by GPU time, or
+  every instance with ``instances='all'``; every other number covers all instances.
 """
 
 from __future__ import annotations
