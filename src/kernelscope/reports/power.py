@@ -50,6 +50,13 @@ FROM traces t WHERE t.trace_id = $t
 """
 
 
+def has_telemetry(store, trace_id: str) -> bool:
+    """Whether the trace has any telemetry sample (checked before running the power analysis, which
+    also runs the bandwidth analysis for its FLOPs)."""
+    return bool(int(store.query("SELECT count(*) AS n FROM (SELECT 1 FROM telemetry WHERE trace_id = $t "
+                                "LIMIT 1)", {"t": trace_id})["n"].iloc[0]))
+
+
 def telemetry_bins(store, trace_id: str, max_bins: int = MAX_BINS) -> pd.DataFrame:
     """The trace's telemetry binned in DuckDB: at most ``max_bins`` bins per device over the samples' time
     range. Columns: device, bin, samples, t_ns (mean sample time in the bin, ns since ``traces.start_ns``),
@@ -65,12 +72,12 @@ def telemetry_bins(store, trace_id: str, max_bins: int = MAX_BINS) -> pd.DataFra
     return store.query(_SQL_TEL_BINS, {"t": trace_id, "t0": t0, "w": width})
 
 
-def busy_shading(store, trace_id: str) -> pd.DataFrame:
+def busy_shading(store, trace_id: str, max_bins: int = MAX_BINS) -> pd.DataFrame:
     """GPU busy fraction per (device, bin) on the same axis as ``telemetry_bins``: columns device,
     start_ns (bin start, ns since ``traces.start_ns``), bin_ns, busy_fraction (0..1). Empty without GPU
-    activity. Bins from ``reports.data.busy_bins`` (at most MAX_BINS over the GPU span)."""
+    activity. Bins from ``reports.data.busy_bins`` (at most ``max_bins`` over the GPU span)."""
     tr = store.query(_SQL_TRACE, {"t": trace_id}).iloc[0]
-    bins, span_ns, width = busy_bins(store, trace_id)
+    bins, span_ns, width = busy_bins(store, trace_id, max_bins)
     df = busy_fraction_bins(bins, span_ns, width)
     if not len(df) or pd.isna(tr["gpu_t0"]):
         return df[["device", "start_ns", "bin_ns", "busy_fraction"]]
@@ -257,6 +264,9 @@ def phase_rows(result) -> pd.DataFrame:
     })
 
 
+REPORT_BINS = 500  # bins per series in the report (the file holds every trace's figure; <= 10 MB)
+
+
 def power_section(store, trace_ids: list[str], ctx) -> Section | None:
     """Per trace: the telemetry timeline with busy shading, the headline numbers (nulls with reasons),
     throttling, and energy per phase. Traces without telemetry get a sentence."""
@@ -265,11 +275,11 @@ def power_section(store, trace_ids: list[str], ctx) -> Section | None:
     for tid in trace_ids:
         name = store.query("SELECT name FROM traces WHERE trace_id = $t", {"t": tid})["name"]
         name = name.iloc[0] if len(name) and isinstance(name.iloc[0], str) else tid
-        r = get_analysis("power").fn(store, tid)
-        if not r.trust.get("telemetry_samples"):
+        if not has_telemetry(store, tid):
             blocks.append(f"{name}: no telemetry was recorded with this trace: no power, energy or clocks.")
             continue
-        fig = power_timeline_figure(telemetry_bins(store, tid), busy_shading(store, tid),
+        r = get_analysis("power").fn(store, tid)
+        fig = power_timeline_figure(telemetry_bins(store, tid, REPORT_BINS), busy_shading(store, tid, REPORT_BINS),
                                     r.scalars.get("trace_window_ns"))
         fig.update_layout(title=f"{name}: power, energy, clocks and temperature")
         blocks.append(fig)

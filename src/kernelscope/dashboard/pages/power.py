@@ -10,6 +10,7 @@ from dash import dcc, html
 from ...analysis.registry import get_analysis
 from ...reports.power import (
     busy_shading,
+    has_telemetry,
     headline,
     phase_energy_figure,
     phase_rows,
@@ -51,14 +52,14 @@ def _trust_text(r) -> list[str]:
 
 
 def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
-    r = get_analysis("power").fn(store, trace_id)
     name = store.query("SELECT name FROM traces WHERE trace_id = $t", {"t": trace_id})["name"].iloc[0]
     body: list = [html.H2(f"Power and energy: {name or trace_id}")]
-    if not r.trust.get("telemetry_samples"):
+    if not has_telemetry(store, trace_id):
         return html.Div(body + [message(
             "No telemetry was recorded with this trace (it was not captured with the kernelscope collector's "
             "NVML sampler, or the machine had no NVML): there is no power, energy, clock or temperature to show.",
             "msg-power-no-telemetry")])
+    r = get_analysis("power").fn(store, trace_id)
     body.append(html.Div([_kpi(h) for h in headline(r)], className="ks-kpis", id="power-kpis"))
     body.append(html.P(throttle_text(r), id="power-throttle"))
     fig = power_timeline_figure(telemetry_bins(store, trace_id), busy_shading(store, trace_id),
