@@ -1,0 +1,174 @@
+"""64 synthetic ranks tiled from a real rank trace: ingest time (and parallelism), store and Parquet sizes,
+time of the comm analysis (issue 7, point 4).
+
+Rank k (k = 0 .. N-1) is a copy of ``sample_traces/ddp2/ddp_rank{k % 2}/trace.json.gz`` with its rank set
+rewritten in the text: ``distributedInfo`` (rank k, world size N, one process group of ranks 0..N-1), the
+collective args ``Group size`` (N), ``Process Group Ranks`` ([0, ..., N-1]) and ``Rank`` (k). Times and ids
+stay as written (each rank has its own id space; all ranks share the host clock), so the copies hash apart
+only by their rank fields and every collective instance is seen on all N ranks.
+
+    python benchmarks/ranks.py [--ranks 64] [--out .bench/ranks64] [--write]
+
+Each ingest is a fresh ``kernelscope ingest DIR --db <new store>`` process (wall time, imports included),
+once with the default worker bound and once serial (``KERNELSCOPE_INGEST_WORKERS=1``). ``--write`` writes
+benchmarks/results/ranks-<date>.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import gzip
+import json
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+SAMPLES = [ROOT / "sample_traces" / "ddp2" / f"ddp_rank{r}" / "trace.json.gz" for r in (0, 1)]
+KS = str(ROOT / ".venv" / "bin" / "kernelscope")
+
+
+def _dist_block(text: str) -> tuple[int, int]:
+    """(start, end) of the distributedInfo object's text."""
+    k = text.index('"distributedInfo"')
+    i = text.index("{", k)
+    depth = 0
+    for j in range(i, len(text)):
+        if text[j] == "{":
+            depth += 1
+        elif text[j] == "}":
+            depth -= 1
+            if depth == 0:
+                return i, j + 1
+    raise ValueError("unterminated distributedInfo")
+
+
+def rank_copy(text: str, rank: int, world: int) -> str:
+    s, e = _dist_block(text)
+    info = json.loads(text[s:e])
+    info.update(rank=rank, world_size=world)
+    for pg in info.get("pg_config") or []:
+        pg["pg_size"], pg["ranks"] = world, list(range(world))
+    out = text[:s] + json.dumps(info) + text[e:]
+    ranks = json.dumps(list(range(world)))
+    out = re.sub(r'"Group size": \d+', f'"Group size": {world}', out)
+    out = re.sub(r'"Process Group Ranks": "\[[0-9, ]*\]"', f'"Process Group Ranks": "{ranks}"', out)
+    return re.sub(r'"Rank": \d+', f'"Rank": {rank}', out)
+
+
+def build(out: pathlib.Path, world: int) -> pathlib.Path:
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    texts = [gzip.open(p, "rt", encoding="utf-8").read() for p in SAMPLES]
+    for k in range(world):
+        data = rank_copy(texts[k % 2], k, world).encode()
+        (out / f"trace_rank{k}.json.gz").write_bytes(gzip.compress(data, 6))
+    return out
+
+
+def size(path: pathlib.Path) -> int:
+    return path.stat().st_size if path.is_file() else sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def ingest(folder: pathlib.Path, db: pathlib.Path, workers: str | None) -> tuple[float, str]:
+    for p in (db, pathlib.Path(str(db) + ".wal")):
+        if p.exists():
+            p.unlink()
+    env = dict(os.environ)
+    env.pop("KERNELSCOPE_INGEST_WORKERS", None)
+    if workers:
+        env["KERNELSCOPE_INGEST_WORKERS"] = workers
+    t0 = time.perf_counter()
+    proc = subprocess.run([KS, "ingest", str(folder), "--db", str(db)], capture_output=True, text=True, env=env)
+    dt = time.perf_counter() - t0
+    if proc.returncode:
+        sys.exit(f"ingest failed: {proc.stderr.strip()}")
+    m = re.search(r"parsed by (\d+) process\S* in ([0-9.]+) s, derived and inserted in ([0-9.]+) s", proc.stdout)
+    return dt, (f"{m.group(1)} process(es): parse {m.group(2)} s, derive+insert {m.group(3)} s" if m else "?")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ranks", type=int, default=64)
+    ap.add_argument("--out", type=pathlib.Path, default=ROOT / ".bench" / "ranks64")
+    ap.add_argument("--write", action="store_true", help="write benchmarks/results/ranks-<date>.md")
+    a = ap.parse_args(argv)
+    sys.path.insert(0, str(ROOT / "src"))
+    from kernelscope.analysis.comm import comm
+    from kernelscope.storage.export import export_parquet, open_parquet_store
+    from kernelscope.storage.store import open_store
+
+    traces = build(a.out / "traces", a.ranks)
+    rows = []
+    db = a.out / "s.duckdb"
+    cores = len(os.sched_getaffinity(0))
+    t_ser, w_ser = ingest(traces, db, "1")
+    t_par, w_par = ingest(traces, db, str(cores))
+    t_def, w_def = ingest(traces, db, None)
+    rows.append(("ingest, parse in-process", f"{t_ser:.1f} s", w_ser))
+    rows.append((f"ingest, parse in {cores} processes", f"{t_par:.1f} s", w_par))
+    rows.append(("ingest, default bound", f"{t_def:.1f} s", w_def + " (bound: cores, memory, in-process "
+                 "below 64 MiB of files)"))
+    with open_store(db, read_only=True) as store:
+        kernels = store.con.execute("SELECT count(*) FROM gpu_activities WHERE kind = 'kernel'").fetchone()[0]
+        colls = store.con.execute("SELECT count(*) FROM collectives").fetchone()[0]
+        pq = a.out / "parquet"
+        if pq.exists():
+            shutil.rmtree(pq)
+        t0 = time.perf_counter()
+        info = export_parquet(store, pq)
+        t_exp = time.perf_counter() - t0
+        times = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            r = comm(store)
+            times.append(time.perf_counter() - t0)
+    ps = open_parquet_store(pq)
+    ptimes = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        rp = comm(ps)
+        ptimes.append(time.perf_counter() - t0)
+    ps.close()
+    same = rp.scalars == r.scalars
+    rows += [
+        ("input", f"{size(traces) / 1e6:.1f} MB gz", f"{a.ranks} rank files"),
+        ("store size", f"{size(db) / 1e6:.1f} MB", f"{kernels:,} kernels, {colls:,} collective kernels"),
+        ("Parquet export", f"{info.bytes / 1e6:.1f} MB", f"{t_exp:.2f} s, {info.rows:,} rows"),
+        ("comm on the store", f"{times[0]:.2f} s", f"then {min(times[1:]):.2f} s; "
+         f"{r.scalars['collective_instances']} instances x {a.ranks} ranks"),
+        ("comm on the Parquet export", f"{ptimes[0]:.2f} s", f"then {min(ptimes[1:]):.2f} s; "
+         f"scalars equal to the store's: {same}"),
+    ]
+    w = max(len(x[0]) for x in rows)
+    table = [f"| {'what':<{w}} | value | note |", f"|{'-' * (w + 2)}|---|---|"]
+    table += [f"| {x:<{w}} | {v} | {n} |" for x, v, n in rows]
+    print("\n".join(table))
+    if a.write:
+        import duckdb
+        import pyarrow
+
+        date = datetime.date.today().isoformat()
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                cwd=ROOT).stdout.strip()
+        load = os.getloadavg()
+        text = (f"# ranks.py: {a.ranks} synthetic ranks ({date}, git {commit})\n\n"
+                f"Machine: {os.cpu_count()} cores, load average {load[0]:.1f} at the end; duckdb "
+                f"{duckdb.__version__}, pyarrow {pyarrow.__version__}, python {sys.version.split()[0]}.\n"
+                f"Command: `python benchmarks/ranks.py --ranks {a.ranks} --write`. Ranks tiled from "
+                "sample_traces/ddp2 (rank k = ddp_rank{k % 2} with its rank set rewritten).\n\n"
+                + "\n".join(table) + "\n")
+        path = ROOT / "benchmarks" / "results" / f"ranks-{date}.md"
+        path.write_text(text, encoding="utf-8")
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
