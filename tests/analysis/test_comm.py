@@ -120,3 +120,23 @@ def test_run_choice_errors(store, tmp_path):
     assert comm_mod.comm(store, [one]).scalars["world_size"] == 2  # one rank named: its whole run
     with pytest.raises(UsageError, match="no single run matches"):
         comm_mod.comm(store, run="nope")
+
+
+def test_cli_analyze_comm(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from kernelscope.cli import cli
+
+    db = tmp_path / "s.duckdb"
+    runner = CliRunner()
+    res = runner.invoke(cli, ["ingest", str(straggler_pair(tmp_path / "pair")), "--db", str(db)])
+    assert res.exit_code == 0 and "(rank from distributedInfo)" in res.stdout
+    out = runner.invoke(cli, ["analyze", "comm", "--format", "json", "--db", str(db)])
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.stdout)
+    assert data["straggler_rank"] == 1 and data["max_start_skew_ns"] == 2_000_000
+    assert [r["rank"] for r in data["ranks"]] == [0, 1]
+    bad = runner.invoke(cli, ["analyze", "comm", "-o", "run=zzz", "--db", str(db)])
+    assert bad.exit_code != 0 and "no single run matches 'zzz'" in bad.stderr
