@@ -622,9 +622,9 @@ def _foreach(base: str, args: list[Arg], elem_size: int | None) -> Cost:
     list. Elementwise families (in place or not) read each tensor-list argument once and write one
     list: ``(lists + 1)·N`` elements, N FLOPs, except ``addcmul`` with two same-shaped multiplicand
     lists, read as one list (torch.optim's only use is ``addcmul_(state, grads, grads)``, the squared
-    gradient, so the second read is of the same memory; a lower bound either way); ``copy_`` reads one list and writes one (2·N);
-    ``zero_`` writes one (N); ``norm`` reads one (N) and writes one value per tensor. 0-dim tensor
-    arguments (a tensor scalar) add their element."""
+    gradient, so the second read is of the same memory; a lower bound either way); ``copy_`` reads
+    one list and writes one (2·N); ``zero_`` writes one (N); ``norm`` reads one (N) and writes one
+    value per tensor. 0-dim tensor arguments (a tensor scalar) add their element."""
     lists = [a for a in args if a.type == "TensorList"]
     if not lists or not all(isinstance(a.shape, list) and a.shape and all(isinstance(s, list) for s in a.shape)
                             for a in lists):
