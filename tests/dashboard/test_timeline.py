@@ -134,6 +134,19 @@ def test_segments_are_nan_separated():
     assert y[[0, 1, 3, 4]].tolist() == [4, 4, 4, 4] and np.isnan(y[2])
 
 
+def test_figures_are_valid_plotly(dash_store, store, monkeypatch):
+    """The builders skip Plotly's validation per request: validate both kinds here."""
+    import plotly.graph_objects as go
+
+    tid = dash_store.ids["llama_prefill_b8"]
+    events = page.render(store, tid, {"t0": "5", "t1": "6", "op": "aten::mm"})["figure"]
+    monkeypatch.setattr(td, "EVENT_LIMIT", 1000)
+    binned = page.render(store, tid, {"op": "aten::mm"})["figure"]
+    for fig in (events, binned):
+        checked = go.Figure(fig.to_dict())  # raises on an invalid property or value
+        assert len(checked.data) == len(fig.data) > 1
+
+
 # ---- the page: render, callbacks as plain functions ----
 
 def test_zoomed_in_draws_individual_events(dash_store, store):

@@ -28,6 +28,17 @@ LANE_KEY = ["src", "k1", "k2", "k3"]
 NAME_CHARS = 60
 
 
+def _trace(kind: str, **props) -> dict:
+    """A trace as a plain dict (:func:`_figure` does not validate it per request; the tests do)."""
+    return {"type": kind, **props}
+
+
+def _figure(traces: list, layout: dict) -> go.Figure:
+    """The figure without Plotly's per-property validation (it cost ~50-100 ms per response on a
+    1M-kernel trace; the builders only set properties the tests check)."""
+    return go.Figure(data=traces, layout=layout, _validate=False)
+
+
 def to_ms(ns, origin: int):
     """ns since the epoch -> ms since ``origin`` (float)."""
     return (np.asarray(ns, dtype=np.int64) - int(origin)) / NS_PER_MS
@@ -85,7 +96,7 @@ def _layout(lanes: pd.DataFrame, telemetry: pd.DataFrame | None, extra_rows: int
     for i, (col, title, scale) in enumerate(rows_tel, start=2):
         layout[f"yaxis{i}"]["title"] = {"text": title, "font": {"size": 11}}
         for device, d in telemetry.groupby("device", sort=True):
-            traces.append(go.Scattergl(x=to_ms(d["t_ns"], 0), y=d[col].astype("float64") * scale,
+            traces.append(_trace('scattergl', x=to_ms(d["t_ns"], 0), y=d[col].astype("float64") * scale,
                                        xaxis=f"x{i}", yaxis=f"y{i}", mode="lines", line={"width": 1.2},
                                        name=f"GPU {device} {title}",
                                        hovertemplate="%{x:.3f} ms: %{y:.1f}<extra>" + f"GPU {device} {title}"
@@ -122,15 +133,15 @@ def binned_figure(lanes: pd.DataFrame, bins: pd.DataFrame, start_ns: int, width_
         z[len(lanes), sb["bin"].to_numpy()] = _pct(sb["busy_ns"], width_ns)
     layout, traces, _ = _layout(lanes, _shift_telemetry(telemetry, origin), extra, a, b, origin)
     x = to_ms(start_ns + width_ns * np.arange(n_bins) + width_ns // 2, origin)
-    traces.insert(0, go.Heatmap(x=x, y=np.arange(len(lanes)), z=z[: len(lanes)], zmin=0, zmax=100,
+    traces.insert(0, _trace('heatmap', x=x, y=np.arange(len(lanes)), z=z[: len(lanes)], zmin=0, zmax=100,
                                 colorscale=[[0, "#ffffff"], [0.01, "#dbeafe"], [1, "#1e3a8a"]], showscale=False,
                                 hovertemplate="%{x:.3f} ms: %{z}% busy<extra></extra>"))
     if extra:
-        traces.insert(1, go.Heatmap(x=x, y=[len(lanes)], z=z[len(lanes):], zmin=0, zmax=100,
+        traces.insert(1, _trace('heatmap', x=x, y=[len(lanes)], z=z[len(lanes):], zmin=0, zmax=100,
                                     colorscale=[[0, "#ffffff"], [0.01, "#fecaca"], [1, SELECT_COLOR]],
                                     showscale=False, name="selected",
                                     hovertemplate="%{x:.3f} ms: selection %{z}% busy<extra></extra>"))
-    return go.Figure(data=traces, layout=layout)
+    return _figure(traces, layout)
 
 
 def _pct(busy_ns: pd.Series, width_ns: int) -> np.ndarray:
@@ -171,7 +182,7 @@ def events_figure(lanes: pd.DataFrame, events: pd.DataFrame, a: int, b: int, ori
                 custom = np.full(3 * len(d), np.nan)
                 custom[0::3] = custom[1::3] = d["id"].to_numpy(dtype=np.float64)
                 kw["customdata"] = custom
-            traces.append(go.Scattergl(x=x, y=y.astype(np.float32), mode="lines", connectgaps=False,
+            traces.append(_trace('scattergl', x=x, y=y.astype(np.float32), mode="lines", connectgaps=False,
                                        line={"width": 14 if src != "ann" else 8, "color": color},
                                        name=f"{lanes['label'].iloc[lane]} {kind}".strip(), **kw))
     if selected is not None and not selected.empty:
@@ -182,7 +193,7 @@ def events_figure(lanes: pd.DataFrame, events: pd.DataFrame, a: int, b: int, ori
                             for lane, d in gl.groupby("lane")]) if not gl.empty else np.array([])
         y = np.concatenate([segments(d["start_ns"], d["end_ns"], origin, lane)[1]
                             for lane, d in gl.groupby("lane")]) if not gl.empty else np.array([])
-        traces.append(go.Scattergl(x=x, y=y.astype(np.float32), mode="lines",
+        traces.append(_trace('scattergl', x=x, y=y.astype(np.float32), mode="lines",
                                    line={"width": 14, "color": SELECT_COLOR},
                                    name="selected activities", hoverinfo="skip", connectgaps=False))
         fl = gl.dropna(subset=["launch_start_ns"])
@@ -196,10 +207,10 @@ def events_figure(lanes: pd.DataFrame, events: pd.DataFrame, a: int, b: int, ori
         fx[1::3] = to_ms(fl["start_ns"], origin)
         fy[0::3] = src_lane
         fy[1::3] = fl["lane"].to_numpy(dtype=float)
-        traces.append(go.Scattergl(x=fx, y=fy.astype(np.float32), mode="lines",
+        traces.append(_trace('scattergl', x=fx, y=fy.astype(np.float32), mode="lines",
                                    line={"width": 1, "color": SELECT_COLOR},
                                    name="launch → activity", hoverinfo="skip", connectgaps=False))
-    return go.Figure(data=traces, layout=layout)
+    return _figure(traces, layout)
 
 
 def _kind(ev: pd.DataFrame) -> pd.Series:

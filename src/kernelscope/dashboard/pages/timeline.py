@@ -90,7 +90,8 @@ def render(store, trace_id: str, params: dict) -> dict:
             out["notes"].append(("msg-clock-offset", "The trace has no measured clock offset: telemetry is "
                                  "placed on the host clock as recorded."))
     op = (params.get("op") or "").strip()
-    n = td.count_events(store, trace_id, a, b)
+    whole = a <= info["start_ns"] and b >= info["end_ns"]
+    n = int(lanes["events"].sum()) if whole else td.count_events(store, trace_id, a, b)
     out["events"] = n
     t0, t1 = (a - info["start_ns"]) / NS_PER_MS, (b - info["start_ns"]) / NS_PER_MS
     label = ""
