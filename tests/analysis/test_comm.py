@@ -140,3 +140,17 @@ def test_cli_analyze_comm(tmp_path):
     assert [r["rank"] for r in data["ranks"]] == [0, 1]
     bad = runner.invoke(cli, ["analyze", "comm", "-o", "run=zzz", "--db", str(db)])
     assert bad.exit_code != 0 and "no single run matches 'zzz'" in bad.stderr
+
+
+def test_removed_run_is_not_offered(store, tmp_path):
+    from kernelscope.storage.queries import remove_traces
+
+    ingest_paths(store, [overlap_pair(tmp_path / "a")])
+    ingest_paths(store, [straggler_pair(tmp_path / "b")])
+    gone = store.con.execute("SELECT run_id FROM runs ORDER BY ingested_ns LIMIT 1").fetchone()[0]
+    ids = [r[0] for r in store.con.execute("SELECT trace_id FROM traces WHERE run_id = ?", [gone]).fetchall()]
+    assert remove_traces(store, ids) == 2
+    r = comm_mod.comm(store)  # the one run left, although the removed run's row remains
+    assert r.scalars["run_id"] != gone and r.scalars["straggler_rank"] == 1
+    with pytest.raises(UsageError, match="no single run matches"):
+        comm_mod.comm(store, run=gone)

@@ -49,14 +49,18 @@ BUS_FACTOR_SQL = """CASE collective
     ELSE NULL END"""
 
 
+#: A run still in the store: `kernelscope rm` of its traces leaves the runs row behind.
+_LIVE = "run_id IN (SELECT run_id FROM traces WHERE run_id IS NOT NULL)"
+
+
 def run_traces(store, trace_ids=None, run: str | None = None) -> tuple[str | None, list[str]]:
     """(run id, trace ids) to analyse: the run ``run`` (id or unique prefix), else the given traces, else
     the store's only run. UsageError when there is none or the choice is ambiguous."""
     if run is not None:
-        rows = store.con.execute("SELECT run_id FROM runs WHERE starts_with(run_id, ?) ORDER BY run_id",
+        rows = store.con.execute(f"SELECT run_id FROM runs WHERE starts_with(run_id, ?) AND {_LIVE} ORDER BY run_id",
                                  [str(run)]).fetchall()
         if len(rows) != 1:
-            known = ", ".join(r[0] for r in store.con.execute("SELECT run_id FROM runs").fetchall()) or "none"
+            known = ", ".join(r[0] for r in store.con.execute(f"SELECT run_id FROM runs WHERE {_LIVE}").fetchall()) or "none"
             raise UsageError(f"no single run matches '{run}'; runs in the store: {known}.")
         run_id = rows[0][0]
     elif trace_ids:
@@ -68,7 +72,7 @@ def run_traces(store, trace_ids=None, run: str | None = None) -> tuple[str | Non
         else:
             return (runs.pop() if len(runs) == 1 else None), ids
     else:
-        rows = store.con.execute("SELECT run_id FROM runs ORDER BY run_id").fetchall()
+        rows = store.con.execute(f"SELECT run_id FROM runs WHERE {_LIVE} ORDER BY run_id").fetchall()
         if not rows:
             raise UsageError("no multi-rank run in the store; ingest a folder of rank traces "
                              "(`kernelscope ingest DIR`) or give the rank TRACEs.")

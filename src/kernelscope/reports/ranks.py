@@ -29,7 +29,8 @@ def comm_result(store, run: str | None = None):
 
 def run_list(store) -> pd.DataFrame:
     """The runs of the store: run_id, name, world_size, rank_source, offset_method."""
-    return store.query("SELECT run_id, name, world_size, rank_source, offset_method FROM runs ORDER BY name, run_id")
+    return store.query("SELECT run_id, name, world_size, rank_source, offset_method FROM runs "
+                       "WHERE run_id IN (SELECT run_id FROM traces WHERE run_id IS NOT NULL) ORDER BY name, run_id")
 
 
 def breakdown_figure(ranks: pd.DataFrame) -> go.Figure:
