@@ -25,6 +25,7 @@ are binned directly in DuckDB.
 
 from __future__ import annotations
 
+import json
 import threading
 
 import numpy as np
@@ -336,68 +337,66 @@ def selection_bins(store, trace_id: str, op: str, a: int, b: int, max_bins: int 
 #: Most events one Perfetto export holds (the first ones by start when the window has more).
 EXPORT_LIMIT = 300_000
 
+# One JSON text per exported event, written by DuckDB (to_json of a struct): complete events ('X') of the
+# first $limit events by start in [a, b), then a launch -> activity flow pair ('s' on the launch call's
+# thread, 'f' with bp 'e' on the activity's stream) for each activity whose launch call is exported too.
+# ts/dur: µs since the origin, 3 decimals (exact ns). GPU pids: _PID_GPU + device; phases: _PID_PHASES.
 _EXPORT_SQL = """
-SELECT * FROM (
-  {union}
-) q WHERE start_ns < $b AND end_ns > $a ORDER BY start_ns, src, id LIMIT $limit
-"""
-_EXPORT_LINKS_SQL = """
-SELECT activity_id, launch_id FROM gpu_activities
-WHERE trace_id = $t AND start_ns < $b AND end_ns > $a AND launch_id IS NOT NULL
+WITH ev AS (
+  SELECT * FROM (
+    {union}
+  ) q WHERE start_ns < $b AND end_ns > $a ORDER BY start_ns, src, id LIMIT $limit
+), x AS (
+  SELECT start_ns, src, id, CASE src WHEN 'gpu' THEN $gpu + k1 WHEN 'ann' THEN $phases ELSE k1 END AS pid,
+         k2 AS tid, name, detail, end_ns, k1
+  FROM ev
+), f AS (
+  SELECT g.id AS act, l.pid AS lpid, l.tid AS ltid, l.start_ns AS lstart, g.pid AS gpid, g.tid AS gtid,
+         g.start_ns AS gstart
+  FROM x g JOIN gpu_activities a ON a.trace_id = $t AND a.activity_id = g.id AND g.src = 'gpu'
+  JOIN x l ON l.src = 'api' AND l.id = a.launch_id
+)
+SELECT 0 AS part, start_ns AS o, to_json(struct_pack(
+         name := coalesce(name, ''), ph := 'X',
+         cat := CASE src WHEN 'cpu' THEN 'cpu_op' WHEN 'ann' THEN 'phase' ELSE coalesce(nullif(detail, ''), src) END,
+         pid := pid, tid := CASE src WHEN 'ann' THEN k1 ELSE tid END,
+         ts := round((start_ns - $o) / 1000.0, 3), dur := round((end_ns - start_ns) / 1000.0, 3),
+         args := struct_pack(id := id))) AS j FROM x
+UNION ALL
+SELECT 1, lstart, to_json(struct_pack(name := 'launch', ph := 's', cat := 'ac2g', id := act, pid := lpid,
+         tid := ltid, ts := round((lstart - $o) / 1000.0, 3))) FROM f
+UNION ALL
+SELECT 2, gstart, to_json(struct_pack(name := 'launch', ph := 'f', bp := 'e', cat := 'ac2g', id := act,
+         pid := gpid, tid := gtid, ts := round((gstart - $o) / 1000.0, 3))) FROM f
+ORDER BY part, o
 """
 _PID_GPU = 1 << 30  # Chrome-trace pid of GPU device d: _PID_GPU + d (host pids are OS pids)
 _PID_PHASES = (1 << 30) - 1
 
 
-def chrome_trace(store, trace_id: str, a: int, b: int, limit: int = EXPORT_LIMIT) -> dict:
-    """A Chrome-trace JSON object (ui.perfetto.dev and chrome://tracing open it) of the events in
-    ``[a, b)``: complete events ('X') for CPU operators, CUDA API calls (host pid/tid), GPU activities
-    (pid 'GPU d', tid = stream) and phases; launch -> activity flows ('s'/'f', cat 'ac2g', id = the
-    activity id); telemetry as counters ('C'). ``ts``/``dur`` are µs since the trace's first event, with
-    3 decimals (exact ns). At most ``limit`` events, the first by start; ``otherData`` says when cut."""
+def chrome_trace_text(store, trace_id: str, a: int, b: int, limit: int = EXPORT_LIMIT) -> str:
+    """A Chrome-trace JSON text (ui.perfetto.dev and chrome://tracing open it) of the events in ``[a, b)``:
+    complete events ('X') for CPU operators (cat cpu_op), CUDA API calls (host pid/tid), GPU activities
+    (pid named 'GPU d', tid = stream; cat = kernel/memcpy/memset) and phases (pid 'phases', tid = kind
+    index); launch -> activity flows ('s'/'f', cat 'ac2g', id = the activity id) where both ends are
+    exported; telemetry as counters ('C'). ``ts``/``dur`` are µs since the trace's first event with 3
+    decimals (exact ns). At most ``limit`` events, the first by start; ``otherData`` says when cut. The
+    event texts are written by DuckDB (no per-event Python)."""
     info = trace_info(store, trace_id)
     origin = info["start_ns"]
-    union = "\n  UNION ALL ".join(SOURCES.values())
-    p = {"t": trace_id, "a": a, "b": b}
-    df = store.query(_EXPORT_SQL.format(union=union), p | {"limit": limit + 1})
-    cut = len(df) > limit
-    df = df.iloc[:limit]
-    out: list[dict] = []
-    pids: dict[int, str] = {}
-
-    def us(ns) -> float:
-        return round((int(ns) - origin) / 1000.0, 3)
-
-    api_at: dict[int, tuple] = {}
-    for r in df.itertuples(index=False):
-        if r.src == "gpu":
-            pid, tid = _PID_GPU + int(r.k1), int(r.k2)
-            pids[pid] = f"GPU {int(r.k1)}"
-        elif r.src == "ann":
-            pid, tid = _PID_PHASES, int(r.k1)
-            pids[pid] = "phases"
-        else:
-            pid, tid = int(r.k1), int(r.k2)
-        ev = {"name": r.name or "", "ph": "X", "cat": r.detail or r.src, "pid": pid, "tid": tid,
-              "ts": us(r.start_ns), "dur": round((int(r.end_ns) - int(r.start_ns)) / 1000.0, 3),
-              "args": {"id": int(r.id)}}
-        if r.src == "cpu":
-            ev["cat"] = "cpu_op"
-        out.append(ev)
-        if r.src == "api":
-            api_at[int(r.id)] = (pid, tid, us(r.start_ns))
-    gpu = df[df["src"] == "gpu"]
-    if not gpu.empty and api_at:
-        links = store.query(_EXPORT_LINKS_SQL, p)
-        starts = dict(zip(gpu["id"].astype("int64"), zip(gpu["k1"], gpu["k2"], gpu["start_ns"])))
-        for act, launch in zip(links["activity_id"].astype("int64"), links["launch_id"].astype("int64")):
-            if act in starts and launch in api_at:
-                pid, tid, ts = api_at[launch]
-                d, s, start = starts[act]
-                out.append({"name": "launch", "ph": "s", "cat": "ac2g", "id": int(act), "pid": pid, "tid": tid,
-                            "ts": ts})
-                out.append({"name": "launch", "ph": "f", "bp": "e", "cat": "ac2g", "id": int(act),
-                            "pid": _PID_GPU + int(d), "tid": int(s), "ts": us(start)})
+    union = "\n    UNION ALL ".join(SOURCES.values())
+    p = {"t": trace_id, "a": a, "b": b, "o": origin, "gpu": _PID_GPU, "phases": _PID_PHASES}
+    n = count_events(store, trace_id, a, b)
+    rows = store.query(_EXPORT_SQL.format(union=union), p | {"limit": limit})
+    parts = list(rows["j"])
+    pids = {}
+    devices = store.query("SELECT DISTINCT device FROM gpu_activities WHERE trace_id = $t AND start_ns < $b "
+                          "AND end_ns > $a", {"t": trace_id, "a": a, "b": b})["device"]
+    for d in devices.dropna():
+        pids[_PID_GPU + int(d)] = f"GPU {int(d)}"
+    if (rows["part"] == 0).any() and store.query("SELECT 1 FROM annotations WHERE trace_id = $t AND start_ns < $b "
+                                                 "AND end_ns > $a LIMIT 1", {"t": trace_id, "a": a, "b": b}).shape[0]:
+        pids[_PID_PHASES] = "phases"
     if info["telemetry_samples"]:
         tel = telemetry(store, trace_id, a, b, info["clock_offset_ns"], max_points=20_000)
         for r in tel.itertuples(index=False):
@@ -406,14 +405,21 @@ def chrome_trace(store, trace_id: str, a: int, b: int, limit: int = EXPORT_LIMIT
             args = {k: float(getattr(r, k)) for k in ("power_mw", "sm_clock_mhz", "gpu_util_pct")
                     if not pd.isna(getattr(r, k))}
             if args:
-                out.append({"name": "telemetry", "ph": "C", "pid": pid, "ts": us(r.t_ns), "args": args})
-    for pid, name in pids.items():
-        out.append({"name": "process_name", "ph": "M", "pid": pid, "args": {"name": name}})
-    return {"traceEvents": out, "displayTimeUnit": "ms",
-            "otherData": {"trace_id": trace_id, "trace": info["name"], "origin_ns": origin,
-                          "window_ns": [a, b], "events": int(len(df)), "truncated": bool(cut),
-                          "note": (f"the window holds more than {limit:,} events; this export has the first "
-                                   f"{limit:,} by start") if cut else ""}}
+                parts.append(json.dumps({"name": "telemetry", "ph": "C", "pid": pid,
+                                         "ts": round((int(r.t_ns) - origin) / 1000.0, 3), "args": args}))
+    parts += [json.dumps({"name": "process_name", "ph": "M", "pid": pid, "args": {"name": name}})
+              for pid, name in pids.items()]
+    cut = n > limit
+    other = {"trace_id": trace_id, "trace": info["name"], "origin_ns": origin, "window_ns": [a, b],
+             "events": min(n, limit), "truncated": cut,
+             "note": (f"the window holds {n:,} events; this export has the first {limit:,} by start") if cut else ""}
+    return ('{"displayTimeUnit":"ms","otherData":' + json.dumps(other) + ',"traceEvents":[\n'
+            + ",\n".join(parts) + "\n]}\n")
+
+
+def chrome_trace(store, trace_id: str, a: int, b: int, limit: int = EXPORT_LIMIT) -> dict:
+    """:func:`chrome_trace_text` parsed (for tests and small windows)."""
+    return json.loads(chrome_trace_text(store, trace_id, a, b, limit))
 
 
 _OP_CPU_SQL = """
@@ -431,17 +437,22 @@ def op_cpu_times(store, trace_id: str, level: str = "leaf") -> pd.DataFrame:
 
 
 _OP_KERNELS_SQL = """
-SELECT g.name, g.kind, g.device, g.stream, count(*) AS count, CAST(sum(g.dur_ns) AS BIGINT) AS total_ns,
-       CAST(round(avg(g.dur_ns)) AS BIGINT) AS mean_ns
-FROM gpu_activities g
-WHERE g.trace_id = $t AND g.{col} IN (SELECT op_id FROM cpu_ops WHERE trace_id = $t AND name = $op)
-GROUP BY ALL ORDER BY total_ns DESC, g.name
+SELECT o.name AS op, g.name, g.kind, g.device, g.stream, count(*) AS count,
+       CAST(sum(g.dur_ns) AS BIGINT) AS total_ns, CAST(round(avg(g.dur_ns)) AS BIGINT) AS mean_ns
+FROM gpu_activities g JOIN cpu_ops o ON o.trace_id = $t AND o.op_id = g.{col}
+WHERE g.trace_id = $t
+GROUP BY ALL
 """
 
 
 def op_kernels(store, trace_id: str, name: str, level: str = "leaf") -> pd.DataFrame:
     """The GPU activities attributed (at ingest) to operators called ``name`` — through their leaf
     operator (``level`` 'leaf') or top-level operator ('top') — grouped by activity name, kind, device
-    and stream: count, total_ns (sum of durations) and mean_ns."""
+    and stream: count, total_ns (sum of durations) and mean_ns, by total_ns descending. The grouping for
+    every operator of the trace is computed once per process and trace, then filtered."""
     col = "top_op_id" if level == "top" else "leaf_op_id"
-    return store.query(_OP_KERNELS_SQL.format(col=col), {"t": trace_id, "op": name})
+    info = trace_info(store, trace_id)
+    key = ("op_kernels", str(getattr(store, "path", "")), trace_id, info and info["ingested_ns"], level)
+    allk = cached(key, lambda: store.query(_OP_KERNELS_SQL.format(col=col), {"t": trace_id}))
+    out = allk[allk["op"] == name].drop(columns="op")
+    return out.sort_values(["total_ns", "name"], ascending=[False, True]).reset_index(drop=True)

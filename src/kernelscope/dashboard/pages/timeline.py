@@ -10,7 +10,6 @@ writes t0/t1 back; clicking a CPU operator selects it. A window with at most
 
 from __future__ import annotations
 
-import json
 import re
 from urllib.parse import urlencode
 
@@ -242,7 +241,7 @@ def register(app, db_path) -> None:
                 tid = resolve_trace(store, trace_id)
                 info = td.trace_info(store, tid)
                 a, b, _ = parse_window(dict(request.args), info)
-                body = json.dumps(td.chrome_trace(store, tid, a, b), separators=(",", ":"))
+                body = td.chrome_trace_text(store, tid, a, b)
         except KernelscopeError as exc:
             return Response(f"Cannot export: {exc}.\n", status=404, mimetype="text/plain")
         return Response(body, mimetype="application/json",
