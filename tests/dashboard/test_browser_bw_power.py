@@ -126,3 +126,17 @@ def test_compare_pick_two_traces_then_restore(page, base_url, dash_store):
     assert page.inner_text("#compare-counts") == counts
     assert a in page.inner_text("#compare-a") and b in page.inner_text("#compare-b")
     assert page.console_errors == []
+
+
+def test_compare_sweep_url_restores(page, base_url, dash_store):
+    """Opening a sweep comparison keeps it: the dropdowns mounting must not switch back to traces."""
+    sweep = "llama_prefill"
+    url = f"{base_url}/compare?sweep_a={sweep}&sweep_b={sweep}&by=batch"
+    page.goto(url)
+    page.wait_for_selector("#compare-headline-figure .js-line", state="attached")
+    assert f"Sweep {sweep} (A) vs sweep {sweep} (B), paired by batch" in page.inner_text("#compare-title")
+    lines = {t["name"]: t["n"] for t in _full(page, "compare-headline-figure")}
+    assert set(lines) >= {"kernels", "busy_ns", "latency_ns"} and set(lines.values()) == {3}  # batch 1, 8, 128
+    page.wait_for_timeout(1000)  # any callback fired by mounting has answered by now
+    assert page.url == url and page.locator("#msg-compare-pick").count() == 0
+    assert page.console_errors == []

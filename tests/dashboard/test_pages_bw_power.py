@@ -390,6 +390,18 @@ def test_compare_update_callback_writes_the_url(dash_store):
     assert texts(find(again, compare.RESULT_ID)) == texts(div)
 
 
+def test_compare_ignores_a_dropdown_that_repeats_the_url(dash_store):
+    """A dropdown reporting its value on mount must not replace the comparison the URL opened."""
+    url = "?sweep_a=llama_prefill&sweep_b=llama_prefill&by=batch"
+    assert not compare.changed("compare-a", None, url)  # empty trace dropdown in sweeps mode
+    assert not compare.changed("compare-by", "batch", "?a=x&b=y")  # absent by reads as batch
+    assert not compare.changed("compare-sweep-a", "llama_prefill", url)
+    assert compare.changed("compare-sweep-b", "other", url) and compare.changed("compare-a", "x", url)
+    assert compare.update(dash_store.db, "compare-a", None, None, "llama_prefill", "llama_prefill", "batch",
+                          url) == (dash.no_update, dash.no_update)
+    assert compare.update(dash_store.db, None, "x", "y", None, None, "batch", "") == (dash.no_update,) * 2
+
+
 def test_compare_choice():
     assert compare.choice("compare-sweep-b", "x", "y", "s1", "s2", None) == {"sweep_a": "s1", "sweep_b": "s2",
                                                                              "by": "batch"}
@@ -424,7 +436,8 @@ def test_compare_two_sweeps(two_sweeps, dash_store):
     fig = find(page, "compare-headline-figure").figure
     assert {t.name for t in fig.data} == set(r.tables["headline"]["metric"])
     assert find(page, "compare-sweep-a").value == "llama_prefill" and find(page, "compare-a").value is None
-    children, search = compare.update(two_sweeps, "compare-by", None, None, "llama_prefill", "sk", "batch")
+    children, search = compare.update(two_sweeps, "compare-sweep-b", None, None, "llama_prefill", "sk", "batch",
+                                      "?sweep_a=llama_prefill&by=batch")
     assert search == "?sweep_a=llama_prefill&sweep_b=sk&by=batch"
 
 

@@ -127,7 +127,8 @@ def power_timeline_figure(tel: pd.DataFrame, busy: pd.DataFrame | None = None,
     if window_ns:
         fig.add_vrect(x0=0, x1=window_ns / NS_PER_MS, row="all", col=1, fillcolor="rgba(59,130,246,0.07)",
                       line_width=0, layer="below")
-    fig.update_yaxes(range=[0, 105], showgrid=False, title_text="busy %", row=1, col=1, secondary_y=True)
+    fig.update_yaxes(range=[0, 105], tickvals=[0, 50, 100], showgrid=False, title_text="GPU busy (%)", row=1,
+                     col=1, secondary_y=True)
     fig.update_xaxes(title_text="time since trace start (ms); blue: the trace window", row=4, col=1)
     fig.update_layout(template="plotly_white", height=760, margin={"l": 60, "r": 60, "t": 40, "b": 50},
                       legend={"orientation": "h", "y": -0.08}, hovermode="closest")

@@ -8,7 +8,7 @@ traces, a sweep or ``by`` dropdown to comparing sweeps."""
 
 from __future__ import annotations
 
-from urllib.parse import urlencode
+from urllib.parse import parse_qs, urlencode
 
 import dash
 from dash import Input, Output, State, dcc, html
@@ -95,7 +95,7 @@ def _result(r, title: str) -> list:
         ("metric", "metric", "text"), ("A", "A", "text"), ("B", "B", "text"), ("delta", "B − A", "text"),
         ("delta_pct", "change (%)", "numeric")]
     out.append(html.Div([
-        html.Div([table(hr, cols, "compare-headline")], style={"flex": "1", "minWidth": "420px"}),
+        html.Div([table(hr, cols, "compare-headline", page_size=24)], style={"flex": "1", "minWidth": "420px"}),
         html.Div([dcc.Graph(id="compare-headline-figure", figure=headline_figure(head, s.get("by")),
                             config={"displaylogo": False})], style={"flex": "1", "minWidth": "420px"}),
     ], style={"display": "flex", "gap": "16px", "flexWrap": "wrap"}))
@@ -166,8 +166,28 @@ def layout(store, params: dict | None = None) -> html.Div:
     return html.Div(body)
 
 
-def update(db_path, trigger: str | None, a, b, sweep_a, sweep_b, by) -> tuple[list, str]:
-    """The dropdown callback as a plain function: (result children, url search)."""
+PARAM_OF = {"compare-a": "a", "compare-b": "b", "compare-sweep-a": "sweep_a", "compare-sweep-b": "sweep_b",
+            "compare-by": "by"}
+
+
+def changed(trigger: str | None, value, search: str | None) -> bool:
+    """Whether the dropdown that fired holds something other than the URL already says (a dropdown may
+    report its value when it mounts; that must not replace the comparison the URL opened). An absent
+    ``by`` reads as ``batch``; empty and absent are the same."""
+    key = PARAM_OF.get(trigger or "")
+    if key is None:
+        return False
+    params = {k: v[-1] for k, v in parse_qs((search or "").lstrip("?")).items()}
+    current = params.get(key) or ("batch" if key == "by" else None)
+    return (value or None) != current
+
+
+def update(db_path, trigger: str | None, a, b, sweep_a, sweep_b, by, search: str | None = None):
+    """The dropdown callback as a plain function: (result children, url search), or ``dash.no_update``
+    twice when the dropdown that fired agrees with the URL (``changed``)."""
+    if not changed(trigger, {"compare-a": a, "compare-b": b, "compare-sweep-a": sweep_a,
+                             "compare-sweep-b": sweep_b, "compare-by": by}.get(trigger or ""), search):
+        return dash.no_update, dash.no_update
     params = choice(trigger, a, b, sweep_a, sweep_b, by)
     try:
         with open_store(db_path, read_only=True) as store:
@@ -180,8 +200,8 @@ def update(db_path, trigger: str | None, a, b, sweep_a, sweep_b, by) -> tuple[li
 def register(app, db_path) -> None:
     @app.callback(Output(RESULT_ID, "children"), Output("url", "search", allow_duplicate=True),
                   *[Input(i, "value") for i in TRACE_INPUTS + SWEEP_INPUTS], State("url", "pathname"),
-                  prevent_initial_call=True)
-    def _update(a, b, sweep_a, sweep_b, by, pathname):
+                  State("url", "search"), prevent_initial_call=True)
+    def _update(a, b, sweep_a, sweep_b, by, pathname, search):
         if (pathname or "").rstrip("/") != "/compare":
             return dash.no_update, dash.no_update
-        return update(db_path, dash.ctx.triggered_id, a, b, sweep_a, sweep_b, by)
+        return update(db_path, dash.ctx.triggered_id, a, b, sweep_a, sweep_b, by, search)
