@@ -71,6 +71,15 @@ def test_bandwidth_select_point_and_row_then_restore(page, base_url, dash_store)
     assert page.console_errors == []
 
 
+def test_bandwidth_graph_replays_only_no_console_error(page, base_url, dash_store):
+    """CUDA-graph replays have no leaf operator: the page says so in words, without a console error."""
+    page.goto(f"{base_url}/trace/{dash_store.ids['small_kernels_graph']}/bandwidth")
+    page.wait_for_selector("#msg-bw-nothing-modelled")
+    assert "has no leaf operator" in page.inner_text("#bw-modelled")
+    page.wait_for_timeout(500)
+    assert page.console_errors == []
+
+
 def test_power_page_draws_telemetry(page, base_url, dash_store):
     tid = dash_store.ids["llama_prefill_b128"]
     js = _analysis(dash_store.db, "power", tid)

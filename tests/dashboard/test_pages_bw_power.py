@@ -276,6 +276,8 @@ def test_graph_replays_unattributed_are_said(dash_store):
     assert f"All {r.scalars['unattributed_gpu_ns'] / 1e6:,.3f} ms of GPU activity has no leaf operator" in texts(page)
     assert find(page, "msg-bw-nothing-modelled") is not None
     assert find(page, "bw-kpi-modelled_share").children == "—"
+    # no signature: neither figure nor table (the selection callback needs both, or the browser logs an error)
+    assert find(page, bandwidth.FIGURE_ID) is None and find(page, bandwidth.TABLE_ID) is None
 
 
 # ------------------------------------------------------------------ Power

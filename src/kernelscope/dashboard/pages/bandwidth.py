@@ -117,17 +117,23 @@ def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
     sig = r.tables.get("per_signature")
     rows = signature_rows(sig, s.get("gpu_ns"))
     selected = selected_signature(params, len(rows))
-    if not s.get("modelled_gpu_ns"):
-        body.append(message("No operator with GPU time has a FLOP/byte rule (nothing modelled): the roofline "
-                            "has no points; the unmodelled operators are listed below.", "msg-bw-nothing-modelled"))
-    body.append(dcc.Graph(id=FIGURE_ID, figure=roofline_figure(sig, s.get("device_peaks"), selected),
-                          config={"displaylogo": False}))
+    if not len(rows):  # only unattributed GPU time (CUDA-graph replays): no signature, no figure, no table
+        body.append(message("No GPU time is attributed to an operator signature, so there is no roofline to "
+                            "draw (see the sentence above).", "msg-bw-nothing-modelled"))
+    else:
+        if not s.get("modelled_gpu_ns"):
+            body.append(message("No operator with GPU time has a FLOP/byte rule (nothing modelled): the roofline "
+                                "has no points; the unmodelled operators are listed below.",
+                                "msg-bw-nothing-modelled"))
+        # the figure and the table come together: the selection callback reads both
+        body.append(dcc.Graph(id=FIGURE_ID, figure=roofline_figure(sig, s.get("device_peaks"), selected),
+                              config={"displaylogo": False}))
     # the exact point coordinates (_x, _y) ride along in the table's data for the selection ring
     data = rows.assign(sig=rows["id"], _x=[num(v) for v in sig["intensity"]] if len(rows) else [],
                        _y=[num(v) for v in sig["achieved_tflops"]] if len(rows) else [])
     records = data.to_dict("records")
-    body.append(html.Div(selection_text(records[selected] if selected is not None else None), id=SELECTED_ID))
     if len(rows):
+        body.append(html.Div(selection_text(records[selected] if selected is not None else None), id=SELECTED_ID))
         t = table(data, [("sig", "#", "numeric")] + SIGNATURE_COLUMNS, TABLE_ID, page_size=20,
                   style_data_conditional=highlight(selected),
                   tooltip_data=[{"name": rr["name"] or "", "input_dims": rr["input_dims"] or ""} for rr in records],
