@@ -297,7 +297,8 @@ def extras_section(store, trace_ids: list[str], ctx) -> Section | None:
                                    {"t": tid})["n"].iloc[0])
         x = headline_extras(store, tid, has_gpu)
         ls, (e_mj, e_key, e_text), (infl, infl_text) = x["launch"], x["energy"], x["inflation"]
-        rows.append({"trace": name, "TKLQT (ms)": None if ls.get("tklqt_ns") is None else round(ls["tklqt_ns"] / NS_PER_MS, 3),
+        tk = ls.get("tklqt_ns")
+        rows.append({"trace": name, "TKLQT (ms)": None if tk is None else round(tk / NS_PER_MS, 3),
                      "mean queue depth q": ls.get("mean_queue_depth"),
                      "energy (J)": None if e_mj is None else round(e_mj / 1000, 3),
                      "energy is": {"trace_energy_mj": "trace window", "energy_per_iteration_mj": "per iteration"}

@@ -126,9 +126,9 @@ def whatif_sentences(s: dict) -> list[str]:
                f"(observed {ms_text(s.get('observed_ns'))}, {s.get('observed_source')}; naive sum of kernels "
                f"{ms_text(s.get('naive_ns'))}).")
     if s.get("twin"):
-        pe, ne = s.get("prediction_error"), s.get("naive_error")
-        out.append(f"Twin {s['twin']}: observed {ms_text(s.get('twin_observed_ns'))}; prediction error "
-                   f"{'—' if pe is None else f'{100 * pe:+.1f}%'}, naive error {'—' if ne is None else f'{100 * ne:+.1f}%'}.")
+        pe, ne = (("—" if v is None else f"{100 * v:+.1f}%") for v in (s.get("prediction_error"), s.get("naive_error")))
+        out.append(f"Twin {s['twin']}: observed {ms_text(s.get('twin_observed_ns'))}; prediction error {pe}, "
+                   f"naive error {ne}.")
     out.append(f"Residual gap per activity {s.get('residual_gap_ns')} ns ({s.get('residual_source')}); "
                f"{s.get('host_syncs', 0)} host barriers kept.")
     return out

@@ -16,6 +16,7 @@ from ...reports import bound as rb
 from ...storage.store import open_store
 from ...units import NS_PER_MS
 from .common import message, ms_text, pct_text, table
+from .launch import kpi as _kpi
 
 TITLE = "Bound"
 BIN_CHOICES = [50, 100, 200, 500, 1000, 2000]
@@ -28,13 +29,6 @@ def _bins(params: dict | None) -> int:
     except ValueError:
         return DEFAULT_BINS
     return n if n in BIN_CHOICES else DEFAULT_BINS
-
-
-def _kpi(kid, label, raw, shown, extra="", definition=""):
-    return html.Div([html.Div(label, className="ks-kpi-label"),
-                     html.Div(shown, className="ks-kpi-value", id=f"kpi-{kid}",
-                              **{"data-value": "" if raw is None else str(raw)}),
-                     html.Div(extra, className="ks-kpi-extra")], className="ks-kpi", title=definition)
 
 
 def layout(store, trace_id: str, params: dict | None = None) -> html.Div:

@@ -14,11 +14,13 @@ from .common import count_text, message, ms_text, table
 TITLE = "Launch"
 
 
-def _kpi(kid: str, label: str, raw, shown: str, extra: str = "", definition: str = "") -> html.Div:
-    """A headline number: id ``kpi-<kid>``, raw value in ``data-value`` (int ns, or the float as given)."""
+def kpi(kid: str, label: str, raw, shown: str, extra: str = "", definition: str = "", **attrs) -> html.Div:
+    """A headline number (also used by the Overview and Bound pages): id ``kpi-<kid>``, the raw value in
+    ``data-value`` (int ns, a count, or the float as the analysis returned it; empty when null) so tests can
+    compare it with the CLI's JSON; ``definition`` shows on hover; ``attrs``: more data-* attributes."""
     value = "" if raw is None else str(raw)
     return html.Div([html.Div(label, className="ks-kpi-label"),
-                     html.Div(shown, className="ks-kpi-value", id=f"kpi-{kid}", **{"data-value": value}),
+                     html.Div(shown, className="ks-kpi-value", id=f"kpi-{kid}", **{"data-value": value}, **attrs),
                      html.Div(extra, className="ks-kpi-extra")], className="ks-kpi", title=definition)
 
 
@@ -35,20 +37,20 @@ def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
         return html.Div(body)
     q = ls.get("mean_queue_depth")
     body.append(html.Div([
-        _kpi("tklqt_ns", "TKLQT", ls.get("tklqt_ns"), ms_text(ls.get("tklqt_ns")),
+        kpi("tklqt_ns", "TKLQT", ls.get("tklqt_ns"), ms_text(ls.get("tklqt_ns")),
              f"q = {q:,.2f}" if q is not None else "q: —",
              "sum of launch-and-queue time over kernels not launched by a graph, one term per graph launch"),
-        _kpi("mean_queue_depth", "mean queue depth q", q, "—" if q is None else f"{q:,.2f}",
+        kpi("mean_queue_depth", "mean queue depth q", q, "—" if q is None else f"{q:,.2f}",
              "GPU-bound signal when ≥ 1", "TKLQT / GPU span (Little's law)"),
-        *[_kpi(k, label, ls.get(k), ms_text(ls.get(k)), "", d) for k, label, d in [
+        *[kpi(k, label, ls.get(k), ms_text(ls.get(k)), "", d) for k, label, d in [
             ("api_ns", "api", "launch-call time (host)"),
             ("queue_ns", "queue", "waiting behind earlier work on the stream (GPU-bound)"),
             ("dispatch_ns", "dispatch", "from the call's return (or the stream freeing) to the kernel start"),
             ("launch_delay_ns", "launch delay", "max(0, kernel start - launch call end), summed")]],
-        _kpi("launch_bound_ops", "launch-bound op instances", ls.get("launch_bound_ops"),
+        kpi("launch_bound_ops", "launch-bound op instances", ls.get("launch_bound_ops"),
              count_text(ls.get("launch_bound_ops")), "",
              "top-level operator instances whose launch calls outlast their GPU work"),
-        _kpi("predicted_ns", "what-if predicted", ws.get("predicted_ns"), ms_text(ws.get("predicted_ns")),
+        kpi("predicted_ns", "what-if predicted", ws.get("predicted_ns"), ms_text(ws.get("predicted_ns")),
              "" if ws.get("predicted_speedup") is None else f"{ws['predicted_speedup']:.2f}× faster than observed",
              "GPU work replayed with free launches"),
     ], className="ks-kpis", id="launch-kpis"))

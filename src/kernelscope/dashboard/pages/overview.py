@@ -15,6 +15,7 @@ from ...reports.overview import host_wait, trust_sentences
 from ...reports.data import busy_bins
 from ...units import NS_PER_MS, NS_PER_US
 from .common import count_text, message, ms_text, pct_text, table
+from .launch import kpi as value_kpi
 
 # (scalar key, label, kind, definition shown on hover). kind: 'ns' (shown in ms) or 'count'.
 KPIS = [
@@ -46,6 +47,7 @@ def _kpi(key: str, label: str, value, kind: str, definition: str, extra: str = "
 
 
 TITLE = "Overview"
+ENERGY_KIND = {"trace_energy_mj": "trace window", "energy_per_iteration_mj": "per iteration (un-profiled)"}
 
 
 def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
@@ -98,13 +100,6 @@ def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
     return html.Div(body)
 
 
-def _small_kpi(kid: str, label: str, raw, shown: str, extra: str, definition: str, **attrs) -> html.Div:
-    return html.Div([html.Div(label, className="ks-kpi-label"),
-                     html.Div(shown, className="ks-kpi-value", id=f"kpi-{kid}",
-                              **{"data-value": "" if raw is None else str(raw)}, **attrs),
-                     html.Div(extra, className="ks-kpi-extra")], className="ks-kpi", title=definition)
-
-
 def _extra_kpis(x: dict) -> list:
     """TKLQT (with q), mean queue depth, energy and profiler inflation. ``data-value``: TKLQT in int ns,
     q and inflation as the analyses return them, energy in mJ (``data-key`` names the power key)."""
@@ -112,18 +107,17 @@ def _extra_kpis(x: dict) -> list:
     q = ls.get("mean_queue_depth")
     e_mj, e_key, e_text = x["energy"]
     infl, infl_text = x["inflation"]
-    energy_kpi = _small_kpi("energy_mj", "energy", e_mj, "—" if e_mj is None else f"{e_mj / 1000:,.3f} J",
-                            {"trace_energy_mj": "trace window", "energy_per_iteration_mj": "per iteration (un-profiled)"}
-                            .get(e_key, "not available"), e_text, **{"data-key": e_key})
+    energy_kpi = value_kpi("energy_mj", "energy", e_mj, "—" if e_mj is None else f"{e_mj / 1000:,.3f} J",
+                            ENERGY_KIND.get(e_key, "not available"), e_text, **{"data-key": e_key})
     return [
-        _small_kpi("tklqt_ns", "TKLQT", ls.get("tklqt_ns"), ms_text(ls.get("tklqt_ns")),
+        value_kpi("tklqt_ns", "TKLQT", ls.get("tklqt_ns"), ms_text(ls.get("tklqt_ns")),
                    "q = —" if q is None else f"q = {q:,.2f}",
                    "total kernel launch-and-queue time; always read with q = TKLQT / GPU span"),
-        _small_kpi("mean_queue_depth", "mean queue depth q", q, "—" if q is None else f"{q:,.2f}",
+        value_kpi("mean_queue_depth", "mean queue depth q", q, "—" if q is None else f"{q:,.2f}",
                    "" if q is None else ("GPU-bound (q ≥ 1)" if q >= 1 else "CPU-bound (q < 1)"),
                    "launched-but-not-started kernels on average (Little's law)"),
         energy_kpi,
-        _small_kpi("inflation", "profiler inflation", infl, "—" if infl is None else f"{infl:.2f}×",
+        value_kpi("inflation", "profiler inflation", infl, "—" if infl is None else f"{infl:.2f}×",
                    "traced / un-profiled" if infl is not None else "no un-profiled timing", infl_text),
     ]
 

@@ -6,12 +6,13 @@ sweeps and numeric labels the store holds."""
 
 from __future__ import annotations
 
-from urllib.parse import urlencode
+from urllib.parse import parse_qs, urlencode
 
 import dash
 import pandas as pd
 from dash import Input, Output, State, dcc, html
 
+from ...analysis.result import json_safe, table_records
 from ...errors import UsageError
 from ...reports import sweep as rs
 from .common import message, ms_text, table
@@ -58,20 +59,17 @@ def selected_panel(point: dict | None, by: str) -> list:
     tid = point["trace_id"]
     infl = point.get("inflation")
     return [html.H3(f"Selected: {by} = {point['label']} ({point.get('name') or tid})", id="sweep-selected-title"),
-            html.P(f"regime {point.get('regime')}; traced latency / iteration {ms_text(point.get('latency_per_iter_ns'))}, "
+            html.P(f"regime {point.get('regime')}; traced latency / iteration "
+                   f"{ms_text(point.get('latency_per_iter_ns'))}, "
                    f"un-profiled {ms_text(point.get('unprofiled_ns'))}"
                    + ("" if infl is None else f" (inflation {infl:.2f}×)")
                    + f"; TKLQT {ms_text(point.get('tklqt_ns'))} with q = "
                    + ("—" if point.get("mean_queue_depth") is None else f"{point['mean_queue_depth']:,.2f}")
                    + f"; busy {ms_text(point.get('busy_ns'))}, idle {ms_text(point.get('idle_ns'))}."),
-            html.Div([dcc.Link(text, href=f"/trace/{tid}/{page}", id=f"sweep-open-{page}", style={"marginRight": "14px"})
+            html.Div([dcc.Link(text, href=f"/trace/{tid}/{page}", id=f"sweep-open-{page}",
+                               style={"marginRight": "14px"})
                       for page, text in [("overview", "overview"), ("launch", "launch overhead"),
                                          ("bound", "bound-ness")]])]
-
-
-def _records(points: pd.DataFrame) -> list[dict]:
-    from ...analysis.result import table_records
-    return table_records(points)
 
 
 def layout(store, params: dict | None = None) -> html.Div:
@@ -91,14 +89,14 @@ def layout(store, params: dict | None = None) -> html.Div:
                          html.A("← all sweeps", href="/sweep")], id="sweep-page")
     points = r.tables["points"]
     selected = params.get("point")
-    recs = _records(points)
+    recs = table_records(points)
     hit = next((p for p in recs if str(p["label"]) == str(selected)), None) if selected is not None else None
     body: list = [html.H2(title), html.A("← all sweeps", href="/sweep")]
     if len(points) < 2:
         body.append(message(f"This sweep has {len(points)} point: there is nothing to compare and no transition "
                             "to bracket.", "msg-one-point"))
     body += [html.P(t) for t in rs.bracket_sentences(r.scalars)]
-    body += [dcc.Store(id="sweep-data", data={"points": recs, "scalars": _scalars(r.scalars)}),
+    body += [dcc.Store(id="sweep-data", data={"points": recs, "scalars": json_safe(r.scalars)}),
              dcc.Graph(id="sweep-figure", figure=rs.sweep_figure(points, r.scalars, selected=hit and hit["label"]),
                        config={"displaylogo": False}),
              html.Div(selected_panel(hit, by), id="sweep-selected"),
@@ -108,11 +106,6 @@ def layout(store, params: dict | None = None) -> html.Div:
                       "sweep-points-table"))
     body += [html.P("⚠ " + w, className="ks-warning") for w in r.warnings]
     return html.Div(body, id="sweep-page")
-
-
-def _scalars(s: dict) -> dict:
-    from ...analysis.result import json_safe
-    return json_safe(s)
 
 
 def select_point(click_data, data, search) -> tuple:
@@ -126,7 +119,6 @@ def select_point(click_data, data, search) -> tuple:
     point = next((p for p in data["points"] if p["trace_id"] == tid), None)
     if point is None:
         return dash.no_update, dash.no_update, dash.no_update
-    from urllib.parse import parse_qs
     q = {k: v[-1] for k, v in parse_qs((search or "").lstrip("?")).items()}
     q["point"] = str(point["label"])
     scalars = data["scalars"]
