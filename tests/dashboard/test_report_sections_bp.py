@@ -96,3 +96,32 @@ def test_report_contains_both_sections(dash_store, fmt):
     else:
         assert "## Bandwidth and roofline" in text and "## Power and energy" in text
         assert "| J per TFLOP |" in text or "J per TFLOP" in text
+
+
+def test_phase_energy_figure_draws_only_phases_with_energy():
+    import pandas as pd
+
+    from kernelscope.reports.power import phase_energy_figure
+
+    phases = pd.DataFrame({"name": ["ProfilerStep#1", "forward", "backward"], "kind": ["step", "user", "user"],
+                           "energy_mj": [1500.0, None, 250.5]})
+    fig = phase_energy_figure(phases)
+    (bar,) = fig.data
+    assert list(bar.y) == ["ProfilerStep#1 (step)", "backward (user)"] and list(bar.x) == [1.5, 0.2505]  # J
+    assert phase_energy_figure(phases.assign(energy_mj=[None, None, None])) is None
+
+
+@pytest.mark.parametrize("name, source, words", [
+    ("llama_prefill_b1", "energy_counter", "is shorter than 10 counter steps"),
+    ("train_step", "integrated_power", "too few changes to measure a counter step"),
+])
+def test_null_reasons_follow_the_window_rule(dash_store, name, source, words):
+    from kernelscope.reports.power import null_reasons
+
+    with open_store(dash_store.db, read_only=True) as store:
+        r = get_analysis("power").fn(store, dash_store.ids[name])
+    assert r.scalars["energy_source"] == source and r.scalars["trace_energy_mj"] is None
+    why = null_reasons(r)
+    assert words in why["trace_energy_mj"] and why["mean_power_w"] == why["trace_energy_mj"]
+    # numbers that exist get no reason
+    assert "energy_per_iteration_mj" not in why and r.scalars["energy_per_iteration_mj"] is not None
