@@ -30,7 +30,9 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SAMPLES = [ROOT / "sample_traces" / "ddp2" / f"ddp_rank{r}" / "trace.json.gz" for r in (0, 1)]
-KS = str(ROOT / ".venv" / "bin" / "kernelscope")
+_VENV_KS = ROOT / ".venv" / "bin" / "kernelscope"
+#: The CLI: the project venv's, else this interpreter's ``-m kernelscope.cli`` (with src/ on PYTHONPATH).
+KS = [str(_VENV_KS)] if _VENV_KS.exists() else [sys.executable, "-m", "kernelscope.cli"]
 
 
 def _dist_block(text: str) -> tuple[int, int]:
@@ -82,10 +84,11 @@ def ingest(folder: pathlib.Path, db: pathlib.Path, workers: str | None) -> tuple
             p.unlink()
     env = dict(os.environ)
     env.pop("KERNELSCOPE_INGEST_WORKERS", None)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src")] + [x for x in [env.get("PYTHONPATH")] if x])
     if workers:
         env["KERNELSCOPE_INGEST_WORKERS"] = workers
     t0 = time.perf_counter()
-    proc = subprocess.run([KS, "ingest", str(folder), "--db", str(db)], capture_output=True, text=True, env=env)
+    proc = subprocess.run(KS + ["ingest", str(folder), "--db", str(db)], capture_output=True, text=True, env=env)
     dt = time.perf_counter() - t0
     if proc.returncode:
         sys.exit(f"ingest failed: {proc.stderr.strip()}")
@@ -97,7 +100,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ranks", type=int, default=64)
     ap.add_argument("--out", type=pathlib.Path, default=ROOT / ".bench" / "ranks64")
-    ap.add_argument("--write", action="store_true", help="write benchmarks/results/ranks-<date>.md")
+    ap.add_argument("--write", action="store_true", help="write benchmarks/results/ranks-<date><suffix>.md")
+    ap.add_argument("--suffix", default="", help="appended to the results file name (e.g. -16core)")
     a = ap.parse_args(argv)
     sys.path.insert(0, str(ROOT / "src"))
     from kernelscope.analysis.comm import comm
@@ -113,8 +117,8 @@ def main(argv=None) -> int:
     t_def, w_def = ingest(traces, db, None)
     rows.append(("ingest, parse in-process", f"{t_ser:.1f} s", w_ser))
     rows.append((f"ingest, parse in {cores} processes", f"{t_par:.1f} s", w_par))
-    rows.append(("ingest, default bound", f"{t_def:.1f} s", w_def + " (bound: cores, memory, in-process "
-                 "below 64 MiB of files)"))
+    rows.append(("ingest, default bound", f"{t_def:.1f} s", w_def + " (bound: free cores, memory, in-process "
+                 "below 8 MiB of files)"))
     with open_store(db, read_only=True) as store:
         kernels = store.con.execute("SELECT count(*) FROM gpu_activities WHERE kind = 'kernel'").fetchone()[0]
         colls = store.con.execute("SELECT count(*) FROM collectives").fetchone()[0]
@@ -158,13 +162,14 @@ def main(argv=None) -> int:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                                 cwd=ROOT).stdout.strip()
         load = os.getloadavg()
-        text = (f"# ranks.py: {a.ranks} synthetic ranks ({date}, git {commit})\n\n"
-                f"Machine: {os.cpu_count()} cores, load average {load[0]:.1f} at the end; duckdb "
+        cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
+        text = (f"# ranks.py: {a.ranks} synthetic ranks ({date}, git {commit or 'working tree'})\n\n"
+                f"Machine: {os.cpu_count()} cores ({cpu}), load average {load[0]:.1f} at the end; duckdb "
                 f"{duckdb.__version__}, pyarrow {pyarrow.__version__}, python {sys.version.split()[0]}.\n"
                 f"Command: `python benchmarks/ranks.py --ranks {a.ranks} --write`. Ranks tiled from "
                 "sample_traces/ddp2 (rank k = ddp_rank{k % 2} with its rank set rewritten).\n\n"
                 + "\n".join(table) + "\n")
-        path = ROOT / "benchmarks" / "results" / f"ranks-{date}.md"
+        path = ROOT / "benchmarks" / "results" / f"ranks-{date}{a.suffix}.md"
         path.write_text(text, encoding="utf-8")
         print(f"wrote {path}")
     return 0

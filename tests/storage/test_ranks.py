@@ -154,8 +154,16 @@ def test_clock_offset_estimated_and_applied_without_a_shared_host(tmp_path):
 
 def test_parse_workers_bounded(monkeypatch):
     monkeypatch.delenv("KERNELSCOPE_INGEST_WORKERS", raising=False)
+    cores = len(__import__("os").sched_getaffinity(0))
+    monkeypatch.setattr(ranks, "_load", lambda: 0)
     monkeypatch.setattr(ranks, "_available_bytes", lambda: 3 * ranks.WORKER_BYTES + 1)
-    assert ranks.parse_workers(64) == min(3, len(__import__("os").sched_getaffinity(0)))
+    assert ranks.parse_workers(64) == min(3, cores)
+    monkeypatch.setattr(ranks, "_available_bytes", lambda: 1 << 50)
+    assert ranks.parse_workers(64) == cores  # bounded by the cores
+    monkeypatch.setattr(ranks, "_load", lambda: cores + 5)
+    assert ranks.parse_workers(64) == 1  # every core busy with other jobs
+    monkeypatch.setattr(ranks, "_load", lambda: 0)
+    monkeypatch.setattr(ranks, "_available_bytes", lambda: 3 * ranks.WORKER_BYTES + 1)
     assert ranks.parse_workers(1) == 1
     assert ranks.parse_workers(64, ranks.PARALLEL_MIN_BYTES - 1) == 1  # small files: in-process
     monkeypatch.setattr(ranks, "_available_bytes", lambda: 0)

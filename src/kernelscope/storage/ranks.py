@@ -52,10 +52,10 @@ _RANK_NAME_RE = re.compile(r"(?i)rank[_\-]?(\d+)")
 PEEK_BYTES = 4 << 20
 #: Memory one parsing worker is allowed (parser batches + staging writer), for the worker bound.
 WORKER_BYTES = 512 << 20
-#: Below this many bytes of rank files in all, parse in-process: starting a worker process (~1-2 s of
-#: imports) costs more than it saves (benchmarks/ranks.py: 4 small ranks took 6.3 s with 2 processes, 3.6 s
-#: without).
-PARALLEL_MIN_BYTES = 64 << 20
+#: Below this many bytes of rank files in all, parse in-process: starting worker processes (~1-2 s of
+#: imports) costs more than it saves. benchmarks/ranks.py on a quiet 16-core machine: 64 ranks of 17 MB gz
+#: parse in 8.8 s in-process and 1.6 s in 16 processes; 4 ranks of 1.1 MB took longer with 2 processes.
+PARALLEL_MIN_BYTES = 8 << 20
 
 
 def _norm_sql(col: str) -> str:
@@ -302,8 +302,10 @@ def run_id_for(content_hashes) -> str:
 
 
 def parse_workers(files: int, total_bytes: int | None = None) -> int:
-    """Processes to parse ``files`` rank traces: min(files, CPU cores, available memory / WORKER_BYTES),
-    at least 1, and 1 when the files hold fewer than PARALLEL_MIN_BYTES in all; env
+    """Processes to parse ``files`` rank traces: min(files, free cores, available memory / WORKER_BYTES),
+    at least 1, and 1 when the files hold fewer than PARALLEL_MIN_BYTES in all. Free cores = cores usable
+    by this process minus the 1-minute load average (rounded down): on a machine other jobs keep busy,
+    more processes only add their start-up (benchmarks/README.md, ranks.py). Env
     ``KERNELSCOPE_INGEST_WORKERS`` overrides (still at most ``files``)."""
     env = os.environ.get("KERNELSCOPE_INGEST_WORKERS")
     if env and env.strip().isdigit() and int(env) > 0:
@@ -311,7 +313,14 @@ def parse_workers(files: int, total_bytes: int | None = None) -> int:
     if total_bytes is not None and total_bytes < PARALLEL_MIN_BYTES:
         return 1
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, min(files, cores, _available_bytes() // WORKER_BYTES))
+    return max(1, min(files, cores - _load(), _available_bytes() // WORKER_BYTES))
+
+
+def _load() -> int:
+    try:
+        return int(os.getloadavg()[0])
+    except (OSError, AttributeError):
+        return 0
 
 
 def _available_bytes() -> int:
