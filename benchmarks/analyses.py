@@ -20,9 +20,11 @@ deltas do the same work as for two different traces of that size); transition is
 sweep of traces labelled with a numeric label, one point each; a sweep of 1M-kernel traces costs one
 ingest per point).
 
-Usage: python3 benchmarks/analyses.py [--quick] [--kernels N] [--sample PATH]
-(--quick: 20 tiles, its own store, prints the table, writes nothing to benchmarks/results/).
-Times are wall-clock seconds from time.perf_counter().
+Usage: python3 benchmarks/analyses.py [--quick] [--kernels N] [--sample PATH] [--only A,B] [--db STORE] [--tag T]
+(--quick: 20 tiles, its own store, prints the table, writes nothing to benchmarks/results/;
+--db: time on that store, e.g. a migrated copy of the 1M store, instead of .bench/analyses-1m.duckdb;
+--tag: suffix of the results file).
+Times are wall-clock seconds from time.perf_counter(); cpu columns are the process's user + system time.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ BAR_S = 1.0
 
 # Runs in a fresh process: open the store read-only, time the analysis calls, print JSON.
 CHILD = r"""
-import json, statistics, sys, time
+import json, resource, statistics, sys, time
 from kernelscope.analysis.registry import ANALYSES
 from kernelscope.storage.store import open_store
 from kernelscope.storage.queries import resolve_trace
@@ -57,15 +59,20 @@ store = open_store(db, read_only=True)
 tid = resolve_trace(store, ref)
 open_s = time.perf_counter() - t
 call = (lambda: a.fn(store, [tid, tid])) if a.multi else (lambda: a.fn(store, tid))
-times = []
+def cpu():
+    u = resource.getrusage(resource.RUSAGE_SELF)
+    return u.ru_utime + u.ru_stime
+times, cpus = [], []
 for i in range(1 + warm):
+    c = cpu()
     t = time.perf_counter()
     r = call()
     times.append(time.perf_counter() - t)
+    cpus.append(cpu() - c)
     if times[0] > 5 and i >= 1:  # slow analysis: one warm call is enough to show it
         break
 rows = {k: len(df) for k, df in r.tables.items()}
-print("@@RESULT " + json.dumps({"open_s": open_s, "times": times, "rows": rows}))
+print("@@RESULT " + json.dumps({"open_s": open_s, "times": times, "cpus": cpus, "rows": rows}))
 """
 
 
@@ -192,6 +199,9 @@ def main(argv=None) -> int:
     ap.add_argument("--sample", type=pathlib.Path, default=DEFAULT_SAMPLE)
     ap.add_argument("--warm", type=int, default=2, help="warm calls per analysis (median)")
     ap.add_argument("--only", default=None, help="comma-separated analysis names (default: all)")
+    ap.add_argument("--db", type=pathlib.Path, default=None,
+                    help="use this store (it must hold the tiled trace; migrated first when its schema is older)")
+    ap.add_argument("--tag", default="", help="suffix of the results file name (analyses-<date>-TAG.md)")
     a = ap.parse_args(argv)
     sample = a.sample.resolve()
     if a.quick:
@@ -201,6 +211,15 @@ def main(argv=None) -> int:
     else:
         trace, counts = build_trace(sample, a.kernels, "full")
         db = BENCH / "analyses-1m.duckdb"
+    if a.db is not None:
+        db = a.db.resolve()
+        t = time.perf_counter()
+        subprocess.run([str(VENV_PY), "-c", "import sys; from kernelscope.storage.store import open_store; "
+                        "open_store(sys.argv[1]).close()", str(db)], check=True)
+        log(f"store {db} opened writable once (schema migration, if any): {time.perf_counter() - t:.1f} s")
+        found = stored_trace(db, trace)
+        if not found or found[1] != counts["kernels"]:
+            sys.exit(f"{db} does not hold {trace} with {counts['kernels']:,} kernels; not rebuilding a --db store")
     trace_id = ingest(db, trace, counts["kernels"])
 
     code = ("import json; from kernelscope.analysis.registry import ANALYSES; "
@@ -228,14 +247,16 @@ def main(argv=None) -> int:
         # DuckDB may draw a progress bar on stdout for slow queries: take the text after the marker
         out = json.loads(p.stdout[p.stdout.rindex("@@RESULT ") + 9:].splitlines()[0])
         cold, warm = out["times"][0], statistics.median(out["times"][1:])
+        cold_cpu, warm_cpu = out["cpus"][0], statistics.median(out["cpus"][1:])
         cmd = ([str(VENV_KS), "diff", trace_id, trace_id] if name == "diff"
                else [str(VENV_KS), "analyze", name, trace_id])
         cli_s, q = wall(cmd + ["--format", "json", "--db", str(db)])
         cli = cli_s - startup if q.returncode == 0 else None
         row = {"name": name, "cold": cold, "warm": warm, "warm_all": out["times"][1:], "open": out["open_s"],
-               "cli": cli, "cli_rc": q.returncode, "load": loads[-1], "rows": out["rows"]}
+               "cli": cli, "cli_rc": q.returncode, "load": loads[-1], "rows": out["rows"],
+               "cold_cpu": cold_cpu, "warm_cpu": warm_cpu}
         rows.append(row)
-        log(f"{name}: cold {cold:.3f} s, warm {warm:.3f} s, CLI {cli_s:.2f} s - start-up "
+        log(f"{name}: cold {cold:.3f} s (cpu {cold_cpu:.2f}), warm {warm:.3f} s (cpu {warm_cpu:.2f}), CLI {cli_s:.2f} s - start-up "
             f"(rc {q.returncode}), load {loads[-1]:.2f}")
 
     now = datetime.date.today().isoformat()
@@ -251,28 +272,32 @@ def main(argv=None) -> int:
         "cold = first call in a fresh process (store opened read-only beforehand, not timed; OS page cache "
         f"not dropped); warm = median of the next {a.warm} calls in that process (1 call when cold > 5 s); CLI = wall time of the "
         "`kernelscope analyze NAME TRACE --format json` process minus the start-up time (`--version` "
-        "imports almost nothing, so CLI also counts importing pandas/duckdb/the analyses, ~0.6 s).",
+        "imports almost nothing, so CLI also counts importing pandas/duckdb/the analyses, ~0.6 s). "
+        "cpu = the process's CPU time (user + system, all DuckDB threads) during the same call: the work "
+        "done, which a loaded machine does not inflate the way it inflates wall time.",
         "",
-        "| analysis | cold s | warm s | <= 1 s? | CLI s (less start-up) | output rows per table |",
-        "|---|---|---|---|---|---|",
+        "| analysis | cold s | warm s | <= 1 s? | cold cpu s | warm cpu s | CLI s (less start-up) | output rows per table |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     body = []
     for r in rows:
         if "skip" in r:
-            body.append(f"| {r['name']} | - | - | not run | - | {r['skip']} |")
+            body.append(f"| {r['name']} | - | - | not run | - | - | - | {r['skip']} |")
             continue
         ok = "yes" if max(r["cold"], r["warm"]) <= BAR_S else "**NO**"
         cli = f"{r['cli']:.2f}" if r["cli"] is not None else f"failed (rc {r['cli_rc']})"
         tabs = ", ".join(f"{k} {v}" for k, v in r["rows"].items())
         label = r["name"] + (" (A = B = this trace)" if r["name"] == "diff" else "")
-        body.append(f"| {label} | {r['cold']:.3f} | {r['warm']:.3f} | {ok} | {cli} | {tabs} |")
+        body.append(f"| {label} | {r['cold']:.3f} | {r['warm']:.3f} | {ok} | {r['cold_cpu']:.2f} | "
+                    f"{r['warm_cpu']:.2f} | {cli} | {tabs} |")
     misses = [r["name"] for r in rows if "skip" not in r and max(r["cold"], r["warm"]) > BAR_S]
     tail = ["", f"Over 1 s (cold or warm): {', '.join(misses) if misses else 'none'}."]
     text = "\n".join(head + body + tail) + "\n"
     print(text)
     if not a.quick:
-        res = ROOT / "benchmarks" / "results" / f"analyses-{now}.md"
-        res.write_text(f"# `benchmarks/analyses.py`\n\nCommand: `python3 benchmarks/analyses.py`\n\n{text}")
+        res = ROOT / "benchmarks" / "results" / f"analyses-{now}{'-' + a.tag if a.tag else ''}.md"
+        cmd = "python3 benchmarks/analyses.py" + (f" --db {a.db}" if a.db else "") + (f" --tag {a.tag}" if a.tag else "")
+        res.write_text(f"# `benchmarks/analyses.py`\n\nCommand: `{cmd}`\n\n{text}")
         log(f"wrote {res}")
     return 0
 

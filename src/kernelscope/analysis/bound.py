@@ -20,6 +20,7 @@ import uuid
 import pandas as pd
 
 from ..errors import UsageError
+from .launch import guard_duckdb
 from .result import Result
 
 DEFINITION = __doc__
@@ -113,9 +114,9 @@ DEFAULT_BINS = 200
 # graph, and one [graph launch start, first node start) per graph launch (on the first node's stream).
 _QUEUED_CTE = """
 queued AS (
-    SELECT a.device, a.stream, l.start_ns AS s, a.start_ns AS e
-    FROM gpu_activities a JOIN launches l ON l.trace_id = a.trace_id AND l.launch_id = a.launch_id
-    WHERE a.trace_id = $trace AND a.kind = 'kernel' AND NOT a.is_graph
+    SELECT device, stream, launch_start_ns AS s, start_ns AS e
+    FROM activity_splits
+    WHERE trace_id = $trace AND kind = 'kernel' AND NOT is_graph AND launch_start_ns IS NOT NULL
     UNION ALL
     SELECT arg_min(a.device, a.start_ns), arg_min(a.stream, a.start_ns), any_value(l.start_ns), min(a.start_ns)
     FROM gpu_activities a JOIN launches l ON l.trace_id = a.trace_id AND l.launch_id = a.launch_id
@@ -422,6 +423,7 @@ def idle_operators(store, trace_id: str, top: int = 20, *, _gaps: str | None = N
 def bound(store, trace_id: str, bins: int = DEFAULT_BINS, top: int = 20) -> Result:
     """The ``bound`` analysis of one trace (definitions: module docstring, docs/metrics.md)."""
     n = _bins(bins)
+    guard_duckdb(store)
     # The idle gaps and the host-wait pieces are computed once into connection-local temp tables
     # (unique names, dropped on return) and every table below reads them.
     g, p = f"bound_gaps_{uuid.uuid4().hex}", f"bound_pieces_{uuid.uuid4().hex}"

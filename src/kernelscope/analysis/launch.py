@@ -33,7 +33,6 @@ Activities without a matched launch call are left out of every number here and c
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 import pandas as pd
@@ -82,9 +81,6 @@ SELECT {cols} FROM x
 ALL_COLUMNS = ("activity_id, kind, name, device, stream, start_ns, end_ns, dur_ns, is_graph, launch_id, "
                "launch_type, launch_start_ns, launch_end_ns, launch_dur_ns, ready_ns, top_op_id, leaf_op_id, "
                "phase_id, lq_ns, api_ns, queue_ns, dispatch_ns, launch_delay_ns, term")
-# the columns the tables below read (kept narrow: the launch analysis materialises only these)
-_TABLE_COLUMNS = ("kind, device, start_ns, end_ns, is_graph, launch_id, top_op_id, leaf_op_id, phase_id, "
-                  "lq_ns, api_ns, queue_ns, dispatch_ns, launch_delay_ns, term")
 ACTIVITIES_SQL = _SPLIT_SQL.format(cols=ALL_COLUMNS)
 
 _TOTALS_SQL = """
@@ -131,52 +127,18 @@ _DIST_SQL = "SELECT count(*) AS n, " + ", ".join(
 
 # Per operator instance: TKLQT terms, launch-call time and the union of its activities' intervals;
 # then summed per operator name. {link} is 'top_op_id' or 'leaf_op_id' (chosen here, never user input).
+# Per operator name from the per-instance rows stored at ingest (op_launch; {link} is 'top' or 'leaf').
 _PER_OP_SQL = """
-WITH agg AS (  -- one pass per operator instance; acts/sum_ns/min/max give the union of a lone activity
-  SELECT {link} AS op_id,
-         count(*) FILTER (WHERE term AND kind = 'kernel' AND NOT is_graph) AS kernels,
-         count(*) FILTER (WHERE term AND is_graph) AS graph_launches,
-         count(*) FILTER (WHERE is_graph AND kind = 'kernel') AS graph_kernels,
-         count(*) FILTER (WHERE term) AS terms,
-         sum(lq_ns) FILTER (WHERE term) AS tklqt_ns, sum(api_ns) FILTER (WHERE term) AS api_ns,
-         sum(queue_ns) FILTER (WHERE term) AS queue_ns, sum(dispatch_ns) FILTER (WHERE term) AS dispatch_ns,
-         sum(launch_delay_ns) FILTER (WHERE term) AS launch_delay_ns,
-         count(*) AS acts, max(greatest(0, end_ns - start_ns)) AS lone_union_ns
-  FROM {x} x GROUP BY 1
-),
-calls AS (
-  SELECT {link} AS op_id, CAST(sum(dur_ns) AS BIGINT) AS launch_api_ns
-  FROM launches WHERE trace_id = $t AND activities > 0 AND {link} IS NOT NULL GROUP BY 1
-),
-o AS (  -- instances with several activities only: the union needs them in start order
-  SELECT {link} AS op_id, start_ns, end_ns,
-         max(end_ns) OVER (PARTITION BY {link} ORDER BY start_ns, end_ns
-                           ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
-  FROM {x} x WHERE {link} IN (SELECT op_id FROM agg WHERE acts > 1 AND terms > 0 AND op_id IS NOT NULL)
-),
-un AS (  -- sorted by start, each interval adds the part past the running max end of those before it
-  SELECT op_id, sum(greatest(0, end_ns - greatest(start_ns, coalesce(prev_end, start_ns)))) AS gpu_union_ns
-  FROM o GROUP BY op_id
-),
-inst AS (
-  SELECT t.op_id, t.kernels, t.graph_launches, t.graph_kernels,
-         t.tklqt_ns, t.api_ns, t.queue_ns, t.dispatch_ns, t.launch_delay_ns,
-         coalesce(c.launch_api_ns, 0) AS launch_api_ns,
-         CASE WHEN t.op_id IS NULL THEN 0 WHEN t.acts = 1 THEN t.lone_union_ns
-              ELSE coalesce(un.gpu_union_ns, 0) END AS gpu_union_ns
-  FROM agg t LEFT JOIN calls c ON c.op_id = t.op_id LEFT JOIN un ON un.op_id = t.op_id
-  WHERE t.terms > 0
-)
-SELECT op.name AS name, count(*) FILTER (WHERE inst.op_id IS NOT NULL) AS calls,
+SELECT name, count(*) FILTER (WHERE op_id IS NOT NULL) AS calls,
        CAST(sum(kernels) AS BIGINT) AS kernels, CAST(sum(graph_kernels) AS BIGINT) AS graph_kernels,
        CAST(sum(graph_launches) AS BIGINT) AS graph_launches,
        CAST(sum(tklqt_ns) AS BIGINT) AS tklqt_ns, CAST(sum(api_ns) AS BIGINT) AS api_ns,
        CAST(sum(queue_ns) AS BIGINT) AS queue_ns, CAST(sum(dispatch_ns) AS BIGINT) AS dispatch_ns,
        CAST(sum(launch_delay_ns) AS BIGINT) AS launch_delay_ns,
        CAST(sum(launch_api_ns) AS BIGINT) AS launch_api_ns, CAST(sum(gpu_union_ns) AS BIGINT) AS gpu_union_ns,
-       count(*) FILTER (WHERE inst.op_id IS NOT NULL AND launch_api_ns > gpu_union_ns) AS launch_bound_calls
-FROM inst LEFT JOIN (SELECT op_id, name FROM cpu_ops WHERE trace_id = $t) op ON op.op_id = inst.op_id
-GROUP BY op.name
+       count(*) FILTER (WHERE op_id IS NOT NULL AND launch_api_ns > gpu_union_ns) AS launch_bound_calls
+FROM op_launch WHERE trace_id = $t AND link = '{link}'
+GROUP BY name
 ORDER BY tklqt_ns DESC, name NULLS LAST
 """
 
@@ -261,15 +223,24 @@ def _one(store, sql: str, t: str) -> dict[str, Any]:
 def launch(store, trace_id: str) -> Result:
     """Launch overhead of one stored trace (definitions in this module's docstring and docs/metrics.md).
 
-    The per-activity split is computed once into a connection-local temporary table (unique name,
-    dropped on return) and every scalar and table is aggregated from it in SQL."""
-    x = f"launch_split_{uuid.uuid4().hex}"
-    store.query(f"CREATE TEMP TABLE {x} AS " + _SPLIT_SQL.format(cols=_TABLE_COLUMNS).strip(),
-                {"t": trace_id})
+    The per-activity split and its per-operator-instance sums are computed once at ingest
+    (storage/derive.py: tables activity_splits and op_launch, schema 003, the same definitions as
+    ``activity_splits`` here); every scalar and table is aggregated from them in SQL."""
+    guard_duckdb(store)
+    return _launch(store, trace_id, "(SELECT * FROM activity_splits WHERE trace_id = $t)")
+
+
+def guard_duckdb(store) -> None:
+    """Turn off DuckDB's compressed_materialization optimizer on the store's connection (idempotent).
+
+    DuckDB 2.0.0 returned wrong sums with it on (the per-phase query above over a trace-filtered scan of
+    activity_splits in a store of several traces: sums narrowed to TINYINT from wrong statistics, e.g.
+    queue_ns 122 instead of 225658, a negative dispatch_ns); the optimizer only saves memory in sorts and
+    aggregates, so turning it off costs speed at most."""
     try:
-        return _launch(store, trace_id, x)
-    finally:
-        store.query(f"DROP TABLE IF EXISTS {x}")
+        store.con.execute("SET disabled_optimizers = 'compressed_materialization'")
+    except Exception:  # a locked configuration (user-SQL connections) keeps its settings
+        pass
 
 
 def _launch(store, t: str, x: str) -> Result:
@@ -302,8 +273,8 @@ def _launch(store, t: str, x: str) -> Result:
     }
     by_kind = sq(_BY_KIND_SQL)
     dist = _distribution(sq(_DIST_SQL))
-    per_op = sq(_PER_OP_SQL, link="top_op_id")
-    per_leaf = sq(_PER_OP_SQL, link="leaf_op_id")
+    per_op = sq(_PER_OP_SQL, link="top")
+    per_leaf = sq(_PER_OP_SQL, link="leaf")
     for df in (per_op, per_leaf):
         df["kernels_per_call"] = (df["kernels"] + df["graph_kernels"]) / df["calls"].where(df["calls"] > 0)
     per_phase = sq(_PER_PHASE_SQL)

@@ -32,6 +32,7 @@ from typing import Any
 
 import pandas as pd
 
+from .launch import guard_duckdb
 from .result import Result
 
 DESCRIPTION = "Energy per trace/phase/unit (counter or integrated power), J/TFLOP, busy/idle power, clocks, throttling."
@@ -65,16 +66,22 @@ WITH s AS (
          coalesce(power_instant_mw, power_mw) AS p_mw
   FROM telemetry WHERE trace_id = $t AND coalesce(power_instant_mw, power_mw) IS NOT NULL
 )
-SELECT s.device, s.t_ns, s.p_mw,
-       EXISTS (SELECT 1 FROM busy_intervals b WHERE b.trace_id = $t AND b.device = s.device
-               AND b.start_ns <= s.t_ns AND s.t_ns < b.end_ns) AS busy
-FROM s WHERE s.t_ns >= $a AND s.t_ns <= $b
+-- a device's busy intervals are disjoint (their union), so the one starting last at or before the sample
+-- (an ASOF join) is the only one that can hold it
+SELECT s.device, s.t_ns, s.p_mw, coalesce(s.t_ns < b.end_ns, false) AS busy
+FROM s ASOF LEFT JOIN (SELECT device, start_ns, end_ns FROM busy_intervals WHERE trace_id = $t) b
+  ON b.device = s.device AND s.t_ns >= b.start_ns
+WHERE s.t_ns >= $a AND s.t_ns <= $b
 """
 
 _SQL_OPS = """
-SELECT o.name, CAST(sum(a.dur_ns) AS BIGINT) AS kernel_time_ns
-FROM gpu_activities a JOIN cpu_ops o ON o.trace_id = a.trace_id AND o.op_id = a.leaf_op_id
-WHERE a.trace_id = $t AND a.kind = 'kernel' GROUP BY o.name ORDER BY kernel_time_ns DESC, o.name
+WITH i AS (  -- per leaf operator instance first, then per name
+  SELECT leaf_op_id AS op_id, sum(dur_ns) AS d FROM gpu_activities
+  WHERE trace_id = $t AND kind = 'kernel' AND leaf_op_id IS NOT NULL GROUP BY 1
+)
+SELECT o.name, CAST(sum(i.d) AS BIGINT) AS kernel_time_ns
+FROM i JOIN cpu_ops o ON o.trace_id = $t AND o.op_id = i.op_id
+GROUP BY o.name ORDER BY kernel_time_ns DESC, o.name
 """
 
 
@@ -111,6 +118,7 @@ def _integrated_mj(samples: pd.DataFrame, a: int, b: int) -> float | None:
 def power(store, trace_id: str) -> Result:
     """Energy and power of one trace (definitions in the module docstring)."""
     t = trace_id
+    guard_duckdb(store)
     warnings: list[str] = []
     tr = store.query("SELECT start_ns, end_ns, clock_offset_ns FROM traces WHERE trace_id = $t", {"t": t})
     a, b = int(tr["start_ns"].iloc[0]), int(tr["end_ns"].iloc[0])

@@ -28,6 +28,7 @@ from typing import Any
 
 import pandas as pd
 
+from .launch import guard_duckdb
 from .result import Result, py_scalar as _py
 
 DESCRIPTION = "Counts, GPU busy/idle/span, latency, top kernels and operators, trust."
@@ -102,12 +103,15 @@ GROUP BY name ORDER BY total_ns DESC, name LIMIT $n
 
 # {link} is 'top_op_id' or 'leaf_op_id' (a column name chosen here, never user input).
 # Kernels are summed per operator instance first, then per name (calls = instances with kernels).
+# ``instances`` (every row): operator instances with kernels = count(DISTINCT {link}) over the kernels,
+# which the trust section reports (read here so the 1M-group aggregate runs once).
 _SQL_TOP_OPS = """
-WITH i AS (
+WITH i AS MATERIALIZED (
   SELECT {link} AS op_id, count(*) AS k, sum(dur_ns) AS d
   FROM gpu_activities WHERE trace_id = $t AND kind = 'kernel' AND {link} IS NOT NULL GROUP BY 1
 )
-SELECT o.name, count(*) AS calls, CAST(sum(i.k) AS BIGINT) AS kernels, CAST(sum(i.d) AS BIGINT) AS kernel_time_ns
+SELECT o.name, count(*) AS calls, CAST(sum(i.k) AS BIGINT) AS kernels, CAST(sum(i.d) AS BIGINT) AS kernel_time_ns,
+       (SELECT count(*) FROM i) AS instances
 FROM i JOIN cpu_ops o ON o.trace_id = $t AND o.op_id = i.op_id
 GROUP BY o.name ORDER BY kernel_time_ns DESC, o.name LIMIT $n
 """
@@ -119,9 +123,7 @@ WITH k AS (
          count(*) FILTER (WHERE NOT is_graph) AS nongraph_kernels,
          count(*) FILTER (WHERE NOT is_graph AND leaf_op_id IS NOT NULL) AS nongraph_kernels_with_leaf_op,
          CAST(coalesce(sum(dur_ns) FILTER (WHERE top_op_id IS NULL), 0) AS BIGINT)
-             AS kernel_time_without_operator_ns,
-         count(DISTINCT leaf_op_id) AS leaf_ops_with_kernels,
-         count(DISTINCT top_op_id) AS top_ops_with_kernels
+             AS kernel_time_without_operator_ns
   FROM gpu_activities WHERE trace_id = $t AND kind = 'kernel'
 ), l AS (
   SELECT count(*) FILTER (WHERE ext_agrees = false) AS ext_id_disagreements,
@@ -129,12 +131,9 @@ WITH k AS (
   FROM launches WHERE trace_id = $t
 )
 SELECT k.kernels_with_launch, k.graph_kernels, k.nongraph_kernels, k.nongraph_kernels_with_leaf_op,
-  k.kernel_time_without_operator_ns, k.leaf_ops_with_kernels, k.top_ops_with_kernels,
+  k.kernel_time_without_operator_ns,
   (SELECT count(*) FROM cpu_ops WHERE trace_id = $t AND depth = 0) AS top_ops,
-  (SELECT count(*) FROM gpu_activities a JOIN launches l
-      ON l.trace_id = a.trace_id AND l.launch_id = a.launch_id
-     WHERE a.trace_id = $t AND a.start_ns < l.start_ns)
-      AS negative_launch_times,
+  (SELECT count(*) FROM activity_splits WHERE trace_id = $t AND lq_ns < 0) AS negative_launch_times,
   l.ext_id_disagreements, l.ext_id_compared
 FROM k, l
 """
@@ -214,6 +213,7 @@ def headline(store, trace_id: str) -> dict[str, Any]:
 def summary(store, trace_id: str) -> Result:
     """Summarise one stored trace (definitions in this module's docstring and docs/metrics.md)."""
     t = trace_id
+    guard_duckdb(store)
     meta = _one(store, _SQL_TRACE, t=t)
     c, devices, busy, idle, latency = _core(store, t)
     has_gpu = len(devices) > 0
@@ -253,10 +253,13 @@ def summary(store, trace_id: str) -> Result:
     top_kernels["share"] = top_kernels["total_ns"] / kt if kt else float("nan")
     top_ops = _table(store, _SQL_TOP_OPS.format(link="top_op_id"), t=t, n=TOP_N)
     top_leaf = _table(store, _SQL_TOP_OPS.format(link="leaf_op_id"), t=t, n=TOP_N)
-    for df in (top_ops, top_leaf):
+    instances = {}
+    for key, df in (("top_ops_with_kernels", top_ops), ("leaf_ops_with_kernels", top_leaf)):
+        instances[key] = int(df["instances"].iloc[0]) if len(df) else 0
+        df.drop(columns="instances", inplace=True)
         df["share"] = df["kernel_time_ns"] / kt if kt else float("nan")
 
-    tr = _one(store, _SQL_TRUST, t=t)
+    tr = dict(_one(store, _SQL_TRUST, t=t), **instances)
     overlaps = _one(store, _SQL_SAME_STREAM_OVERLAPS, t=t)["same_stream_overlaps"]
     dropped = _json_list(meta.get("dropped_notes"))
     parser_warnings = _json_list(meta.get("warnings"))

@@ -46,32 +46,59 @@ import numpy as np
 import pandas as pd
 
 from ..errors import UsageError
+from .launch import guard_duckdb
 from .result import Result, py_scalar as _py
 
 DESCRIPTION = "Predicted time with free launches (graphs/fusion) vs observed and the naive kernel sum."
 DEFINITION = __doc__.strip()
 
 # In-scope activities in stream order, with their launch call and the graph node gap.
+# In-scope activities in stream order, with their launch call (from activity_splits, stored at ingest) and
+# the graph node gap. Scope test: the launch call starts inside a step, i.e. inside the union of the steps
+# (merged into islands; an ASOF join finds the island starting at or before the launch start).
 _ACTS_SQL = """
 WITH steps AS (
   SELECT start_ns, end_ns FROM annotations WHERE trace_id = $t AND kind = 'step'
+), isl AS (
+  SELECT min(start_ns) AS s, max(end_ns) AS e FROM (
+    SELECT *, sum(CASE WHEN start_ns > coalesce(run_end, start_ns - 1) THEN 1 ELSE 0 END)
+                  OVER (ORDER BY start_ns, end_ns ROWS UNBOUNDED PRECEDING) AS grp
+    FROM (SELECT start_ns, end_ns,
+                 max(end_ns) OVER (ORDER BY start_ns, end_ns ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+                     AS run_end
+          FROM steps))
+  GROUP BY grp
 ), a AS (
-  SELECT g.activity_id, g.kind, g.device, g.stream, g.start_ns, g.end_ns, g.dur_ns, g.is_graph, g.launch_id,
-         l.start_ns AS launch_start_ns, l.end_ns AS launch_end_ns, l.launch_type
-  FROM gpu_activities g JOIN launches l ON l.trace_id = g.trace_id AND l.launch_id = g.launch_id
-  WHERE g.trace_id = $t
-    AND ((SELECT count(*) FROM steps) = 0
-         OR EXISTS (SELECT 1 FROM steps s WHERE l.start_ns >= s.start_ns AND l.start_ns < s.end_ns))
+  SELECT x.activity_id, x.kind, x.device, x.stream, x.start_ns, x.end_ns, x.end_ns - x.start_ns AS dur_ns,
+         x.is_graph, x.launch_id, x.launch_start_ns, x.launch_end_ns
+  FROM activity_splits x ASOF LEFT JOIN isl ON x.launch_start_ns >= isl.s
+  WHERE x.trace_id = $t AND x.launch_start_ns IS NOT NULL
+    AND ((SELECT count(*) FROM steps) = 0 OR x.launch_start_ns < isl.e)
 )
-SELECT *,
-       CASE WHEN is_graph THEN  -- null for a graph's first node (greatest() would skip the null)
-         CASE WHEN lag(end_ns) OVER w IS NOT NULL THEN greatest(0, start_ns - lag(end_ns) OVER w) END
-       END AS node_gap_ns,
-       lag(end_ns) OVER (PARTITION BY device, stream ORDER BY start_ns, activity_id) AS prev_end_ns
-FROM a
-WINDOW w AS (PARTITION BY launch_id ORDER BY start_ns, activity_id)
-ORDER BY device, stream, start_ns, activity_id
+SELECT * FROM a ORDER BY device, stream, start_ns, activity_id
 """
+
+
+def _in_scope(store, t: str) -> pd.DataFrame:
+    """_ACTS_SQL's rows plus ``prev_end_ns`` (end of the previous in-scope activity on the same
+    (device, stream), in that order) and ``node_gap_ns`` (graph nodes: max(0, start - end of the previous
+    in-scope node of the same graph launch by (start, activity_id)); null for a launch's first node and for
+    non-graph activities). Both are shifts over sorted rows, done here rather than as SQL windows."""
+    acts = store.query(_ACTS_SQL, {"t": t})
+    if not len(acts):
+        acts["prev_end_ns"] = pd.Series(dtype="Int64")
+        acts["node_gap_ns"] = pd.Series(dtype="Int64")
+        return acts
+    end = acts["end_ns"].astype("Int64")
+    same = (acts["device"].eq(acts["device"].shift()) & acts["stream"].eq(acts["stream"].shift())).fillna(False)
+    acts["prev_end_ns"] = end.shift().where(same)
+    gap = pd.Series(pd.NA, index=acts.index, dtype="Int64")
+    g = acts[acts["is_graph"].astype(bool)].sort_values(["launch_id", "start_ns", "activity_id"])
+    if len(g):
+        prev = g["end_ns"].astype("Int64").shift().where(g["launch_id"].eq(g["launch_id"].shift()).fillna(False))
+        gap.loc[g.index] = (g["start_ns"].astype("Int64") - prev).clip(lower=0)
+    acts["node_gap_ns"] = gap
+    return acts
 
 _SCOPE_SQL = """
 SELECT
@@ -187,12 +214,12 @@ def simulate(acts: pd.DataFrame, syncs: pd.DataFrame, gap: np.ndarray) -> np.nda
         if len(rows):
             ss = sid[rows]
             cs = np.cumsum(cost[rows])
-            first = np.r_[True, ss[1:] != ss[:-1]]
+            first = np.concatenate(([True], ss[1:] != ss[:-1]))
             grp = np.cumsum(first) - 1
             offset = (cs - cost[rows])[first][grp]
             base = np.maximum(last_end[ss[first]], h)[grp]
             pend[rows] = base + cs - offset
-            lastpos = np.r_[np.flatnonzero(first)[1:] - 1, len(rows) - 1]
+            lastpos = np.append(np.flatnonzero(first)[1:] - 1, len(rows) - 1)
             last_end[ss[lastpos]] = pend[rows[lastpos]]
         if s < len(sync_end):  # barrier of the next sync: work launched before it that it waited for
             for si, idx in enumerate(streams):
@@ -223,7 +250,7 @@ def _residual(store, t: str, acts: pd.DataFrame, twin: str | None) -> tuple[np.n
     else:
         b2b = (~acts["is_graph"]) & acts["prev_end_ns"].notna() & (acts["launch_end_ns"] <= acts["prev_end_ns"])
         g = (acts["start_ns"] - acts["prev_end_ns"]).where(b2b).clip(lower=0)
-        key = acts["device"].astype(str) + ":" + acts["stream"].astype(str)
+        key = acts["device"].astype("int64") * (1 << 40) + acts["stream"].astype("int64")
         per_stream = g.groupby(key).median()
         overall = g.median()
         if g.notna().any():
@@ -246,8 +273,9 @@ def _residual(store, t: str, acts: pd.DataFrame, twin: str | None) -> tuple[np.n
 def whatif(store, trace_id: str, twin: Any = None) -> Result:
     """Predicted time with free launches for one stored trace (definitions in the module docstring)."""
     t = trace_id
+    guard_duckdb(store)
     twin_id = _resolve_trace(store, twin) if twin is not None else None
-    acts = store.query(_ACTS_SQL, {"t": t})
+    acts = _in_scope(store, t)
     observed, source, iterations, sc = _observed(store, t)
     warnings: list[str] = []
     if not len(acts):
