@@ -56,8 +56,8 @@ def distribution_figure(distribution: pd.DataFrame) -> go.Figure:
                              customdata=d[col].astype("int64"),
                              hovertemplate="%{x} " + name + ": %{customdata:,} ns<extra></extra>"))
     fig.update_layout(title={"text": "Launch-and-queue time split over the TKLQT terms", "font": {"size": 14}},
-                      barmode="group", yaxis={"title": "µs per kernel (log)", "type": "log"}, height=340,
-                      **_LAYOUT)
+                      barmode="group", yaxis={"title": "µs per kernel (log; 0 drawn at 0.001)", "type": "log"},
+                      height=340, **_LAYOUT)
     return fig
 
 

@@ -89,7 +89,7 @@ def sweep_figure(points: pd.DataFrame, scalars: dict, selected=None) -> go.Figur
     labels = list(points["label"])
     log = _log_x(labels)
     fig = make_subplots(rows=4, cols=1, shared_xaxes=True, vertical_spacing=0.05,
-                        subplot_titles=("time per iteration", "TKLQT", "mean queue depth q",
+                        subplot_titles=("time per iteration", "TKLQT", "mean queue depth q (dotted: q = 1)",
                                         "GPU busy and idle (whole trace)"))
     ids = list(points["trace_id"])
 
@@ -109,8 +109,7 @@ def sweep_figure(points: pd.DataFrame, scalars: dict, selected=None) -> go.Figur
     if scalars.get("host_floor_ns") is not None:
         fig.add_hline(y=scalars["host_floor_ns"] / NS_PER_MS, row=1, col=1, line={"dash": "dot", "color": "#7c3aed"},
                       annotation_text="host floor H", annotation_position="top left")
-    fig.add_hline(y=1, row=3, col=1, line={"dash": "dot", "color": "#6b7280"}, annotation_text="q = 1",
-                  annotation_position="top left")
+    fig.add_hline(y=1, row=3, col=1, line={"dash": "dot", "color": "#6b7280"})  # no label: misplaced on log axes
     for (lo, hi), regime in zip(_edges(labels, log), points["regime"]):
         fig.add_vrect(x0=lo, x1=hi, fillcolor=REGIME_COLORS.get(regime, "rgba(0,0,0,0)"), line_width=0,
                       layer="below", row="all", col=1)
