@@ -30,8 +30,11 @@ Definitions (docs/metrics.md, "Bandwidth and compute utilisation"; the per-opera
   recorded before them, when their multi_tensor_apply kernels' thread blocks confirm the list
   (``foreach_lists``); such rows have ``shapes_source = 'accumulate_grad'``.
 - Above 100% of a peak: only a byte rate above the DRAM peak of an operator whose modelled bytes fit in
-  the last-level cache (``fits_cache``: its inputs were read from cache) is explained; ``note`` says so
-  in words. Anything else counts in ``above_peak_unexplained`` (a bug by METRICS.md).
+  the last-level cache (``fits_cache``: its inputs were read from cache) is explained. Such a row's
+  ``pct_peak_bw`` is null (a DRAM percentage does not apply to cache-served bytes; ``achieved_gbps``
+  stays) and ``note`` says why in words, with the rate it would have had; ``above_peak_cache`` counts
+  them. Anything else keeps its percentage and counts in ``above_peak_unexplained`` (a bug by
+  METRICS.md). So no shown percentage of a DRAM peak exceeds 100 unless the model or peak table is wrong.
 - Measured bytes: Nsight Compute DRAM bytes of the trace's kernels (``ncu_kernels``), per kernel, per
   instance whose every kernel was measured, per signature, beside the modelled bytes
   (``modelled_over_measured = bytes / measured_bytes``).
@@ -521,12 +524,13 @@ def bandwidth(store, trace_id: str, *, peaks: str | Path | None = None, device: 
         i_gbps, i_tflops = kb / nsf, gf[kg] / nsf / 1e3
         i_pbw, i_pfl = 100 * i_gbps / kpbw, 100 * i_tflops / kpfl
     inst["achieved_gbps"], inst["achieved_tflops"] = i_gbps, i_tflops
-    inst["pct_peak_bw"], inst["pct_peak_flops"] = i_pbw, i_pfl
+    inst["pct_peak_flops"] = i_pfl
     inst["intensity"] = _floats(g["intensity"])[kg]
     inst["bound"] = _repeat(g["bound"], kg)
     inst["fits_cache"] = gfits[kg]
     inst["peak_gbps"], inst["peak_tflops"] = kpbw, kpfl
     inst["note"] = _notes(i_pbw, i_pfl, gfits[kg], kb, _floats(g["l2_bytes"])[kg])
+    inst["pct_peak_bw"] = np.where((i_pbw > 100) & gfits[kg], np.nan, i_pbw)  # cache-served: see note
     if m_inst is not None:
         mk = pd.array(np.where(np.isnan(m_inst[keep]), 0, m_inst[keep]).astype("int64"), dtype="Int64")
         mk[np.isnan(m_inst[keep])] = pd.NA
@@ -555,9 +559,9 @@ def bandwidth(store, trace_id: str, *, peaks: str | Path | None = None, device: 
     nbytes = int((mg["bytes"].astype("int64") * mg["calls"]).sum())
     if cached:
         warnings.append(f"{cached} operator instances move their modelled bytes faster than the DRAM peak "
-                        "(pct_peak_bw above 100); all of their bytes fit in the device's last-level cache, so "
-                        "inputs written just before were read from cache, not DRAM: their rows say so in "
-                        "'note' and fits_cache is true.")
+                        "(above 100% of it); all of their bytes fit in the device's last-level cache, so "
+                        "inputs written just before were read from cache, not DRAM: their pct_peak_bw is null, "
+                        "'note' says why and fits_cache is true.")
     if unexplained:
         warnings.append(f"{unexplained} operator instances exceed 100% of a device peak without a cache "
                         "explanation (a modelling or peak-table error): read their numbers with care.")
@@ -678,9 +682,9 @@ def _notes(pbw: np.ndarray, pfl: np.ndarray, fits: np.ndarray, nbytes: np.ndarra
         if f > 100:
             out.append("above the dense FLOP peak: a modelling or peak-table error")
         elif b > 100 and c:
-            out.append(f"{b:.0f}% of the DRAM peak is not DRAM bandwidth: all {nb / 1e6:.1f} MB of modelled "
-                       f"traffic fit in the {cache / 2**20:.0f} MiB last-level cache, so data written just "
-                       "before was read from cache")
+            out.append(f"pct_peak_bw left null: the modelled bytes moved at {b:.0f}% of the DRAM peak, "
+                       f"which is not DRAM bandwidth: all {nb / 1e6:.1f} MB fit in the {cache / 2**20:.0f} MiB "
+                       "last-level cache, so data written just before was read from cache")
         elif b > 100:
             out.append("above the DRAM peak without a cache explanation: a modelling or peak-table error")
         else:
@@ -781,6 +785,7 @@ def _signatures(g: pd.DataFrame, gi: np.ndarray, ns: np.ndarray, measured: np.nd
     _add_rates(sig)
     sig["note"] = _notes(_floats(sig["pct_peak_bw"]), _floats(sig["pct_peak_flops"]), sig["fits_cache"].to_numpy(bool),
                          _floats(sig["bytes"]) / sig["calls"].to_numpy(float), _floats(sig["l2_bytes"]))
+    sig["pct_peak_bw"] = sig["pct_peak_bw"].mask((sig["pct_peak_bw"] > 100).fillna(False) & sig["fits_cache"])
     if measured is not None:
         sig["measured_calls"] = sig["measured_calls"].astype("int64")
         mb = sig["measured_bytes"].where(sig["measured_calls"] > 0)
