@@ -195,3 +195,29 @@ def test_name_rank_and_peek(tmp_path):
     (tmp_path / "u.json.gz").write_bytes(gz.compress(q.read_bytes()))
     for f in (q, tmp_path / "u.json.gz"):
         assert ranks.peek_distributed(f) == {"backend": "nccl", "rank": 3, "world_size": 8}
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_run_rows_equal_single_trace_ingest(tmp_path, monkeypatch, workers):
+    """The run path (workers fill their own DuckDB, one INSERT per table) stores exactly the rows the
+    single-trace path stores for each rank in every table that has a trace_id, and in the same physical
+    order in the tables whose inserts are totally ordered."""
+    from kernelscope.storage.ingest import ingest_run
+
+    monkeypatch.setenv("KERNELSCOPE_INGEST_WORKERS", workers)
+    with open_store(tmp_path / "run.duckdb") as run, open_store(tmp_path / "one.duckdb") as one:
+        ingest_paths(run, [DDP2])
+        for r in (0, 1):
+            assert ingest_run(one, DDP2 / f"ddp_rank{r}").status == "ingested"
+        tables = [t for (t,) in one.con.execute(
+            """SELECT DISTINCT table_name FROM information_schema.columns
+               WHERE column_name = 'trace_id' AND table_name NOT IN ('traces', 'rank_clocks')""").fetchall()]
+        assert {"gpu_activities", "cpu_ops", "collectives", "busy_intervals", "telemetry"} <= set(tables)
+        for t in tables:
+            q = f'SELECT * FROM "{t}"'
+            a, b = one.con.execute(q).fetchall(), run.con.execute(q).fetchall()
+            if t not in ("gpu_activities", "cpu_ops", "launches", "busy_intervals", "collectives"):
+                a, b = sorted(a, key=repr), sorted(b, key=repr)  # inserts without a total ORDER BY
+            assert a == b, t
+        cols = "trace_id, name, content_hash, base_time_ns, start_ns, end_ns, warnings, clock_offset_ns, events"
+        assert one.query(f"SELECT {cols} FROM traces ORDER BY 1").equals(run.query(f"SELECT {cols} FROM traces ORDER BY 1"))

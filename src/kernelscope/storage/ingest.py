@@ -753,23 +753,33 @@ def _run_dir_parts(run_dir: pathlib.Path, labels) -> dict:
     }
 
 
-def _parse_and_derive(path: str, out: str, python_functions: bool, threads: int = 1):
-    """Worker: parse one trace into ``out``/raw.parquet and derive its links there (ks_open, ks_links,
-    ks_launch Parquet files, as ``ingest_reader`` does) with its own in-memory DuckDB; returns
-    (TraceMeta, rows, facts) where facts holds crossing, untimed, clock offset/note and span."""
+def _placeholder(i: int) -> str:
+    return f"__rank_job_{i}__"
+
+
+def _parse_and_derive(path: str, out: str, python_functions: bool, threads: int = 1, job: int = 0):
+    """Worker: parse one trace into ``out``/raw.parquet, derive its links and fill the event tables
+    (``derive.insert_events`` + ``ranks.insert_collectives``, trace_id = ``_placeholder(job)``) in a DuckDB
+    file of its own in ``out`` (it spills: memory stays bounded), then write every table it filled to
+    ``out``/t_<table>.parquet in its insert order. Returns (TraceMeta, rows, facts): facts holds crossing,
+    untimed, clock offset/note, span and ``tables`` (the tables written)."""
     import duckdb
 
     from ..parsers import open_trace
+    from .store import migrations
 
     folder = pathlib.Path(out)
     reader = open_trace(pathlib.Path(path), python_functions=python_functions)
     rows = _stage(reader, folder / "raw.parquet")
     meta = reader.meta
-    con = duckdb.connect(":memory:")
+    con = duckdb.connect(str(folder / "w.duckdb"))
     try:
         con.execute("SET enable_progress_bar = false")
         con.execute(f"SET threads = {max(1, int(threads))}")
-        con.execute("SET preserve_insertion_order = false")
+        limit = os.environ.get("KERNELSCOPE_MEMORY_LIMIT", DEFAULT_MEMORY_LIMIT)
+        con.execute(f"SET memory_limit = '{_safe_setting(limit)}'")
+        for _version, _name, sql in migrations():
+            con.execute(sql)
         con.execute(f"CREATE TEMP VIEW ks_raw AS SELECT * FROM read_parquet({_sql_path(folder / 'raw.parquet')})")
         derive.check_correlations(con, str(path))
         crossing = derive.derive_links(con, folder)
@@ -779,8 +789,21 @@ def _parse_and_derive(path: str, out: str, python_functions: bool, threads: int 
         start_ns, end_ns = derive.trace_span(con, base)
         facts = {"crossing": crossing, "untimed": derive.untimed_count(con), "offset": offset, "note": note,
                  "start_ns": start_ns, "end_ns": end_ns}
+        derive.insert_events(con, _placeholder(job), base)
+        ranks.insert_collectives(con, _placeholder(job))
+        filled = [t for (t,) in con.execute(
+            """SELECT DISTINCT c.table_name FROM information_schema.columns c
+               JOIN information_schema.tables t ON t.table_name = c.table_name AND t.table_schema = c.table_schema
+               WHERE c.table_schema = 'main' AND t.table_type = 'BASE TABLE' AND c.column_name = 'trace_id'
+               ORDER BY 1""").fetchall()
+            if con.execute(f'SELECT count(*) FROM "{t}"').fetchone()[0]]
+        for table in filled:  # preserve_insertion_order is on: the files keep each table's sort
+            con.execute(f"COPY \"{table}\" TO {_sql_path(folder / f't_{table}.parquet')} "
+                        "(FORMAT parquet, COMPRESSION lz4)")
     finally:
         con.close()
+    (folder / "w.duckdb").unlink(missing_ok=True)
+    facts["tables"] = filled
     return meta, rows, facts
 
 
@@ -793,9 +816,9 @@ def _parse_all(jobs, python_functions: bool, workers: int) -> list:
     if workers <= 1:
         threads = max(1, min(os.cpu_count() or 1, 8))
         out = []
-        for p, o in jobs:
+        for i, (p, o) in enumerate(jobs):
             try:
-                out.append(_parse_and_derive(str(p), str(o), python_functions, threads))
+                out.append(_parse_and_derive(str(p), str(o), python_functions, threads, i))
             except KernelscopeError as exc:
                 raise named(p, exc) from None
         return out
@@ -805,7 +828,8 @@ def _parse_all(jobs, python_functions: bool, workers: int) -> list:
     threads = max(1, (os.cpu_count() or 1) // workers)
     ctx = multiprocessing.get_context("spawn")  # the parent holds DuckDB threads: never fork it
     with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-        futures = [pool.submit(_parse_and_derive, str(p), str(o), python_functions, threads) for p, o in jobs]
+        futures = [pool.submit(_parse_and_derive, str(p), str(o), python_functions, threads, i)
+                   for i, (p, o) in enumerate(jobs)]
         out = []
         for (p, _o), f in zip(jobs, futures):
             try:
@@ -813,6 +837,29 @@ def _parse_all(jobs, python_functions: bool, workers: int) -> list:
             except KernelscopeError as exc:
                 raise named(p, exc) from None
         return out
+
+
+def _insert_rank_tables(con, folders, tables, mapping) -> None:
+    """One INSERT per event table over every rank's t_<table>.parquet (in rank order, each file in its
+    own order), the placeholder trace ids replaced by the real ones. ``tables``: per folder, the tables
+    its worker wrote."""
+    con.execute("CREATE OR REPLACE TEMP TABLE ks_rank_map (tmp VARCHAR, trace_id VARCHAR, pos INTEGER)")
+    con.executemany("INSERT INTO ks_rank_map VALUES (?, ?, ?)", mapping)
+    con.execute("SET preserve_insertion_order = true")
+    try:
+        for table in sorted(set().union(*map(set, tables))):
+            files = "[" + ", ".join(_sql_path(f / f"t_{table}.parquet") for f, ts in zip(folders, tables)
+                                    if table in ts) + "]"
+            con.execute(
+                f"""INSERT INTO "{table}"
+                    SELECT x.* EXCLUDE (file_row_number) REPLACE (m.trace_id AS trace_id)
+                    FROM read_parquet({files}, file_row_number = true) x
+                    JOIN ks_rank_map m ON m.tmp = x.trace_id
+                    ORDER BY m.pos, x.file_row_number"""
+            )
+    finally:
+        con.execute("SET preserve_insertion_order = false")
+        con.execute("DROP TABLE IF EXISTS ks_rank_map")
 
 
 def ingest_rank_run(store, folder, members, *, labels=None, python_functions=True) -> list[IngestResult]:
@@ -880,14 +927,10 @@ def ingest_rank_run(store, folder, members, *, labels=None, python_functions=Tru
         t_parse = t_insert - t_parse
         con.execute("BEGIN TRANSACTION")
         try:
-            hosts = {}
-            for i in order:
+            hosts, mapping = {}, []
+            for pos, i in enumerate(order):
                 m, (meta, rows, facts), h = members[i], parsed[i], hashes[i]
                 part = parts[m.name]
-                sub = jobs[i][1]
-                for view, fname in (("ks_raw", "raw"), ("ks_links", "ks_links"), ("ks_launch", "ks_launch")):
-                    con.execute(f"CREATE OR REPLACE TEMP VIEW {view} AS SELECT * FROM read_parquet("
-                                f"{_sql_path(sub / (fname + '.parquet'))})")
                 trace_path = jobs[i][0]
                 warnings = list(meta.warnings or [])
                 if facts["crossing"]:
@@ -898,23 +941,22 @@ def ingest_rank_run(store, folder, members, *, labels=None, python_functions=Tru
                 if facts["note"]:
                     warnings.append(facts["note"])
                 base = int(meta.base_time_ns or 0)
-                offset, start_ns, end_ns = facts["offset"], facts["start_ns"], facts["end_ns"]
                 trace_id = _new_trace_id(con, h)
-                derive.insert_events(con, trace_id, base)
-                ranks.insert_collectives(con, trace_id)
                 _insert_trace_row(
                     con, trace_id, meta, trace_path, part["name"], run_id, part["provenance"], h, base,
-                    start_ns, end_ns, warnings, offset, rows, rank=m.rank, rank_source=m.rank_source,
-                    world_size=world,
+                    facts["start_ns"], facts["end_ns"], warnings, facts["offset"], rows, rank=m.rank,
+                    rank_source=m.rank_source, world_size=world,
                 )
                 insert_labels(con, trace_id, part["labels"])
                 if part["extra"] is not None:
                     part["extra"](con, trace_id)
                 hosts[trace_id] = part["host"]
-                _drop_staging(con)
+                mapping.append((_placeholder(i), trace_id, pos))
                 results.append(IngestResult(
                     str(m.path), "ingested", trace_id,
                     f"rank {m.rank} of {world} (rank from {m.rank_source}) in run {run_id}", rows, 0.0))
+            _insert_rank_tables(con, [jobs[i][1] for i in order], [parsed[i][2]['tables'] for i in order],
+                                mapping)
             method = ranks.estimate_offsets(con, run_id, hosts)
             con.execute("INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                         [run_id, folder.resolve().name, str(folder.resolve()), world, len(members),
