@@ -753,6 +753,10 @@ def _run_dir_parts(run_dir: pathlib.Path, labels) -> dict:
     }
 
 
+#: Rank trace files smaller than this (on disk) are loaded into an in-memory worker DuckDB.
+WORKER_IN_MEMORY_BYTES = 32 << 20
+
+
 def _placeholder(i: int) -> str:
     return f"__rank_job_{i}__"
 
@@ -772,7 +776,9 @@ def _parse_and_derive(path: str, out: str, python_functions: bool, threads: int 
     reader = open_trace(pathlib.Path(path), python_functions=python_functions)
     rows = _stage(reader, folder / "raw.parquet")
     meta = reader.meta
-    con = duckdb.connect(str(folder / "w.duckdb"))
+    # a small rank stays in memory (creating the schema in a file costs ~3x more); a large one spills to a file
+    small = pathlib.Path(path).stat().st_size < WORKER_IN_MEMORY_BYTES
+    con = duckdb.connect(":memory:" if small else str(folder / "w.duckdb"))
     try:
         con.execute("SET enable_progress_bar = false")
         con.execute(f"SET threads = {max(1, int(threads))}")
