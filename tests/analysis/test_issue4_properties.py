@@ -96,6 +96,22 @@ def test_stored_split_equals_the_independent_split(session_store):
                     assert int(ol.loc[ol.op_id == op_id, "gpu_union_ns"].iloc[0]) == total, (t, link, op_id)
 
 
+def test_stored_kernels_per_operator_instance_equal_pandas(session_store):
+    with open_store(session_store.db, read_only=True) as store:
+        for t in _ids(session_store):
+            k = store.query("SELECT top_op_id, leaf_op_id, dur_ns FROM gpu_activities "
+                            "WHERE trace_id = $t AND kind = 'kernel'", {"t": t})
+            names = dict(store.query("SELECT op_id, name FROM cpu_ops WHERE trace_id = $t", {"t": t}).itertuples(
+                index=False, name=None))
+            for link, col in (("top", "top_op_id"), ("leaf", "leaf_op_id")):
+                g = k.dropna(subset=[col]).groupby(col)["dur_ns"].agg(["count", "sum"])
+                want = {int(i): (names.get(int(i)), int(r["count"]), int(r["sum"])) for i, r in g.iterrows()}
+                got = store.query("SELECT op_id, name, kernels, kernel_time_ns FROM op_kernels "
+                                  "WHERE trace_id = $t AND link = $l", {"t": t, "l": link})
+                assert {int(r.op_id): (r.name, int(r.kernels), int(r.kernel_time_ns))
+                        for r in got.itertuples()} == want, (t, link)
+
+
 def test_migration_003_is_the_derive_sql_and_repopulates_the_same_rows(session_store, tmp_path):
     text = resources.files("kernelscope.storage").joinpath("schema", "003_launch_splits.sql").read_text("utf-8")
     for stmt in derive.launch_splits_sql("TRUE"):
@@ -103,14 +119,15 @@ def test_migration_003_is_the_derive_sql_and_repopulates_the_same_rows(session_s
     db = tmp_path / "copy.duckdb"
     shutil.copy(session_store.db, db)
     with open_store(db) as store:
-        before = {tb: store.query(f"SELECT * FROM {tb}") for tb in ("activity_splits", "op_launch")}
+        before = {tb: store.query(f"SELECT * FROM {tb}") for tb in ("activity_splits", "op_launch", "op_kernels")}
         assert len(before["activity_splits"]) > 1000
         store.con.execute("DELETE FROM activity_splits")
         store.con.execute("DELETE FROM op_launch")
+        store.con.execute("DELETE FROM op_kernels")
         for stmt in derive.launch_splits_sql("TRUE"):  # what the migration runs on an older store
             store.con.execute(stmt)
         for tb, keys in (("activity_splits", ["trace_id", "activity_id"]),
-                         ("op_launch", ["trace_id", "link", "op_id"])):
+                         ("op_launch", ["trace_id", "link", "op_id"]), ("op_kernels", ["trace_id", "link", "op_id"])):
             after = store.query(f"SELECT * FROM {tb}")
             pd.testing.assert_frame_equal(_sorted(after, keys), _sorted(before[tb], keys), obj=tb)
 

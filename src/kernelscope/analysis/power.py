@@ -75,13 +75,9 @@ WHERE s.t_ns >= $a AND s.t_ns <= $b
 """
 
 _SQL_OPS = """
-WITH i AS (  -- per leaf operator instance first, then per name
-  SELECT leaf_op_id AS op_id, sum(dur_ns) AS d FROM gpu_activities
-  WHERE trace_id = $t AND kind = 'kernel' AND leaf_op_id IS NOT NULL GROUP BY 1
-)
-SELECT o.name, CAST(sum(i.d) AS BIGINT) AS kernel_time_ns
-FROM i JOIN cpu_ops o ON o.trace_id = $t AND o.op_id = i.op_id
-GROUP BY o.name ORDER BY kernel_time_ns DESC, o.name
+SELECT name, CAST(sum(kernel_time_ns) AS BIGINT) AS kernel_time_ns
+FROM op_kernels WHERE trace_id = $t AND link = 'leaf' AND has_op  -- per leaf instance, stored at ingest
+GROUP BY name ORDER BY kernel_time_ns DESC, name
 """
 
 

@@ -103,17 +103,15 @@ GROUP BY name ORDER BY total_ns DESC, name LIMIT $n
 
 # {link} is 'top_op_id' or 'leaf_op_id' (a column name chosen here, never user input).
 # Kernels are summed per operator instance first, then per name (calls = instances with kernels).
-# ``instances`` (every row): operator instances with kernels = count(DISTINCT {link}) over the kernels,
-# which the trust section reports (read here so the 1M-group aggregate runs once).
+# From the per-instance kernel sums stored at ingest (op_kernels, storage/derive.py; {link} is 'top' or
+# 'leaf'): per operator name, calls = instances with kernels. ``instances`` (every row): all instances with
+# kernels = count(DISTINCT top_op_id / leaf_op_id) over the kernels, which the trust section reports.
 _SQL_TOP_OPS = """
-WITH i AS MATERIALIZED (
-  SELECT {link} AS op_id, count(*) AS k, sum(dur_ns) AS d
-  FROM gpu_activities WHERE trace_id = $t AND kind = 'kernel' AND {link} IS NOT NULL GROUP BY 1
-)
-SELECT o.name, count(*) AS calls, CAST(sum(i.k) AS BIGINT) AS kernels, CAST(sum(i.d) AS BIGINT) AS kernel_time_ns,
-       (SELECT count(*) FROM i) AS instances
-FROM i JOIN cpu_ops o ON o.trace_id = $t AND o.op_id = i.op_id
-GROUP BY o.name ORDER BY kernel_time_ns DESC, o.name LIMIT $n
+SELECT name, count(*) AS calls, CAST(sum(kernels) AS BIGINT) AS kernels,
+       CAST(sum(kernel_time_ns) AS BIGINT) AS kernel_time_ns,
+       (SELECT count(*) FROM op_kernels WHERE trace_id = $t AND link = '{link}') AS instances
+FROM op_kernels WHERE trace_id = $t AND link = '{link}' AND has_op
+GROUP BY name ORDER BY kernel_time_ns DESC, name LIMIT $n
 """
 
 _SQL_TRUST = """
@@ -251,8 +249,8 @@ def summary(store, trace_id: str) -> Result:
     top_kernels = _table(store, _SQL_TOP_KERNELS, t=t, n=TOP_N)
     kt = c["kernel_time_ns"]
     top_kernels["share"] = top_kernels["total_ns"] / kt if kt else float("nan")
-    top_ops = _table(store, _SQL_TOP_OPS.format(link="top_op_id"), t=t, n=TOP_N)
-    top_leaf = _table(store, _SQL_TOP_OPS.format(link="leaf_op_id"), t=t, n=TOP_N)
+    top_ops = _table(store, _SQL_TOP_OPS.format(link="top"), t=t, n=TOP_N)
+    top_leaf = _table(store, _SQL_TOP_OPS.format(link="leaf"), t=t, n=TOP_N)
     instances = {}
     for key, df in (("top_ops_with_kernels", top_ops), ("leaf_ops_with_kernels", top_leaf)):
         instances[key] = int(df["instances"].iloc[0]) if len(df) else 0

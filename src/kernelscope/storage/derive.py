@@ -22,7 +22,8 @@ The final inserts run inside the ingest transaction. Definitions (DESIGN.md "Dat
 - activity_splits (schema 003): per GPU activity with a launch call, its launch-and-queue split (the launch
   analysis' definitions, docs/metrics.md "Launch overhead"), computed once from the inserted rows;
   op_launch: the same summed per operator instance (top-level and leaf), with the instance's launch-call
-  time and GPU union. ``launch_splits_sql`` is the one text of both; 003_launch_splits.sql holds it
+  time and GPU union; op_kernels: kernels and kernel time per operator instance (summary, power).
+  ``launch_splits_sql`` is the one text of all three; 003_launch_splits.sql holds it
   rendered for every stored trace (a test keeps the two equal).
 """
 
@@ -317,19 +318,33 @@ LEFT JOIN (SELECT trace_id, op_id, name FROM cpu_ops WHERE {where}) op
 WHERE t.terms > 0"""
 
 
+# Kernels per operator instance ({link} = top_op_id or leaf_op_id; instances with at least one kernel):
+# count and summed duration, with the operator's name; has_op is false when no cpu_ops row has that id.
+_OP_KERNELS_LINK_SQL = """
+SELECT i.trace_id, '{name}' AS link, i.op_id, o.name, o.op_id IS NOT NULL AS has_op, i.kernels, i.kernel_time_ns
+FROM (
+  SELECT trace_id, {link} AS op_id, count(*) AS kernels, sum(dur_ns) AS kernel_time_ns
+  FROM gpu_activities WHERE {where} AND kind = 'kernel' AND {link} IS NOT NULL GROUP BY 1, 2
+) i
+LEFT JOIN (SELECT trace_id, op_id, name FROM cpu_ops WHERE {where}) o
+  ON o.trace_id = i.trace_id AND o.op_id = i.op_id"""
+
+
 def launch_splits_sql(where: str) -> list[str]:
-    """The two INSERT statements filling activity_splits and op_launch for the traces ``where`` selects
+    """The INSERT statements filling activity_splits, op_launch and op_kernels for the traces ``where`` selects
     (a SQL condition on trace_id: ``trace_id = $tid`` at ingest, ``TRUE`` in the 003 migration)."""
     links = [_OP_LAUNCH_LINK_SQL.format(name=n, link=c, where=where)
              for n, c in (("top", "top_op_id"), ("leaf", "leaf_op_id"))]
     op_sql = ("INSERT INTO op_launch\nWITH x AS (SELECT * FROM activity_splits WHERE " + where + ")"
               + "\nUNION ALL".join(links))
     splits = _SPLITS_SQL.format(where=where, where_g=where.replace("trace_id", "g.trace_id"))
-    return [splits, op_sql]
+    kern_sql = "INSERT INTO op_kernels" + "\nUNION ALL".join(
+        _OP_KERNELS_LINK_SQL.format(name=n, link=c, where=where) for n, c in (("top", "top_op_id"), ("leaf", "leaf_op_id")))
+    return [splits, op_sql, kern_sql]
 
 
 def insert_launch_splits(con, trace_id: str) -> None:
-    """Fill activity_splits and op_launch for one trace whose events are already inserted."""
+    """Fill activity_splits, op_launch and op_kernels for one trace whose events are already inserted."""
     for sql in launch_splits_sql("trace_id = $tid"):
         con.execute(sql, {"tid": trace_id})
 

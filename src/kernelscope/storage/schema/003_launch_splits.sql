@@ -1,5 +1,6 @@
 -- kernelscope store, schema version 3: the launch-and-queue split of every GPU activity, computed once at
--- ingest (storage/derive.py, insert_launch_splits) and read by the launch, bound, whatif and summary analyses.
+-- ingest (storage/derive.py, insert_launch_splits) and read by the launch, bound, whatif, summary and power
+-- analyses.
 -- Definitions: docs/metrics.md "Launch overhead". Times int64 ns. The INSERTs below fill the tables for traces
 -- already stored when a store is migrated; they are derive.launch_splits_sql('TRUE') verbatim (a test checks).
 
@@ -46,6 +47,17 @@ CREATE TABLE op_launch (
     launch_delay_ns BIGINT,
     launch_api_ns   BIGINT,                -- summed duration of the instance's launch calls with GPU activities
     gpu_union_ns    BIGINT                 -- length of the union of the instance's activity intervals
+);
+
+-- Kernels per operator instance (link 'top' | 'leaf') with at least one kernel: count and summed duration.
+CREATE TABLE op_kernels (
+    trace_id        VARCHAR NOT NULL,
+    link            VARCHAR NOT NULL,      -- 'top' | 'leaf'
+    op_id           BIGINT NOT NULL,
+    name            VARCHAR,               -- the operator's name
+    has_op          BOOLEAN NOT NULL,      -- a cpu_ops row with op_id exists
+    kernels         BIGINT NOT NULL,
+    kernel_time_ns  BIGINT NOT NULL
 );
 
 INSERT INTO activity_splits
@@ -153,3 +165,20 @@ LEFT JOIN (
 LEFT JOIN (SELECT trace_id, op_id, name FROM cpu_ops WHERE TRUE) op
   ON op.trace_id = t.trace_id AND op.op_id = t.op_id
 WHERE t.terms > 0;
+
+INSERT INTO op_kernels
+SELECT i.trace_id, 'top' AS link, i.op_id, o.name, o.op_id IS NOT NULL AS has_op, i.kernels, i.kernel_time_ns
+FROM (
+  SELECT trace_id, top_op_id AS op_id, count(*) AS kernels, sum(dur_ns) AS kernel_time_ns
+  FROM gpu_activities WHERE TRUE AND kind = 'kernel' AND top_op_id IS NOT NULL GROUP BY 1, 2
+) i
+LEFT JOIN (SELECT trace_id, op_id, name FROM cpu_ops WHERE TRUE) o
+  ON o.trace_id = i.trace_id AND o.op_id = i.op_id
+UNION ALL
+SELECT i.trace_id, 'leaf' AS link, i.op_id, o.name, o.op_id IS NOT NULL AS has_op, i.kernels, i.kernel_time_ns
+FROM (
+  SELECT trace_id, leaf_op_id AS op_id, count(*) AS kernels, sum(dur_ns) AS kernel_time_ns
+  FROM gpu_activities WHERE TRUE AND kind = 'kernel' AND leaf_op_id IS NOT NULL GROUP BY 1, 2
+) i
+LEFT JOIN (SELECT trace_id, op_id, name FROM cpu_ops WHERE TRUE) o
+  ON o.trace_id = i.trace_id AND o.op_id = i.op_id;
