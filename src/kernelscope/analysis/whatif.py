@@ -69,7 +69,7 @@ WITH steps AS (
           FROM steps))
   GROUP BY grp
 ), a AS (
-  SELECT x.activity_id, x.kind, x.device, x.stream, x.start_ns, x.end_ns, x.end_ns - x.start_ns AS dur_ns,
+  SELECT x.activity_id, x.kind = 'kernel' AS is_kernel, x.device, x.stream, x.start_ns, x.end_ns, x.end_ns - x.start_ns AS dur_ns,
          x.is_graph, x.launch_id, x.launch_start_ns, x.launch_end_ns
   FROM activity_splits x ASOF LEFT JOIN isl ON x.launch_start_ns >= isl.s
   WHERE x.trace_id = $t AND x.launch_start_ns IS NOT NULL
@@ -295,7 +295,7 @@ def whatif(store, trace_id: str, twin: Any = None) -> Result:
         observed = traced
         source = ("traced: first ProfilerStep start (else first top-level operator, else first launch) to the "
                   "last in-scope GPU activity end")
-    kernels = acts["kind"] == "kernel"
+    kernels = acts["is_kernel"].astype(bool)
     naive = int(acts.loc[kernels, "dur_ns"].sum())
 
     def ratio(a, b):
