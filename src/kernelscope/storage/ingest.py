@@ -871,9 +871,10 @@ def _insert_rank_tables(con, folders, tables, mapping) -> None:
 def ingest_rank_run(store, folder, members, *, labels=None, python_functions=True) -> list[IngestResult]:
     """Ingest the rank traces ``members`` (``ranks.Member``) of ``folder`` as ONE run in ONE transaction.
 
-    Rank files are parsed in parallel processes (``ranks.parse_workers``: bounded by cores and available
-    memory) into scratch Parquet files; then one transaction derives and inserts every rank, the run row
-    and the per-rank clock offsets. Any failure (a bad file, a rank collision, a missing rank, mixed
+    Rank files are parsed, linked and turned into event tables in parallel processes
+    (``ranks.parse_workers``: bounded by free cores and available memory; ``_parse_and_derive``), each
+    writing Parquet files to the scratch folder; then one transaction inserts the trace rows, each event
+    table once over all ranks, the run row and the per-rank clock offsets. Any failure (a bad file, a rank collision, a missing rank, mixed
     runs) gives one 'failed' result for the folder and leaves no rows. Already stored as this run: one
     'skipped' result per rank. Results: one per rank, in rank order (message names the rank and its source).
     """
