@@ -177,24 +177,14 @@ def activity_splits(store, trace_id: str) -> pd.DataFrame:
 
 
 _TKLQT_SQL = """
-WITH first_node AS (
-  SELECT min({'s': start_ns, 'a': activity_id}).a AS activity_id
-  FROM gpu_activities
-  WHERE trace_id = $t AND launch_id IN (SELECT launch_id FROM gpu_activities WHERE trace_id = $t AND is_graph)
-  GROUP BY launch_id
-)
-SELECT CAST(coalesce(sum(a.start_ns - l.start_ns)
-                     FILTER (WHERE a.kind = 'kernel' AND (NOT a.is_graph OR f.activity_id IS NOT NULL)), 0)
-            AS BIGINT) AS tklqt_ns
-FROM gpu_activities a JOIN launches l ON l.trace_id = $t AND l.launch_id = a.launch_id
-LEFT JOIN first_node f ON f.activity_id = a.activity_id
-WHERE a.trace_id = $t
+SELECT CAST(coalesce(sum(lq_ns) FILTER (WHERE term), 0) AS BIGINT) AS tklqt_ns
+FROM activity_splits WHERE trace_id = $t
 """
 
 
 def tklqt(store, trace_id: str) -> dict[str, Any]:
     """launch's scalars tklqt_ns, gpu_span_ns and mean_queue_depth alone (same definitions and values),
-    without the per-activity split (no queue/dispatch window): what diff compares."""
+    from the stored split without the tables: what diff compares."""
     tk = int(_one(store, _TKLQT_SQL, trace_id)["tklqt_ns"])
     span = _one(store, "SELECT CAST(max(end_ns) - min(start_ns) AS BIGINT) AS s FROM gpu_activities "
                        "WHERE trace_id = $t", trace_id)["s"]
