@@ -229,6 +229,12 @@ def test_update_zoom_click_and_reset(dash_store):
     assert page.update(dash_store.db, tid, search, click={"points": [{"x": 1}]}) is None
 
 
+def test_zoom_relayout():
+    assert page.zoom_relayout({"range": [3, 3.5], "at": 7}) == {"xaxis.range[0]": 3, "xaxis.range[1]": 3.5}
+    assert page.zoom_relayout({"autorange": True, "at": 7}) == {"xaxis.autorange": True}
+    assert page.zoom_relayout(None) is None
+
+
 def test_url_restores_the_view(dash_store, store):
     tid = dash_store.ids["llama_prefill_b8"]
     search = page.update(dash_store.db, tid, "", relayout={"xaxis.range[0]": 7.25, "xaxis.range[1]": 8.5})[-1]
@@ -318,8 +324,8 @@ def test_layout_and_zoom_over_http(client, dash_store):
     # the zoom callback through /_dash-update-component
     out = "..timeline-graph.figure...timeline-notes.children...timeline-status.children..." \
           "timeline-status.data-mode...timeline-status.data-events...timeline-export.href...url.search.."
-    resp = _post(client, out, [{"id": "timeline-graph", "property": "relayoutData",
-                                "value": {"xaxis.range[0]": 3, "xaxis.range[1]": 3.5}},
+    # (the browser-side filter turns a relayoutData with an x range into timeline-zoom.data)
+    resp = _post(client, out, [{"id": "timeline-zoom", "property": "data", "value": {"range": [3, 3.5], "at": 1}},
                                {"id": "timeline-graph", "property": "clickData", "value": None}],
                  [{"id": "timeline-trace", "property": "data", "value": tid},
                   {"id": "url", "property": "search", "value": ""}])

@@ -155,6 +155,7 @@ def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
                    href=f"/trace/{trace_id}/timeline" + window_search(params, info, view["a"], view["b"], None))
     return html.Div([
         dcc.Store(id="timeline-trace", data=trace_id),
+        dcc.Store(id="timeline-zoom"),
         html.H2(f"Timeline · {info['name'] or trace_id}"),
         html.P("Drag on the figure to zoom in (the window goes into the URL), double-click to see the whole "
                "trace, click a CPU operator to select it. Lanes: phases, CPU operators per thread and "
@@ -210,18 +211,49 @@ def update(db_path, trace_id: str, search: str | None, relayout: dict | None = N
         view["export"], search_out
 
 
+# Runs in the browser on every relayout: keeps x-range changes (and the double-click reset), drops the rest
+# (resize/autosize, y drags). A server callback on relayoutData itself would be superseded by the
+# {"autosize": true} relayout Plotly emits right after a zoom, and the zoom's answer would be dropped.
+_ZOOM_JS = """
+function (r) {
+    var nu = window.dash_clientside.no_update, lo = null, hi = null;
+    if (!r) { return nu; }
+    for (var k in r) {
+        if (/^xaxis[0-9]*\\.autorange$/.test(k)) { return {"autorange": true, "at": Date.now()}; }
+        var m = k.match(/^xaxis[0-9]*\\.range\\[([01])\\]$/);
+        if (m) { if (m[1] === "0") { lo = r[k]; } else { hi = r[k]; } }
+        if (/^xaxis[0-9]*\\.range$/.test(k) && Array.isArray(r[k])) { lo = r[k][0]; hi = r[k][1]; }
+    }
+    return (lo !== null && hi !== null) ? {"range": [lo, hi], "at": Date.now()} : nu;
+}
+"""
+
+
+def zoom_relayout(zoom: dict | None) -> dict | None:
+    """The browser-side zoom filter's output as the relayoutData it came from."""
+    if not zoom:
+        return None
+    if zoom.get("autorange"):
+        return {"xaxis.autorange": True}
+    lo, hi = zoom["range"]
+    return {"xaxis.range[0]": lo, "xaxis.range[1]": hi}
+
+
 def register(app, db_path) -> None:
+    app.clientside_callback(_ZOOM_JS, Output("timeline-zoom", "data"), Input(GRAPH_ID, "relayoutData"),
+                            prevent_initial_call=True)
+
     @app.callback(Output(GRAPH_ID, "figure"), Output("timeline-notes", "children"),
                   Output("timeline-status", "children"), Output("timeline-status", "data-mode"),
                   Output("timeline-status", "data-events"), Output("timeline-export", "href"),
                   Output("url", "search", allow_duplicate=True),
-                  Input(GRAPH_ID, "relayoutData"), Input(GRAPH_ID, "clickData"),
+                  Input("timeline-zoom", "data"), Input(GRAPH_ID, "clickData"),
                   State("timeline-trace", "data"), State("url", "search"), prevent_initial_call=True)
-    def _timeline_update(relayout, click, trace_id, search):
+    def _timeline_update(zoom, click, trace_id, search):
         trig = [t["prop_id"] for t in dash.callback_context.triggered]
         try:
             out = update(db_path, trace_id, search,
-                         relayout=relayout if any(t.endswith("relayoutData") for t in trig) else None,
+                         relayout=zoom_relayout(zoom) if any(t.startswith("timeline-zoom") for t in trig) else None,
                          click=click if any(t.endswith("clickData") for t in trig) else None)
         except KernelscopeError as exc:
             return (dash.no_update, [message(f"Cannot read the store: {exc}.", "msg-store-error", "error")],
