@@ -186,7 +186,8 @@ def test_parallel_and_serial_parse_store_the_same_rows(tmp_path, monkeypatch):
 
 def test_name_rank_and_peek(tmp_path):
     assert ranks.name_rank("ddp_rank0") == 0 and ranks.name_rank("trace_rank-12.json") == 12
-    assert ranks.name_rank("llama_prefill_b8") is None
+    assert ranks.name_rank("llama_prefill_b8") is None and ranks.name_rank("frank3") is None
+    assert ranks.name_rank("Rank7") == 7
     p = write_trace_events_first(tmp_path / "t.json.gz", [kern("k", 0, 1, 1, 1)], gz=True,
                                  distributedInfo={"distributedInfo": 1})
     assert ranks.peek_distributed(p) is None  # after traceEvents: left to the full parse

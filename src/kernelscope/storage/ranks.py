@@ -47,7 +47,7 @@ DTYPE_BYTES = {
 #: Kernel names of collective libraries (case-insensitive regular expression).
 COLLECTIVE_KERNEL_RE = r"(?i)^(void )?(nccl|rccl)|ncclDevKernel|ncclKernel"
 
-_RANK_NAME_RE = re.compile(r"(?i)rank[_\-]?(\d+)")
+_RANK_NAME_RE = re.compile(r"(?i)(?:^|[^a-z])rank[_\-]?(\d+)")
 #: Bytes of a trace's head searched for distributedInfo.
 PEEK_BYTES = 4 << 20
 #: Memory one parsing worker is allowed (parser batches + staging writer), for the worker bound.
