@@ -32,6 +32,7 @@ from ..storage.store import open_store
 from .pages import overview, traces
 from .pages import bound, launch, sweep  # pages 5-6 (issue 5)
 from .pages import operators, timeline  # pages 3-4 (issue 5)
+from .pages import ranks  # multi-rank runs (issue 7)
 from .pages.common import message
 
 # Pages of one trace, in nav order: /trace/<ref>/<name>. Add a page with one line here.
@@ -45,6 +46,7 @@ TRACE_PAGES = {
 # Pages over the whole store or several traces: /<name>?...
 STORE_PAGES: dict = {
     "sweep": sweep,
+    "ranks": ranks,
 }
 
 _CSS = """
