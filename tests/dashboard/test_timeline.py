@@ -212,8 +212,9 @@ def test_selection_by_name_binned(dash_store, store, monkeypatch):
 def test_update_zoom_click_and_reset(dash_store):
     tid = dash_store.ids["llama_prefill_b8"]
     out = page.update(dash_store.db, tid, "?op=aten::mm", relayout={"xaxis.range[0]": 5.0, "xaxis.range[1]": 6.0})
-    fig, notes, status, mode, n, export, search = out
+    fig, notes, status, mode, n, export, clear, search = out
     q = parse_qs(search.lstrip("?"))
+    assert clear == f"/trace/{tid}/timeline?t0=5.000000&t1=6.000000"  # same window, no op
     assert q == {"op": ["aten::mm"], "t0": ["5.000000"], "t1": ["6.000000"]} and mode == "events"
     assert export.endswith("t0=5.000000&t1=6.000000") and int(n) > 0
     # zoom on a telemetry subplot's axis, and a range given as a list
@@ -323,7 +324,8 @@ def test_layout_and_zoom_over_http(client, dash_store):
     assert _find_json(tree, "timeline-status")["props"]["data-mode"] == "events"
     # the zoom callback through /_dash-update-component
     out = "..timeline-graph.figure...timeline-notes.children...timeline-status.children..." \
-          "timeline-status.data-mode...timeline-status.data-events...timeline-export.href...url.search.."
+          "timeline-status.data-mode...timeline-status.data-events...timeline-export.href...timeline-clear.href..." \
+          "url.search.."
     # (the browser-side filter turns a relayoutData with an x range into timeline-zoom.data)
     resp = _post(client, out, [{"id": "timeline-zoom", "property": "data", "value": {"range": [3, 3.5], "at": 1}},
                                {"id": "timeline-graph", "property": "clickData", "value": None}],

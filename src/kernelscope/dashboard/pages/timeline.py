@@ -172,8 +172,9 @@ def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
 
 def update(db_path, trace_id: str, search: str | None, relayout: dict | None = None,
            click: dict | None = None):
-    """The zoom/click callback as a plain function. Returns (figure, notes, status, export href, search)
-    or None when the event changes nothing (a resize, a y-axis drag, a click off a CPU operator)."""
+    """The zoom/click callback as a plain function. Returns (figure, notes, status text, mode, event count,
+    export href, clear-selection href, search) or None when the event changes nothing (a resize, a y-axis
+    drag, a click off a CPU operator)."""
     from ..app import url_params
 
     params = url_params(search)
@@ -207,8 +208,10 @@ def update(db_path, trace_id: str, search: str | None, relayout: dict | None = N
     whole = "t0" not in new and "t1" not in new
     search_out = window_search(params, info, None if whole else view["a"], None if whole else view["b"],
                                new.get("op"))
+    clear_href = f"/trace/{trace_id}/timeline" + window_search(
+        params, info, None if whole else view["a"], None if whole else view["b"], None)
     return view["figure"] or {}, _notes(view), view["status"], view["mode"], str(view["events"]), \
-        view["export"], search_out
+        view["export"], clear_href, search_out
 
 
 # Runs in the browser on every relayout: keeps x-range changes (and the double-click reset), drops the rest
@@ -246,7 +249,7 @@ def register(app, db_path) -> None:
     @app.callback(Output(GRAPH_ID, "figure"), Output("timeline-notes", "children"),
                   Output("timeline-status", "children"), Output("timeline-status", "data-mode"),
                   Output("timeline-status", "data-events"), Output("timeline-export", "href"),
-                  Output("url", "search", allow_duplicate=True),
+                  Output("timeline-clear", "href"), Output("url", "search", allow_duplicate=True),
                   Input("timeline-zoom", "data"), Input(GRAPH_ID, "clickData"),
                   State("timeline-trace", "data"), State("url", "search"), prevent_initial_call=True)
     def _timeline_update(zoom, click, trace_id, search):
@@ -257,7 +260,7 @@ def register(app, db_path) -> None:
                          click=click if any(t.endswith("clickData") for t in trig) else None)
         except KernelscopeError as exc:
             return (dash.no_update, [message(f"Cannot read the store: {exc}.", "msg-store-error", "error")],
-                    *[dash.no_update] * 5)
+                    *[dash.no_update] * 6)
         if out is None:
             raise dash.exceptions.PreventUpdate
         return out
