@@ -579,6 +579,15 @@ def dashboard(host, port, db):
         from .dashboard.app import serve
     except ImportError as exc:  # dash is an extra
         raise UsageError(f"the dashboard needs dash ({exc.name} is missing): pip install 'kernelscope[dashboard]'")
+    import pathlib
+
+    from .errors import StoreLockedError
+
+    if pathlib.Path(_db_path(db)).is_file():
+        try:  # a store from an older kernelscope is migrated once here; pages open it read-only
+            _open(db, read_only=False).close()
+        except StoreLockedError:  # an ingest is running: it migrates; pages say "busy" until it ends
+            pass
     with _open(db, read_only=True):  # a missing or foreign store fails here, in one line
         pass
     serve(_db_path(db), host=host, port=port)

@@ -113,3 +113,35 @@ def test_readonly_sql_times_out(db):
     with pytest.raises(KernelscopeError, match="time limit"):
         run_readonly_sql(db, "SELECT count(*) FROM range(100000000000) a, range(1000) b", timeout_s=0.5)
     assert time.monotonic() - t0 < 10
+
+
+def test_a_store_missing_a_lower_migration_gets_it(tmp_path):
+    """A store made between two releases can have 4 applied but not 3: opening it writable applies 3
+    (with its backfill), read-only names what is missing."""
+    from kernelscope.storage.store import migrations
+
+    from pathlib import Path
+
+    from kernelscope.storage.ingest import ingest_paths
+
+    p = tmp_path / "s.duckdb"
+    with open_store(p) as store:
+        trace = Path(__file__).resolve().parents[1] / "data" / "probe_train.json.gz"
+        (res,) = ingest_paths(store, [trace], progress=False)
+        assert res.status == "ingested"
+        n_splits = store.query("SELECT count(*) AS n FROM activity_splits")["n"].iloc[0]
+    versions = [v for v, _, _ in migrations()]
+    assert 3 in versions and max(versions) > 3
+    con = duckdb.connect(str(p))
+    con.execute("DROP TABLE op_kernels; DROP TABLE op_launch; DROP TABLE activity_splits")
+    con.execute("DELETE FROM schema_version WHERE version = 3")
+    con.close()
+    with pytest.raises(StoreError, match="lacks schema migration"):
+        open_store(p, read_only=True)
+    with open_store(p) as store:
+        assert 3 in set(store.query("SELECT version FROM schema_version")["version"])
+        # the migration's backfill rebuilt the derived rows of the trace already stored
+        assert store.query("SELECT count(*) AS n FROM activity_splits")["n"].iloc[0] == n_splits > 0
+        assert n_splits == store.query("SELECT count(*) AS n FROM gpu_activities "
+                                       "WHERE launch_id IS NOT NULL")["n"].iloc[0]
+    open_store(p, read_only=True).close()

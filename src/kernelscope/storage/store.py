@@ -134,8 +134,9 @@ def _table_names(con) -> set[str]:
     return {r[0] for r in rows}
 
 
-def _stored_version(con, path) -> int | None:
-    """Highest applied migration, None for an empty database; StoreError when not a kernelscope store."""
+def _applied_versions(con, path) -> set[int] | None:
+    """Migration numbers applied to this store; None for an empty database; StoreError when the file is
+    not a kernelscope store."""
     tables = _table_names(con)
     if not tables:
         return None
@@ -144,14 +145,14 @@ def _stored_version(con, path) -> int | None:
             f"{path} is a DuckDB file but not a kernelscope store (no schema_version table); "
             "choose another --db"
         )
-    v = con.execute("SELECT max(version) FROM schema_version").fetchall()[0][0]
-    return int(v) if v is not None else 0
+    return {int(r[0]) for r in con.execute("SELECT version FROM schema_version").fetchall()}
 
 
-def _migrate(con, path, current: int | None) -> None:
-    """Apply every shipped migration newer than ``current``, each in its own transaction."""
+def _migrate(con, path, applied: set[int] | None) -> None:
+    """Apply every shipped migration not yet applied, in number order, each in its own transaction (a
+    store made between two releases may miss a lower number; each migration backfills its own tables)."""
     for version, fname, sql in migrations():
-        if current is not None and version <= current:
+        if applied is not None and version in applied:
             continue
         con.execute("BEGIN TRANSACTION")
         try:
@@ -186,20 +187,22 @@ def open_store(path=None, read_only: bool = False) -> Store:
         raise StoreError(f"cannot create store {path}: folder {path.parent} does not exist")
     con = _connect(path, read_only)
     try:
-        current = _stored_version(con, path)
+        applied = _applied_versions(con, path)
+        current = max(applied, default=0) if applied is not None else None
         newest = code_schema_version()
         if current is not None and current > newest:
             raise StoreError(
                 f"store {path} has schema version {current} but this kernelscope knows only up to "
                 f"{newest}; upgrade kernelscope"
             )
-        if current is None or current < newest:
+        missing = sorted({v for v, _, _ in migrations()} - (applied or set()))
+        if missing:
             if read_only:
                 raise StoreError(
-                    f"store {path} has an older schema ({current or 0} < {newest}); open it once "
-                    "without read-only (e.g. `kernelscope ingest`) to migrate it"
+                    f"store {path} lacks schema migration(s) {', '.join(map(str, missing))}; open it once "
+                    "without read-only (e.g. `kernelscope ingest` or `kernelscope dashboard`) to migrate it"
                 )
-            _migrate(con, path, current)
+            _migrate(con, path, applied)
     except BaseException:
         con.close()
         raise
