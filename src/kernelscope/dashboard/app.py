@@ -29,10 +29,8 @@ from dash import Input, Output, State, dcc, html
 from ..errors import KernelscopeError, TraceNotFound, UsageError
 from ..storage.queries import resolve_trace
 from ..storage.store import open_store
-from .pages import overview, traces
-from .pages import bound, launch, sweep  # pages 5-6 (issue 5)
-from .pages import operators, timeline  # pages 3-4 (issue 5)
-from .pages import ranks  # multi-rank runs (issue 7)
+from .pages import (bandwidth, bound, compare, launch, operators, overview, power, ranks, sweep, timeline,
+                    traces)
 from .pages.common import message
 
 # Pages of one trace, in nav order: /trace/<ref>/<name>. Add a page with one line here.
@@ -42,9 +40,12 @@ TRACE_PAGES = {
     "operators": operators,
     "launch": launch,
     "bound": bound,
+    "bandwidth": bandwidth,
+    "power": power,
 }
 # Pages over the whole store or several traces: /<name>?...
 STORE_PAGES: dict = {
+    "compare": compare,
     "sweep": sweep,
     "ranks": ranks,
 }
