@@ -226,3 +226,16 @@ def test_run_rows_equal_single_trace_ingest(tmp_path, monkeypatch, workers, file
             assert a == b, t
         cols = "trace_id, name, content_hash, base_time_ns, start_ns, end_ns, warnings, clock_offset_ns, events"
         assert one.query(f"SELECT {cols} FROM traces ORDER BY 1").equals(run.query(f"SELECT {cols} FROM traces ORDER BY 1"))
+
+
+def test_rm_of_every_rank_removes_the_run(tmp_path):
+    from kernelscope.storage.queries import remove_traces
+
+    with open_store(tmp_path / "s.duckdb") as store:
+        res = ingest_paths(store, [DDP2])
+        ids = [r.trace_id for r in res]
+        remove_traces(store, ids[:1])
+        assert _count(store, "runs") == 1  # one rank left: the run stays
+        remove_traces(store, ids[1:])
+        assert _count(store, "runs") == 0 and _count(store, "rank_clocks") == 0
+        assert _count(store, "collectives") == 0

@@ -120,7 +120,8 @@ def trace_tables(con) -> list[str]:
 
 
 def remove_traces(store, trace_ids) -> int:
-    """Delete every row of the given traces from every table, in one transaction; returns traces removed."""
+    """Delete every row of the given traces from every table, and runs left without traces, in one
+    transaction; returns traces removed."""
     ids = sorted(set(trace_ids))
     if not ids:
         return 0
@@ -132,6 +133,9 @@ def remove_traces(store, trace_ids) -> int:
         ).fetchall()[0][0]
         for table in trace_tables(con):
             con.execute(f'DELETE FROM "{table}" WHERE list_contains(?, trace_id)', [ids])
+        # a multi-rank run without any trace left goes too (its ranks are what it describes)
+        con.execute("DELETE FROM runs WHERE run_id NOT IN "
+                    "(SELECT run_id FROM traces WHERE run_id IS NOT NULL)")
         con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")
