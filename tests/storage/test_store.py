@@ -145,3 +145,16 @@ def test_a_store_missing_a_lower_migration_gets_it(tmp_path):
         assert n_splits == store.query("SELECT count(*) AS n FROM gpu_activities "
                                        "WHERE launch_id IS NOT NULL")["n"].iloc[0]
     open_store(p, read_only=True).close()
+
+
+def test_every_connection_turns_off_compressed_materialization(tmp_path):
+    """DuckDB 2.0.0 summed wrongly with it on (store.disable_bad_optimizers); store, read-only and
+    user-SQL connections all carry the setting."""
+    p = tmp_path / "s.duckdb"
+    open_store(p).close()
+    for ro in (False, True):
+        with open_store(p, read_only=ro) as store:
+            got = store.con.execute("SELECT current_setting('disabled_optimizers')").fetchone()[0]
+            assert "compressed_materialization" in str(got)
+    df = run_readonly_sql(p, "SELECT current_setting('disabled_optimizers') AS v")
+    assert "compressed_materialization" in str(df["v"].iloc[0])

@@ -20,7 +20,6 @@ import uuid
 import pandas as pd
 
 from ..errors import UsageError
-from .launch import guard_duckdb
 from .result import Result
 
 DEFINITION = __doc__
@@ -423,7 +422,6 @@ def idle_operators(store, trace_id: str, top: int = 20, *, _gaps: str | None = N
 def bound(store, trace_id: str, bins: int = DEFAULT_BINS, top: int = 20) -> Result:
     """The ``bound`` analysis of one trace (definitions: module docstring, docs/metrics.md)."""
     n = _bins(bins)
-    guard_duckdb(store)
     # The idle gaps and the host-wait pieces are computed once into connection-local temp tables
     # (unique names, dropped on return) and every table below reads them.
     g, p = f"bound_gaps_{uuid.uuid4().hex}", f"bound_pieces_{uuid.uuid4().hex}"

@@ -174,7 +174,6 @@ def _label(text: str, num: float):
 def diff(store, trace_ids: list[str] | None = None, by: str = "batch", sweep: str | None = None,
          sweep_b: str | None = None) -> Result:
     """Diff of trace_ids = [A, B], or of the sweeps ``sweep`` (A) and ``sweep_b`` (B) paired by label ``by``."""
-    launch_mod.guard_duckdb(store)
     warnings: list[str] = []
     if sweep is not None or sweep_b is not None:
         if trace_ids or sweep is None or sweep_b is None:

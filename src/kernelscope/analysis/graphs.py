@@ -33,7 +33,6 @@ import pandas as pd
 from ..errors import UsageError
 from ..storage.queries import resolve_trace
 from .kernels import category_case
-from .launch import guard_duckdb
 from .result import Result
 
 DESCRIPTION = "CUDA-graph replays attributed to operators (eager twin or annotation), Triton regions, compile overhead."
@@ -130,7 +129,6 @@ def _reference(eager: pd.DataFrame, n: int) -> pd.DataFrame | None:
 def graphs(store, trace_id: str, eager: str | None = None) -> Result:
     """Graph replays, Triton regions and compile overhead of one trace (definitions in the module docstring)."""
     t = trace_id
-    guard_duckdb(store)
     warnings: list[str] = []
     rk = store.query(_SQL_REPLAY_KERNELS, {"t": t})
     rk["op"] = None

@@ -33,7 +33,6 @@ from typing import Any
 import pandas as pd
 
 from ..errors import UsageError
-from .launch import guard_duckdb
 from .result import Result
 
 DESCRIPTION = "Kernel time by category, top-k, tensor-core share, short kernels, histograms, occupancy."
@@ -167,7 +166,6 @@ def _share(part, whole) -> float | None:
 def kernels(store, trace_id: str, top: int = 10, short_ns: int = 10_000) -> Result:
     """Kernel time by category and the other kernel numbers (definitions in the module docstring)."""
     top, short_ns = _positive_int("top", top), _positive_int("short_ns", short_ns)
-    guard_duckdb(store)
     g = f"kernel_groups_{uuid.uuid4().hex}"
     sql, params = _groups_sql(g)
     store.query(sql, dict(params, t=trace_id, short=short_ns))
@@ -285,7 +283,6 @@ def idle(store, trace_id: str, bins: int = 200) -> Result:
     (at most 2000; the last bin may be shorter); ``busy_ns`` of a bin is the overlap of the busy union with
     it, ``idle_ns = bin_ns - busy_ns``. Idle gaps (between consecutive busy intervals) get a log2 histogram.
     """
-    guard_duckdb(store)
     bins = _positive_int("bins", bins)
     if bins > MAX_BINS:
         raise UsageError(f"bins={bins} is too many; give at most {MAX_BINS}.")

@@ -216,21 +216,7 @@ def launch(store, trace_id: str) -> Result:
     The per-activity split and its per-operator-instance sums are computed once at ingest
     (storage/derive.py: tables activity_splits and op_launch, schema 003, the same definitions as
     ``activity_splits`` here); every scalar and table is aggregated from them in SQL."""
-    guard_duckdb(store)
     return _launch(store, trace_id, "(SELECT * FROM activity_splits WHERE trace_id = $t)")
-
-
-def guard_duckdb(store) -> None:
-    """Turn off DuckDB's compressed_materialization optimizer on the store's connection (idempotent).
-
-    DuckDB 2.0.0 returned wrong sums with it on (the per-phase query above over a trace-filtered scan of
-    activity_splits in a store of several traces: sums narrowed to TINYINT from wrong statistics, e.g.
-    queue_ns 122 instead of 225658, a negative dispatch_ns); the optimizer only saves memory in sorts and
-    aggregates, so turning it off costs speed at most."""
-    try:
-        store.con.execute("SET disabled_optimizers = 'compressed_materialization'")
-    except Exception:  # a locked configuration (user-SQL connections) keeps its settings
-        pass
 
 
 def _launch(store, t: str, x: str) -> Result:

@@ -32,7 +32,6 @@ from typing import Any
 
 import pandas as pd
 
-from .launch import guard_duckdb
 from .result import Result
 
 DESCRIPTION = "Energy per trace/phase/unit (counter or integrated power), J/TFLOP, busy/idle power, clocks, throttling."
@@ -114,7 +113,6 @@ def _integrated_mj(samples: pd.DataFrame, a: int, b: int) -> float | None:
 def power(store, trace_id: str) -> Result:
     """Energy and power of one trace (definitions in the module docstring)."""
     t = trace_id
-    guard_duckdb(store)
     warnings: list[str] = []
     tr = store.query("SELECT start_ns, end_ns, clock_offset_ns FROM traces WHERE trace_id = $t", {"t": t})
     a, b = int(tr["start_ns"].iloc[0]), int(tr["end_ns"].iloc[0])

@@ -28,7 +28,6 @@ from typing import Any
 
 import pandas as pd
 
-from .launch import guard_duckdb
 from .result import Result, py_scalar as _py
 
 DESCRIPTION = "Counts, GPU busy/idle/span, latency, top kernels and operators, trust."
@@ -211,7 +210,6 @@ def headline(store, trace_id: str) -> dict[str, Any]:
 def summary(store, trace_id: str) -> Result:
     """Summarise one stored trace (definitions in this module's docstring and docs/metrics.md)."""
     t = trace_id
-    guard_duckdb(store)
     meta = _one(store, _SQL_TRACE, t=t)
     c, devices, busy, idle, latency = _core(store, t)
     has_gpu = len(devices) > 0

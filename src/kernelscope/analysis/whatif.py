@@ -46,7 +46,6 @@ import numpy as np
 import pandas as pd
 
 from ..errors import UsageError
-from .launch import guard_duckdb
 from .result import Result, py_scalar as _py
 
 DESCRIPTION = "Predicted time with free launches (graphs/fusion) vs observed and the naive kernel sum."
@@ -273,7 +272,6 @@ def _residual(store, t: str, acts: pd.DataFrame, twin: str | None) -> tuple[np.n
 def whatif(store, trace_id: str, twin: Any = None) -> Result:
     """Predicted time with free launches for one stored trace (definitions in the module docstring)."""
     t = trace_id
-    guard_duckdb(store)
     twin_id = _resolve_trace(store, twin) if twin is not None else None
     acts = _in_scope(store, t)
     observed, source, iterations, sc = _observed(store, t)

@@ -770,7 +770,7 @@ def _parse_and_derive(path: str, out: str, python_functions: bool, threads: int 
     import duckdb
 
     from ..parsers import open_trace
-    from .store import migrations
+    from .store import disable_bad_optimizers, migrations
 
     folder = pathlib.Path(out)
     reader = open_trace(pathlib.Path(path), python_functions=python_functions)
@@ -781,6 +781,7 @@ def _parse_and_derive(path: str, out: str, python_functions: bool, threads: int 
     con = duckdb.connect(":memory:" if small else str(folder / "w.duckdb"))
     try:
         con.execute("SET enable_progress_bar = false")
+        disable_bad_optimizers(con)
         con.execute(f"SET threads = {max(1, int(threads))}")
         limit = os.environ.get("KERNELSCOPE_MEMORY_LIMIT", DEFAULT_MEMORY_LIMIT)
         con.execute(f"SET memory_limit = '{_safe_setting(limit)}'")

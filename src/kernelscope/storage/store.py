@@ -59,6 +59,16 @@ def _is_lock_error(exc: Exception) -> bool:
     return "Could not set lock" in text or "Conflicting lock" in text
 
 
+def disable_bad_optimizers(con) -> None:
+    """Turn off DuckDB's compressed_materialization optimizer on a connection.
+
+    DuckDB 2.0.0 returned wrong sums with it on: a trace-filtered, sorted aggregate over activity_splits
+    in a store of several traces narrowed sums to TINYINT from wrong statistics (queue_ns 122 instead of
+    225,658, a negative dispatch_ns; seen on the DDP sample). The optimizer only saves memory in sorts
+    and aggregates, so turning it off costs speed at most. Every store connection gets this."""
+    con.execute("SET disabled_optimizers = 'compressed_materialization'")
+
+
 def _connect(path: pathlib.Path, read_only: bool, config: dict | None = None):
     import duckdb
 
@@ -71,6 +81,7 @@ def _connect(path: pathlib.Path, read_only: bool, config: dict | None = None):
             con = duckdb.connect(str(path), read_only=read_only, config=config)
             # No progress bar: DuckDB draws it on stdout for slow queries, corrupting --format json output.
             con.execute("SET enable_progress_bar = false")
+            disable_bad_optimizers(con)
             if lock is not None:  # locked last, so the line above may still run on user-SQL connections
                 con.execute(f"SET lock_configuration = {'true' if lock in (True, 'true') else 'false'}")
             return con
