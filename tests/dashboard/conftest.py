@@ -99,6 +99,8 @@ def page(base_url):
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         pg = browser.new_page(viewport={"width": 1400, "height": 1000})
+        pg.set_default_timeout(120_000)  # a loaded CI box can take tens of seconds per analysis callback
+        sync_api.expect.set_options(timeout=120_000)
         pg.console_errors = []
         pg.on("console", lambda m: pg.console_errors.append(m.text) if m.type == "error" else None)
         pg.on("pageerror", lambda e: pg.console_errors.append(str(e)))
