@@ -203,11 +203,14 @@ def test_bound_page_split_queue_and_causes(client, dash_store, store):
     # queue depth: sum over streams and bins of mean depth x bin width = queued_ns (the area, = TKLQT here)
     fig = _find(page, "bound-queue")["props"]["figure"]
     width = s["bin_ns"]
-    area = sum(sum(_vals(tr["y"])) for tr in fig["data"]) * width
-    assert abs(area - s["queued_ns"]) <= 1e-4 * width * sum(len(_vals(tr["y"])) for tr in fig["data"])
+    lines = [tr for tr in fig["data"] if tr["name"].startswith("GPU ")]  # the rest: regime legend entries
+    area = sum(sum(_vals(tr["y"])) for tr in lines) * width
+    assert abs(area - s["queued_ns"]) <= 1e-4 * width * sum(len(_vals(tr["y"])) for tr in lines)
     assert s["queued_ns"] == get_analysis("launch").fn(store, tid).scalars["tklqt_ns"]
-    # one shaded rectangle per regime segment
+    # one shaded rectangle per regime segment, one legend entry per regime value shown
     assert len(fig["layout"]["shapes"]) == len(r.tables["segments"])
+    assert sorted(tr["name"] for tr in fig["data"] if not tr["name"].startswith("GPU ")) == \
+        sorted(f"regime: {v}" for v in set(r.tables["segments"]["regime"]))
     assert len(_find(page, "bound-segments-table")["props"]["data"]) == len(r.tables["segments"])
     causes = _find(page, "bound-causes")["props"]["figure"]["data"][0]
     assert sum(int(c[0]) for c in causes["customdata"]) == s["host_wait_ns"]  # causes add up to host wait

@@ -14,7 +14,8 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from ..analysis.registry import get_analysis
+from . import cache
+from ..analysis.recommend import recommend
 from ..errors import KernelscopeError
 from ..units import NS_PER_MS, ms_text
 from .blocks import Section, Table
@@ -22,6 +23,24 @@ from .blocks import Section, Table
 _LAYOUT = {"template": "plotly_white", "margin": {"l": 60, "r": 20, "t": 40, "b": 50},
            "legend": {"orientation": "h", "y": 1.02, "x": 1, "xanchor": "right", "yanchor": "bottom"}}
 REGIME_COLORS = {"cpu_bound": "rgba(239, 68, 68, 0.12)", "gpu_bound": "rgba(34, 197, 94, 0.10)"}
+#: Colours (r, g, b) for regime values not in REGIME_COLORS (e.g. a communication-bound regime), given in
+#: order of the values' sorted names so one value keeps its colour across figures of one trace.
+EXTRA_REGIME_RGB = [(59, 130, 246), (168, 85, 247), (245, 158, 11), (20, 184, 166), (236, 72, 153)]
+
+
+def regime_colors(regimes) -> dict[str, str]:
+    """Fill colour of each regime value in ``regimes``: the known ones from ``REGIME_COLORS``, any other
+    value (a regime the analysis added later) one of ``EXTRA_REGIME_RGB`` by sorted name, cycling."""
+    out = {r: REGIME_COLORS[r] for r in regimes if r in REGIME_COLORS}
+    unknown = sorted({str(r) for r in regimes if r not in REGIME_COLORS})
+    for i, r in enumerate(unknown):
+        red, green, blue = EXTRA_REGIME_RGB[i % len(EXTRA_REGIME_RGB)]
+        out[r] = f"rgba({red}, {green}, {blue}, 0.12)"
+    return out
+
+
+def _opaque(rgba: str) -> str:
+    return rgba.rsplit(",", 1)[0].replace("rgba", "rgb") + ")"
 SPLIT = [("busy_ns", "busy", "#2563eb"), ("host_wait_ns", "host wait", "#ef4444"),
          ("dependency_wait_ns", "dependency wait", "#f59e0b")]
 
@@ -30,7 +49,7 @@ NO_GPU = ("This trace has no GPU activity (a CPU-only trace): there is no idle t
 
 
 def bound_result(store, trace_id: str):
-    return get_analysis("bound").fn(store, trace_id)
+    return cache.analysis(store, "bound", trace_id)
 
 
 def idle_split_figure(devices: pd.DataFrame) -> go.Figure:
@@ -52,8 +71,9 @@ def idle_split_figure(devices: pd.DataFrame) -> go.Figure:
 def queue_depth_figure(queue: pd.DataFrame, segments: pd.DataFrame | None = None) -> go.Figure:
     """Mean queue depth per bin over time (bound ``queue_depth``), one step line per (device, stream); bins
     the table leaves out (nothing queued) are drawn at 0. x: ms since the first bin's start. The regime
-    ``segments`` of the bound analysis, when given, shade the background (red: cpu_bound, green:
-    gpu_bound)."""
+    ``segments`` of the bound analysis, when given, shade the background by their ``regime`` value (red:
+    cpu_bound, green: gpu_bound, any other value a colour of its own: :func:`regime_colors`), with one
+    legend entry ``regime: <value>`` per value shown."""
     fig = go.Figure()
     if queue.empty:
         return fig
@@ -69,11 +89,16 @@ def queue_depth_figure(queue: pd.DataFrame, segments: pd.DataFrame | None = None
                                  hovertemplate="%{x:.3f} ms: mean depth %{y:.2f}<extra>GPU " + str(dev)
                                  + " stream " + str(stream) + "</extra>"))
     if segments is not None and not segments.empty:
+        colors = regime_colors(list(dict.fromkeys(segments["regime"])))
         for seg in segments.itertuples(index=False):
             fig.add_vrect(x0=(seg.start_ns - t0) / NS_PER_MS, x1=(seg.end_ns - t0) / NS_PER_MS,
-                          fillcolor=REGIME_COLORS.get(seg.regime, "rgba(0,0,0,0)"), line_width=0, layer="below")
-    fig.update_layout(title={"text": f"Queue depth over time (bins of {ms_text(width)}; shaded red: "
-                             "CPU-bound, green: GPU-bound)", "font": {"size": 14}},
+                          fillcolor=colors[seg.regime], line_width=0, layer="below")
+        for regime, color in colors.items():  # a legend entry per regime shown (shapes have none)
+            fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=f"regime: {regime}",
+                                     legendgroup="regime", hoverinfo="skip",
+                                     marker={"symbol": "square", "size": 12, "color": _opaque(color)}))
+    fig.update_layout(title={"text": f"Queue depth over time (bins of {ms_text(width)}; background: the "
+                             "regime of each segment)", "font": {"size": 14}},
                       xaxis_title="time since the first bin (ms)", yaxis_title="launched, not started (mean)",
                       height=340, **_LAYOUT)
     return fig
@@ -210,7 +235,7 @@ def inflation(store, tid: str) -> tuple[float | None, str]:
                       "cannot place it" + (f" (it has {n_timings} un-profiled timings)." if n_timings else
                                            ", and there is no un-profiled timing either."))
     try:
-        p = get_analysis("transition").fn(store, [tid], by=by).tables["points"].iloc[0]
+        p = cache.analysis(store, "transition", [tid], by=by).tables["points"].iloc[0]
     except KernelscopeError as e:
         return None, f"No profiler inflation: {e}"
     if p["inflation"] is None or pd.isna(p["inflation"]):
@@ -255,7 +280,7 @@ def evidence_text(e: dict) -> str:
 def recommendations(store, tid: str) -> tuple[list[dict], list[str]]:
     """(findings as dicts: rule, severity, message, saving_ns, evidence (texts)), warnings) from the
     recommend analysis. A trace without GPU activity gives none (the rules need GPU work)."""
-    r = get_analysis("recommend").fn(store, tid)
+    r = cache.call(store, tid, "recommend", lambda s, t: recommend(s, t, results=_recommend_inputs(s, t)))
     out = []
     for f in r.tables["findings"].to_dict("records"):
         saving = f["saving_ns"]
@@ -263,6 +288,18 @@ def recommendations(store, tid: str) -> tuple[list[dict], list[str]]:
                     "saving_ns": None if saving is None or pd.isna(saving) else int(saving),
                     "evidence": [evidence_text(e) for e in f["evidence"]]})
     return out, list(r.warnings)
+
+
+def _recommend_inputs(store, tid: str) -> dict:
+    """The analyses recommend reads (``analysis.recommend.NEEDS`` and the what-if), each from the cache so it
+    runs once per trace and process; one that fails is left out (recommend reruns it and says why)."""
+    out = {}
+    for name in ("bound", "launch", "whatif", "kernels", "bandwidth"):
+        try:
+            out[name] = cache.analysis(store, name, tid)
+        except KernelscopeError:
+            pass
+    return out
 
 
 def recommendation_lines(findings: list[dict]) -> list[str]:
@@ -274,10 +311,10 @@ def recommendation_lines(findings: list[dict]) -> list[str]:
 def headline_extras(store, tid: str, has_gpu: bool) -> dict:
     """What the Overview adds to the summary: launch scalars, energy, inflation, kernels result,
     recommendations (all from the analyses)."""
-    out = {"launch": get_analysis("launch").fn(store, tid).scalars,
-           "energy": energy(get_analysis("power").fn(store, tid)),
+    out = {"launch": cache.analysis(store, "launch", tid).scalars,
+           "energy": energy(cache.analysis(store, "power", tid)),
            "inflation": inflation(store, tid),
-           "kernels": get_analysis("kernels").fn(store, tid)}
+           "kernels": cache.analysis(store, "kernels", tid)}
     out["findings"], out["recommend_warnings"] = [], []
     if has_gpu:
         try:

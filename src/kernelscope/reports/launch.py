@@ -12,7 +12,7 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from ..analysis.registry import get_analysis
+from . import cache
 from ..units import NS_PER_MS, NS_PER_US, ms_text
 from .blocks import Section, Table
 
@@ -25,7 +25,7 @@ _LAYOUT = {"template": "plotly_white", "margin": {"l": 60, "r": 20, "t": 40, "b"
 
 def launch_results(store, trace_id: str):
     """(launch Result, whatif Result) of one trace: what the Launch page and section show."""
-    return get_analysis("launch").fn(store, trace_id), get_analysis("whatif").fn(store, trace_id)
+    return cache.analysis(store, "launch", trace_id), cache.analysis(store, "whatif", trace_id)
 
 
 NO_LAUNCHES = ("no kernel with a launch call in the trace (a CPU-only trace, or kernels launched before the "

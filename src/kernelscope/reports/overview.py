@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ..analysis.bound import idle_split
-from ..analysis.registry import get_analysis
+from . import cache
 from ..units import NS_PER_MS, ms_text
 from .blocks import Section, Table
 from .data import busy_bins
@@ -70,9 +70,9 @@ def overview_section(store, trace_ids: list[str], ctx) -> Section:
     its GPU-busy figure and trust sentences."""
     rows, per_trace = [], []
     for tid in trace_ids:
-        r = get_analysis("summary").fn(store, tid)
+        r = cache.analysis(store, "summary", tid)
         s = r.scalars
-        hw = host_wait(idle_split(store, tid)) if s.get("devices_count") else None
+        hw = host_wait(cache.call(store, tid, "idle_split", idle_split)) if s.get("devices_count") else None
         rows.append({"trace": s.get("name") or tid, "id": tid,
                      "GPU span (ms)": _ms(s.get("gpu_span_ns")), "GPU busy (ms)": _ms(s.get("busy_ns")),
                      "GPU idle (ms)": _ms(s.get("idle_ns")), "kernel time (ms)": _ms(s.get("kernel_time_ns")),

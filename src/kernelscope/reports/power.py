@@ -16,7 +16,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..analysis.registry import get_analysis
+from . import cache
 from ..units import NS_PER_MS
 from .blocks import Section, Table
 from .data import busy_bins
@@ -182,9 +182,11 @@ def null_reasons(result) -> dict[str, str]:
         out["j_per_tflop"] = (out.get("energy_per_iteration_mj")
                               or "the bandwidth analysis found no modelled FLOPs")
     for key in ("busy_power", "idle_power"):
-        if (s.get(key) or {}).get("mean_w") is None:
+        p = s.get(key) or {}
+        if p.get("mean_w") is None:
             which = "inside" if key == "busy_power" else "outside"
-            out[key] = f"no telemetry sample in the trace window fell {which} a GPU busy interval"
+            out[key] = (p["reason"] if p.get("reason") and p.get("reason") != "no samples" else
+                        f"no telemetry sample in the trace window fell {which} a GPU busy interval")
     for key in ("sm_clock_mhz", "mem_clock_mhz"):
         if (s.get("clocks") or {}).get(key) is None:
             out[key] = "no clock sample inside the trace window (clocks are sampled less often than power)"
@@ -279,7 +281,7 @@ def power_section(store, trace_ids: list[str], ctx) -> Section | None:
         if not has_telemetry(store, tid):
             blocks.append(f"{name}: no telemetry was recorded with this trace: no power, energy or clocks.")
             continue
-        r = get_analysis("power").fn(store, tid)
+        r = cache.analysis(store, "power", tid)
         fig = power_timeline_figure(telemetry_bins(store, tid, REPORT_BINS), busy_shading(store, tid, REPORT_BINS),
                                     r.scalars.get("trace_window_ns"))
         fig.update_layout(title=f"{name}: power, energy, clocks and temperature")

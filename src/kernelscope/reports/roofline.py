@@ -19,7 +19,7 @@ import math
 import pandas as pd
 import plotly.graph_objects as go
 
-from ..analysis.registry import get_analysis
+from . import cache
 from ..units import NS_PER_MS
 from .blocks import Section, Table
 
@@ -70,12 +70,11 @@ def bandwidth_result(store, trace_id: str):
     """The bandwidth analysis of one trace with Nsight Compute's measured bytes beside the model when the
     store has them: the analysis joins them itself where it can; otherwise they are passed through its
     ``measured_bytes`` option (``ncu_measured_bytes``)."""
-    fn = get_analysis("bandwidth").fn
-    r = fn(store, trace_id)
+    r = cache.analysis(store, "bandwidth", trace_id)
     if "measured_bytes" in r.tables["per_instance"].columns:
         return r
     measured = ncu_measured_bytes(store, trace_id)
-    return r if measured is None else fn(store, trace_id, measured_bytes=measured)
+    return r if measured is None else cache.analysis(store, "bandwidth", trace_id, measured_bytes=measured)
 
 
 def num(v) -> float | None:

@@ -16,7 +16,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..analysis.registry import get_analysis
+from . import cache
 from ..errors import UsageError
 from ..units import NS_PER_MS, ms_text
 from .blocks import Section, Table
@@ -58,7 +58,7 @@ def sweep_choices(store) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 def sweep_result(store, by: str = "batch", sweep: str | None = None, trace_ids: list[str] | None = None):
     """The transition analysis over a sweep (errors are the analysis' own UsageErrors)."""
-    return get_analysis("transition").fn(store, trace_ids, by=by, sweep=sweep)
+    return cache.analysis(store, "transition", trace_ids, by=by, sweep=sweep)
 
 
 def _log_x(labels: list) -> bool:

@@ -26,7 +26,6 @@ are binned directly in DuckDB.
 from __future__ import annotations
 
 import json
-import threading
 
 import numpy as np
 import pandas as pd
@@ -179,22 +178,8 @@ def bin_sql_query(store, trace_id: str, a: int, b: int, w: int) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True)
 
 
-_CACHE: dict = {}
-_CACHE_LOCK = threading.Lock()
-_CACHE_MAX = 16  # entries (each at most lanes x BASE_BINS int64: a few MB)
-
-
-def cached(key, build):
-    """``build()`` once per key and process (least recently built dropped first)."""
-    with _CACHE_LOCK:
-        if key in _CACHE:
-            return _CACHE[key]
-    value = build()
-    with _CACHE_LOCK:
-        while len(_CACHE) >= _CACHE_MAX:
-            _CACHE.pop(next(iter(_CACHE)))
-        _CACHE[key] = value
-    return value
+# The per-process cache shared with the other pages and the report (LRU by count): reports/cache.py.
+from .cache import cached  # noqa: E402
 
 
 def _base(store, trace_id: str, info: dict, op: str | None = None):
@@ -470,3 +455,112 @@ def op_kernels(store, trace_id: str, name: str, level: str = "leaf") -> pd.DataF
     allk = cached(key, lambda: store.query(_OP_KERNELS_SQL.format(col=col), {"t": trace_id}))
     out = allk[allk["op"] == name].drop(columns="op")
     return out.sort_values(["total_ns", "name"], ascending=[False, True]).reset_index(drop=True)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Runs of many ranks: the GPU lanes of every rank on one aligned time axis (the Ranks page's timeline view).
+#
+# Aligned time = stored time - rank_clocks.clock_offset_ns (the *applied* offset: 0 on one host, else the
+# estimate from collective end times; storage/ranks.py). The run's origin is the earliest aligned trace
+# start over its ranks. Lanes keyed like the single-trace timeline (src, k1, k2, k3):
+#   ``gpu``  (rank, device, stream): GPU activities of one stream of one rank;
+#   ``coll`` (rank, device, 0): that rank's collective kernels (any stream), binned views only.
+
+_RANK_ACTS = """
+SELECT k.rank, a.device, a.stream, a.activity_id AS id, a.name, a.kind,
+       a.start_ns - k.clock_offset_ns AS start_ns, a.end_ns - k.clock_offset_ns AS end_ns,
+       c.collective, coalesce(c.pg_name, '') AS pg, c.pg_seq
+FROM rank_clocks k JOIN gpu_activities a ON a.trace_id = k.trace_id
+LEFT JOIN collectives c ON c.trace_id = a.trace_id AND c.activity_id = a.activity_id
+WHERE k.run_id = $run
+"""
+
+_RANK_BIN_SOURCES = {
+    "gpu": "SELECT 'gpu' AS src, k.rank AS k1, a.device AS k2, a.stream AS k3, a.start_ns - k.clock_offset_ns "
+           "AS start_ns, a.end_ns - k.clock_offset_ns AS end_ns FROM rank_clocks k JOIN gpu_activities a "
+           "ON a.trace_id = k.trace_id WHERE k.run_id = $run",
+    "coll": "SELECT 'coll' AS src, k.rank AS k1, a.device AS k2, 0 AS k3, a.start_ns - k.clock_offset_ns "
+            "AS start_ns, a.end_ns - k.clock_offset_ns AS end_ns FROM rank_clocks k JOIN collectives c "
+            "ON c.trace_id = k.trace_id JOIN gpu_activities a ON a.trace_id = c.trace_id "
+            "AND a.activity_id = c.activity_id WHERE k.run_id = $run",
+}
+
+
+def run_info(store, run: str) -> dict | None:
+    """The run whose id is ``run`` or starts with it (unique): ``run_id``, ``name``, ``ranks`` (frame of
+    rank, trace_id, trace name, clock_offset_ns, aligned start_ns/end_ns), ``origin`` (earliest aligned
+    trace start), ``end_ns`` (latest aligned trace end). None when no run or several match."""
+    hits = store.query("SELECT run_id, name FROM runs WHERE starts_with(run_id, $r) AND run_id IN "
+                       "(SELECT run_id FROM traces WHERE run_id IS NOT NULL) ORDER BY run_id", {"r": run})
+    if len(hits) != 1:
+        return None
+    run_id = str(hits["run_id"].iloc[0])
+    ranks = store.query(
+        "SELECT k.rank, k.trace_id, t.name, k.clock_offset_ns, t.start_ns - k.clock_offset_ns AS start_ns, "
+        "t.end_ns - k.clock_offset_ns AS end_ns FROM rank_clocks k JOIN traces t ON t.trace_id = k.trace_id "
+        "WHERE k.run_id = $r ORDER BY k.rank", {"r": run_id})
+    if ranks.empty or ranks["start_ns"].isna().all():
+        return {"run_id": run_id, "name": hits["name"].iloc[0], "ranks": ranks, "origin": None, "end_ns": None}
+    return {"run_id": run_id, "name": hits["name"].iloc[0], "ranks": ranks,
+            "origin": int(ranks["start_ns"].min()), "end_ns": int(ranks["end_ns"].max())}
+
+
+def run_lanes(store, run_id: str) -> pd.DataFrame:
+    """The run's lanes in drawing order: per rank, its GPU streams, then its collectives lane (``coll``,
+    only when it has collectives); columns src, k1 (rank), k2 (device), k3 (stream), events, label, lane."""
+    df = store.query(
+        "SELECT 'gpu' AS src, k.rank AS k1, a.device AS k2, a.stream AS k3, count(*) AS events FROM rank_clocks k "
+        "JOIN gpu_activities a ON a.trace_id = k.trace_id WHERE k.run_id = $r GROUP BY ALL "
+        "UNION ALL SELECT 'coll', k.rank, a.device, 0, count(*) FROM rank_clocks k JOIN collectives c "
+        "ON c.trace_id = k.trace_id JOIN gpu_activities a ON a.trace_id = c.trace_id "
+        "AND a.activity_id = c.activity_id WHERE k.run_id = $r GROUP BY ALL", {"r": run_id})
+    if df.empty:
+        return pd.DataFrame(columns=LANE_COLUMNS + ["events", "label", "lane"])
+    df["o"] = (df["src"] == "coll").astype(int)
+    df = df.sort_values(["k1", "k2", "o", "k3"]).drop(columns="o").reset_index(drop=True)
+    df["label"] = [f"rank {r} · GPU {d} stream {s}" if src == "gpu" else f"rank {r} · collectives"
+                   for src, r, d, s in zip(df["src"], df["k1"], df["k2"], df["k3"])]
+    df["lane"] = range(len(df))
+    return df
+
+
+def run_count(store, run_id: str, a: int, b: int) -> int:
+    """GPU activities of the run intersecting the aligned window ``[a, b)``."""
+    return int(store.query(f"SELECT count(*) AS n FROM ({_RANK_ACTS}) q WHERE start_ns < $b AND end_ns > $a",
+                           {"run": run_id, "a": a, "b": b})["n"].iloc[0])
+
+
+def run_events(store, run_id: str, a: int, b: int) -> pd.DataFrame:
+    """GPU activities of every rank intersecting the aligned window ``[a, b)``, by aligned start: rank,
+    device, stream, id, name, kind, start_ns, end_ns (aligned), collective (null: not a collective), pg,
+    pg_seq (the collective instance is ``pg:pg_seq``)."""
+    return store.query(f"SELECT * FROM ({_RANK_ACTS}) q WHERE start_ns < $b AND end_ns > $a "
+                       "ORDER BY start_ns, rank, id", {"run": run_id, "a": a, "b": b})
+
+
+def run_binned(store, run_id: str, a: int, b: int, max_bins: int = 2000) -> tuple[pd.DataFrame, int, int]:
+    """Busy ns per (lane, bin) of the run's lanes in the aligned window ``[a, b)`` (definition as for one
+    trace: summed time inside the bin, capped at the bin), bins of ``width = ceil((b - a) / max_bins)`` ns
+    from ``a``, straight from DuckDB. Returns ``(bins, a, width)``."""
+    w = max(1, -(-(b - a) // max_bins))
+    parts = [store.query(_BIN_SQL.format(src=s), {"run": run_id, "a": a, "b": b, "w": w})
+             for s in _RANK_BIN_SOURCES.values()]
+    parts = [p for p in parts if not p.empty]
+    if not parts:
+        return pd.DataFrame({c: pd.Series(dtype="object" if c == "src" else "int64")
+                             for c in LANE_COLUMNS + ["bin", "busy_ns"]}), a, w
+    return pd.concat(parts, ignore_index=True), a, w
+
+
+def instance_window(store, run_id: str, instance: str) -> tuple[int, int] | None:
+    """Aligned ``(first start, last end)`` over the ranks of collective instance ``'pg:pg_seq'`` of the
+    run; None when the run has no such instance."""
+    pg, _, seq = instance.rpartition(":")
+    if not seq.lstrip("-").isdigit():
+        return None
+    df = store.query(f"SELECT min(start_ns) AS s, max(end_ns) AS e FROM ({_RANK_ACTS}) q "
+                     "WHERE collective IS NOT NULL AND pg = $pg AND pg_seq = $seq",
+                     {"run": run_id, "pg": pg, "seq": int(seq)})
+    if df.empty or pd.isna(df["s"].iloc[0]):
+        return None
+    return int(df["s"].iloc[0]), int(df["e"].iloc[0])

@@ -10,9 +10,9 @@ from urllib.parse import urlencode
 import dash
 from dash import Input, Output, State, dcc, html
 
-from ...analysis.registry import get_analysis
 from ...errors import KernelscopeError
 from ...reports import bound as rb
+from ...reports import cache
 from ...storage.store import open_store
 from ...units import NS_PER_MS
 from .common import message, ms_text, pct_text, table
@@ -33,7 +33,7 @@ def _bins(params: dict | None) -> int:
 
 def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
     bins = _bins(params)
-    r = get_analysis("bound").fn(store, trace_id, bins=bins)
+    r = cache.analysis(store, "bound", trace_id, bins=bins)
     s = r.scalars
     body: list = [html.H2("Bound-ness")]
     if not s.get("gpu_span_ns"):
@@ -51,6 +51,9 @@ def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
              pct_text(s["cpu_bound_ns"], span), "bins where host wait fills more than half"),
         _kpi("gpu_bound_ns", "GPU-bound segments", s["gpu_bound_ns"], ms_text(s["gpu_bound_ns"]),
              pct_text(s["gpu_bound_ns"], span), "bins where the GPU is busy or has queued work"),
+        *[_kpi(k, k[:-3].replace("_", "-") + " segments", s[k], ms_text(s[k]), pct_text(s[k], span),
+               "segments of this regime (bound analysis)")
+          for k in sorted(s) if k.endswith("_bound_ns") and k not in ("cpu_bound_ns", "gpu_bound_ns")],
     ], className="ks-kpis", id="bound-kpis"))
     body += [html.P(t) for t in rb.bound_sentences(s)]
     t = r.tables
@@ -85,7 +88,7 @@ def _segments(segments) -> list:
     if segments.empty:
         return []
     df = rb.segments_table(segments)
-    return [html.H3(f"CPU-bound and GPU-bound segments ({len(df)})"),
+    return [html.H3(f"Regime segments ({len(df)})"),
             table(df, [(c, c, "text" if c == "regime" else "numeric") for c in df.columns], "bound-segments-table",
                   page_size=15)]
 
@@ -94,7 +97,7 @@ def rebin(db_path, trace_id: str, bins: int) -> tuple:
     """The bins dropdown callback as a plain function: (queue figure, segments, URL search)."""
     bins = bins if bins in BIN_CHOICES else DEFAULT_BINS
     with open_store(db_path, read_only=True) as store:
-        r = get_analysis("bound").fn(store, trace_id, bins=bins)
+        r = cache.analysis(store, "bound", trace_id, bins=bins)
     t = r.tables
     return (rb.queue_depth_figure(t["queue_depth"], t["segments"]), _segments(t["segments"]),
             "?" + urlencode({"bins": bins}))

@@ -13,7 +13,7 @@ from urllib.parse import parse_qs, urlencode
 import dash
 from dash import Input, Output, State, dcc, html
 
-from ...analysis.registry import get_analysis
+from ...reports import cache
 from ...errors import KernelscopeError, TraceNotFound, UsageError
 from ...reports.compare import group_rows, groups_figure, headline_figure, headline_rows
 from ...storage.queries import resolve_trace
@@ -62,14 +62,14 @@ def render(store, params: dict | None) -> list:
             if not (p.get("sweep_a") and p.get("sweep_b")):
                 return [message("Pick two sweeps (A and B) to compare them point by point.", "msg-compare-pick")]
             by = p.get("by") or "batch"
-            r = get_analysis("diff").fn(store, None, by=by, sweep=p["sweep_a"], sweep_b=p["sweep_b"])
+            r = cache.analysis(store, "diff", None, by=by, sweep=p["sweep_a"], sweep_b=p["sweep_b"])
             title = f"Sweep {p['sweep_a']} (A) vs sweep {p['sweep_b']} (B), paired by {by}"
         else:
             if not (p.get("a") and p.get("b")):
                 return [message("Pick two traces (A = before, B = after), or two sweeps, to compare them.",
                                 "msg-compare-pick")]
             a, b = resolve_trace(store, p["a"]), resolve_trace(store, p["b"])
-            r = get_analysis("diff").fn(store, [a, b])
+            r = cache.analysis(store, "diff", [a, b])
             names = dict(store.query("SELECT trace_id, name FROM traces WHERE list_contains($ids, trace_id)",
                                      {"ids": [a, b]}).itertuples(index=False, name=None))
             title = f"{names.get(a) or a} (A, {a}) vs {names.get(b) or b} (B, {b})"

@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 from dash import Input, Output, State, dcc, html
 
-from ...analysis.registry import get_analysis
+from ...reports import cache
 from ...reports import timeline_data as td
 from ...storage.store import open_store
 from ...units import NS_PER_MS
@@ -73,14 +73,14 @@ def operator_table(store, trace_id: str, level: str = "leaf") -> tuple[pd.DataFr
 
 
 def _operator_table(store, trace_id: str, level: str) -> tuple[pd.DataFrame, list[str]]:
-    launch = get_analysis("launch").fn(store, trace_id)
+    launch = cache.analysis(store, "launch", trace_id)
     per = launch.tables["per_leaf_op" if level == "leaf" else "per_op"]
     per = per[per["name"].notna()][["name", "calls", "kernels", "gpu_union_ns", "tklqt_ns"]]
     cpu = td.op_cpu_times(store, trace_id, level)
     df = cpu.merge(per, on="name", how="outer")
     warnings = list(launch.warnings)
     if level == "leaf":
-        bw = get_analysis("bandwidth").fn(store, trace_id)
+        bw = cache.analysis(store, "bandwidth", trace_id)
         warnings += list(bw.warnings)
         df = df.merge(_bandwidth_by_name(bw.tables["per_signature"]), on="name", how="left")
     else:

@@ -8,8 +8,8 @@ from __future__ import annotations
 from dash import dcc, html
 
 from ...analysis.bound import idle_split
-from ...analysis.registry import get_analysis
 from ...reports import bound as rb
+from ...reports import cache
 from ...reports.figures import busy_fraction_figure
 from ...reports.overview import host_wait, trust_sentences
 from ...reports.data import busy_bins
@@ -51,7 +51,7 @@ ENERGY_KIND = {"trace_energy_mj": "trace window", "energy_per_iteration_mj": "pe
 
 
 def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
-    result = get_analysis("summary").fn(store, trace_id)
+    result = cache.analysis(store, "summary", trace_id)
     s, trust = result.scalars, result.trust
     has_gpu = bool(s.get("devices_count"))
     title = html.Div([
@@ -67,7 +67,7 @@ def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
         extras["busy_ns"] = extras["idle_ns"] = "summed over devices"
     kpis = [_kpi(k, label, s.get(k), kind, d, extras.get(k, "")) for k, label, kind, d in KPIS]
 
-    hw = host_wait(idle_split(store, trace_id)) if has_gpu else None
+    hw = host_wait(cache.call(store, trace_id, "idle_split", idle_split)) if has_gpu else None
     if hw is not None:
         kpis.append(html.Div(
             [html.Div("host wait", className="ks-kpi-label"),

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dash import dcc, html
 
-from ...analysis.registry import get_analysis
+from ...reports import cache
 from ...reports.power import (
     busy_shading,
     has_telemetry,
@@ -59,7 +59,7 @@ def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
             "No telemetry was recorded with this trace (it was not captured with the kernelscope collector's "
             "NVML sampler, or the machine had no NVML): there is no power, energy, clock or temperature to show.",
             "msg-power-no-telemetry")])
-    r = get_analysis("power").fn(store, trace_id)
+    r = cache.analysis(store, "power", trace_id)
     body.append(html.Div([_kpi(h) for h in headline(r)], className="ks-kpis", id="power-kpis"))
     body.append(html.P(throttle_text(r), id="power-throttle"))
     fig = power_timeline_figure(telemetry_bins(store, trace_id), busy_shading(store, trace_id),

@@ -1,0 +1,201 @@
+"""The per-process cache of analysis Results (reports/cache.py): hits, misses, keys with options and their
+defaults, LRU eviction by count, invalidation when a trace is re-ingested or removed, one build for
+concurrent requests, and the Overview's recommendations reusing the cached analyses."""
+
+from __future__ import annotations
+
+import threading
+
+import edge_traces
+import pytest
+
+from kernelscope.analysis import recommend as recommend_mod
+from kernelscope.analysis.registry import get_analysis
+from kernelscope.errors import KernelscopeError
+from kernelscope.reports import bound as rb
+from kernelscope.reports import cache
+from kernelscope.storage.ingest import ingest_paths
+from kernelscope.storage.queries import remove_traces
+from kernelscope.storage.store import open_store
+
+
+@pytest.fixture
+def small(tmp_path):
+    """A store with one two-device trace (edge_traces): (db path, trace file, trace id)."""
+    cache.clear()
+    db, path = tmp_path / "c.duckdb", edge_traces.multi_stream_multi_device(tmp_path)
+    with open_store(db) as store:
+        (res,) = ingest_paths(store, [path], progress=False)
+    assert res.status == "ingested", res.message
+    yield db, path, res.trace_id
+    cache.clear()
+
+
+def _counting(calls: list):
+    def fn(store, trace_id, k=1):
+        calls.append((trace_id, k))
+        return {"trace": trace_id, "k": k, "n": len(calls)}
+    return fn
+
+
+def test_hit_and_miss_across_connections(small):
+    db, _, tid = small
+    calls = []
+    fn = _counting(calls)
+    with open_store(db, read_only=True) as s1:
+        a = cache.call(s1, tid, "f", fn)
+    with open_store(db, read_only=True) as s2:  # the dashboard opens one connection per request
+        b = cache.call(s2, tid, "f", fn)
+        c = cache.call(s2, tid, "f", fn, k=2)  # other options: another entry
+        d = cache.call(s2, tid, "f", fn, k=1)  # k=1 is the default: the first entry
+    assert a is b is d and calls == [(tid, 1), (tid, 2)] and c["k"] == 2
+    assert cache.stats() == {"hits": 2, "misses": 2, "entries": 2}
+
+
+def test_analysis_equals_direct_and_defaults_share_an_entry(small):
+    db, _, tid = small
+    with open_store(db, read_only=True) as store:
+        r = cache.analysis(store, "summary", tid)
+        assert r.scalars == get_analysis("summary").fn(store, tid).scalars
+        assert r.scalars["kernels"] == 3  # edge trace: kernels a, b, c (and one memcpy)
+        b1 = cache.analysis(store, "bound", tid)
+        b2 = cache.analysis(store, "bound", tid, bins=200)  # analysis.bound.DEFAULT_BINS
+        b3 = cache.analysis(store, "bound", tid, bins=50)
+        assert b3.scalars == get_analysis("bound").fn(store, tid, bins=50).scalars
+    assert b1 is b2 and b3 is not b1
+    assert cache.stats()["misses"] == 3 and cache.stats()["hits"] == 1
+
+
+def test_reingested_trace_is_not_served_stale(small):
+    db, path, tid = small
+    calls = []
+    fn = _counting(calls)
+    with open_store(db, read_only=True) as store:
+        first = cache.call(store, tid, "f", fn)
+        assert cache.call(store, tid, "f", fn) is first
+    with open_store(db) as store:  # removed and ingested again: same content, a new ingest time
+        assert remove_traces(store, [tid]) == 1
+        (res,) = ingest_paths(store, [path], progress=False)
+        assert res.status == "ingested"
+        new_tid = res.trace_id
+    with open_store(db, read_only=True) as store:
+        again = cache.call(store, new_tid, "f", fn)
+    assert again is not first and len(calls) == 2
+
+
+def test_changed_ingest_time_invalidates(small):
+    db, _, tid = small
+    calls = []
+    fn = _counting(calls)
+    with open_store(db, read_only=True) as store:
+        cache.call(store, tid, "f", fn)
+    with open_store(db) as store:
+        store.con.execute("UPDATE traces SET ingested_ns = ingested_ns + 1 WHERE trace_id = ?", [tid])
+    with open_store(db, read_only=True) as store:
+        cache.call(store, tid, "f", fn)
+        cache.call(store, tid, "f", fn)
+    assert len(calls) == 2
+
+
+def test_removed_trace_reruns(small):
+    db, _, tid = small
+    with open_store(db, read_only=True) as store:
+        before = cache.analysis(store, "summary", tid)
+        assert before.scalars["kernels"] == 3
+    with open_store(db) as store:
+        remove_traces(store, [tid])
+    with open_store(db, read_only=True) as store:
+        assert cache.trace_stamps(store, tid) == ((tid, None),)
+        after = cache.analysis(store, "summary", tid)  # run again on the store as it is now
+    assert after is not before and not after.scalars.get("kernels")  # no rows left: 0 kernels, not 3
+
+
+def test_cross_trace_key_covers_every_trace(small, tmp_path):
+    db, _, tid = small
+    with open_store(db, read_only=True) as store:
+        k1 = cache.key(store, None, "diff", by="batch")
+    with open_store(db) as store:  # a new trace lands: keys over the whole store change
+        (res,) = ingest_paths(store, [edge_traces.cpu_only(tmp_path)], progress=False)
+    with open_store(db, read_only=True) as store:
+        k2 = cache.key(store, None, "diff", by="batch")
+        assert k1 != k2 and len(k2[1]) == 2 and res.trace_id in dict(k2[1])
+
+
+def test_lru_by_count(monkeypatch):
+    cache.clear()
+    monkeypatch.setattr(cache, "MAX_ENTRIES", 3)
+    built = []
+
+    def get(k):
+        return cache.cached(("lru", k), lambda: built.append(k) or k)
+
+    for k in "abc":
+        get(k)
+    get("a")           # a is now the most recently used
+    get("d")           # evicts b, the least recently used
+    assert cache.stats()["entries"] == 3
+    get("a"), get("c"), get("d")
+    assert built == ["a", "b", "c", "d"]
+    get("b")           # rebuilt (and evicts a, now the least recently used)
+    assert built == ["a", "b", "c", "d", "b"]
+    cache.clear()
+
+
+def test_concurrent_requests_build_once():
+    cache.clear()
+    started, release, built, out = threading.Event(), threading.Event(), [], []
+
+    def build():
+        built.append(1)
+        started.set()
+        release.wait()
+        return "value"
+
+    t1 = threading.Thread(target=lambda: out.append(cache.cached(("conc",), build)))
+    t1.start()
+    started.wait()
+    t2 = threading.Thread(target=lambda: out.append(cache.cached(("conc",), build)))
+    t2.start()
+    release.set()
+    t1.join()
+    t2.join()
+    assert out == ["value", "value"] and built == [1]
+    cache.clear()
+
+
+def test_build_error_is_not_cached():
+    cache.clear()
+    calls = []
+
+    def build():
+        calls.append(1)
+        if len(calls) == 1:
+            raise KernelscopeError("first try fails")
+        return 7
+
+    with pytest.raises(KernelscopeError):
+        cache.cached(("err",), build)
+    assert cache.cached(("err",), build) == 7 and len(calls) == 2
+    cache.clear()
+
+
+def test_overview_recommendations_reuse_cached_analyses(small, monkeypatch):
+    """headline_extras (Overview page and report) gives recommend the analyses it has: recommend runs none
+    itself, and each analysis runs once per trace however often the page is drawn."""
+    db, _, tid = small
+
+    def boom(*a, **k):
+        raise AssertionError("recommend reran an analysis it was given")
+
+    monkeypatch.setattr(recommend_mod, "_sources", lambda: {n: boom for n in
+                                                             ("bound", "launch", "whatif", "kernels", "bandwidth")})
+    with open_store(db, read_only=True) as store:
+        x = rb.headline_extras(store, tid, True)
+        misses = cache.stats()["misses"]
+        y = rb.headline_extras(store, tid, True)
+    assert not any("failed" in w for w in x["recommend_warnings"]), x["recommend_warnings"]
+    assert cache.stats()["misses"] == misses  # the second drawing computes nothing
+    assert x["findings"] == y["findings"] and x["launch"] is y["launch"]
+    names = [k[2] for k in list(cache._CACHE)]
+    for n in ("bound", "launch", "whatif", "kernels", "bandwidth", "power"):
+        assert names.count("analysis:" + n) == 1, n
