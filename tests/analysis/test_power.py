@@ -16,12 +16,13 @@ from storage.kineto_build import BASE, kern, op, rt, write_trace
 MS = 1_000_000
 
 
-def _run(tmp_path, store, trace_ms: int, with_energy: bool = True):
+def _run(tmp_path, store, trace_ms: int, with_energy: bool = True, power_changes: bool = False):
     """A trace from 0 to ``trace_ms`` ms (an annotation ProfilerStep#1 over it), one kernel [1, 3] ms.
     Telemetry clock = trace clock + 5 ms (clock marker 'kernelscope::clock_sync <epoch>' at trace 0.5 ms
     says epoch BASE + 0.5 ms + 5 ms). Counter: samples every 10 ms from trace time -20 ms, value steps by
-    100 mJ every 20 ms (changes at even samples) -> 5 W; power_mw 5000 busy-agnostic."""
-    run = tmp_path / f"run{trace_ms}{with_energy}"
+    100 mJ every 20 ms (changes at even samples) -> 5 W; power_mw 5000 busy-agnostic (with
+    ``power_changes``: 5000 at even samples, 5001 at odd ones, so the reading changes every 10 ms)."""
+    run = tmp_path / f"run{trace_ms}{with_energy}{power_changes}"
     run.mkdir()
     us = trace_ms * 1000
     ev = [
@@ -36,8 +37,9 @@ def _run(tmp_path, store, trace_ms: int, with_energy: bool = True):
     write_trace(run / "trace.json", ev)
     ts = [BASE + 5 * MS + (k * 10 - 20) * MS for k in range(trace_ms // 10 + 5)]
     energy = [1000 + 100 * (k // 2) for k in range(len(ts))]
+    power_mw = [5000 + k % 2 for k in range(len(ts))] if power_changes else [5000] * len(ts)
     cols = {"device_uuid": ["GPU-x"] * len(ts), "device_index": [0] * len(ts), "ts_ns": ts,
-            "power_mw": [5000] * len(ts), "sm_clock_mhz": [1980] * len(ts),
+            "power_mw": power_mw, "sm_clock_mhz": [1980] * len(ts),
             "throttle_reasons": [4] * len(ts)}
     if with_energy:
         cols["energy_mj"] = energy
@@ -90,4 +92,21 @@ def test_integrated_power_fallback_and_busy_samples(store, tmp_path):
     assert d["energy_source"] == "integrated_power" and d["trace_energy_mj"] is None
     # samples inside the trace at trace times 0, 10, ... 400 ms; the kernel [1, 3] ms holds none -> all idle
     assert d["busy_power"]["samples"] == 0 and d["idle_power"]["samples"] == 41
-    assert d["idle_power"]["mean_w"] == pytest.approx(5.0)
+    # ... and for the same reason no idle power: 41 samples of one value that never changes (stale or not,
+    # nothing tells), so the mean is null with the reason, as for energy (METRICS.md window rule)
+    assert d["idle_power"]["mean_w"] is None and "shorter than 10 steps" in d["idle_power"]["reason"]
+
+
+def test_busy_idle_power_when_the_reading_moves(store, tmp_path):
+    """power_mw changes every sample (10 ms steps): 400 ms = 40 steps >= 10, so idle power is the mean of
+    the 41 samples in the window. Samples k = 2..42 (trace times 0..400 ms): 21 even k at 5000 mW and
+    20 odd k at 5001 mW -> (21 x 5000 + 20 x 5001) / 41 = 5000.4878 mW; peak 5001 mW."""
+    tid = _run(tmp_path, store, 400, with_energy=False, power_changes=True)
+    d = power(store, tid).to_dict()
+    assert d["idle_power"]["samples"] == 41 and d["idle_power"]["reason"] is None
+    assert d["idle_power"]["mean_w"] == pytest.approx((21 * 5000 + 20 * 5001) / 41 / 1e3)
+    assert d["idle_power"]["peak_w"] == pytest.approx(5.001)
+    assert d["busy_power"]["mean_w"] is None and d["busy_power"]["reason"] == "no samples"
+    # a 100 ms window is 10 steps of 10 ms: still enough
+    d = power(store, _run(tmp_path, store, 100, with_energy=False, power_changes=True)).to_dict()
+    assert d["idle_power"]["mean_w"] is not None

@@ -292,8 +292,12 @@ def test_power_numbers_equal_the_analysis_json(client, dash_store):
     assert _text(_find(page, "power-kpi-j_per_tflop")) == f"{js['j_per_tflop']:,.3f} J/TFLOP"
     assert _text(_find(page, "power-kpi-energy_per_iteration_mj")) == f"{js['energy_per_iteration_mj'] / 1000:,.3f} J"
     bp = js["busy_power"]
-    assert float(_find(page, "power-kpi-busy_power")["props"]["data-value"]) == pytest.approx(bp["mean_w"])
-    assert _text(_find(page, "power-kpi-busy_power")).startswith(f"{bp['mean_w']:,.1f} W (peak {bp['peak_w']:,.1f} W")
+    if bp["mean_w"] is None:  # the 160 ms window holds < 10 steps of the ~100 ms power reading
+        assert bp["reason"] and _find(page, "power-kpi-busy_power")["props"]["data-value"] in ("", None)
+    else:
+        assert float(_find(page, "power-kpi-busy_power")["props"]["data-value"]) == pytest.approx(bp["mean_w"])
+        assert _text(_find(page, "power-kpi-busy_power")).startswith(
+            f"{bp['mean_w']:,.1f} W (peak {bp['peak_w']:,.1f} W")
     sm = js["clocks"]["sm_clock_mhz"]
     assert _text(_find(page, "power-kpi-sm_clock_mhz")) == f"{sm['median']:,.0f} MHz (min {sm['min']:,}, max {sm['max']:,})"
     # J/TFLOP by hand: energy per iteration (J) / (FLOPs / steps / 1e12); this trace has 2 ProfilerSteps

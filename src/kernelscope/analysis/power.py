@@ -19,7 +19,8 @@
   either, with a warning.
 - Power while busy / idle: telemetry samples inside the trace window whose trace time falls inside /
   outside a busy interval of the device; power = ``power_instant_mw`` when present, else ``power_mw``;
-  mean and peak in W.
+  mean and peak in W; null (with ``reason``) when the window is shorter than ``MIN_STEPS`` steps of that
+  reading (the median time between its changes), as for energy: the samples would repeat stale values.
 - ``energy_time_share`` (per leaf operator): kernel time of the operator x mean power over the busy
   samples (else all samples), in mJ. It is a time share, not the operator's energy.
 - Clocks: min/median/max SM and memory clock (MHz) over samples in the window (all samples when none);
@@ -187,12 +188,27 @@ def power(store, trace_id: str) -> Result:
     bs = store.query(_SQL_BUSY_SAMPLES, dict(p, a=a, b=b))
     bs = bs[bs.device == dev]
 
+    # NVML power readings are refreshed in steps too (about 100 ms on H100/H200, instant power included):
+    # a window shorter than MIN_STEPS of them holds one or two stale values, not busy vs idle power.
+    pcol = "power_instant_mw" if tel["power_instant_mw"].notna().any() else "power_mw"
+    pstep = _median_step(store.query(_SQL_CHANGES.format(col=pcol), p).query("device == @dev"))
+    if pstep is None or b - a < MIN_STEPS * pstep:
+        p_reason = (f"the trace window ({(b - a) / 1e6:.1f} ms) is shorter than {MIN_STEPS} steps of the "
+                    f"{pcol} reading ({'?' if pstep is None else f'{pstep / 1e6:.1f} ms'} each): its samples "
+                    "repeat a few stale values")
+    else:
+        p_reason = None
+
     def stats(df):
         if not len(df):
-            return {"samples": 0, "mean_w": None, "peak_w": None}
+            return {"samples": 0, "mean_w": None, "peak_w": None, "reason": "no samples"}
+        if p_reason:
+            return {"samples": int(len(df)), "mean_w": None, "peak_w": None, "reason": p_reason}
         return {"samples": int(len(df)), "mean_w": float(df["p_mw"].mean()) / 1e3,
-                "peak_w": float(df["p_mw"].max()) / 1e3}
+                "peak_w": float(df["p_mw"].max()) / 1e3, "reason": None}
     busy_p, idle_p = stats(bs[bs.busy]), stats(bs[~bs.busy])
+    if p_reason and len(bs):
+        warnings.append(f"busy/idle power is null: {p_reason}.")
     mean_mw = (busy_p["mean_w"] if busy_p["mean_w"] is not None else
                (float(tel["power_mw"].mean()) / 1e3 if tel["power_mw"].notna().any() else None))
     ops = store.query(_SQL_OPS, {"t": t})
