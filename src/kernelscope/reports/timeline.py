@@ -224,3 +224,75 @@ def _color(src: str, kind: str, depth: int) -> str:
     if src == "gpu":
         return _COLORS.get(kind, _COLORS["kernel"])
     return _COLORS[src]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Runs of many ranks (the Ranks page's aligned timeline): GPU lanes of every rank, x = ms since the run's
+# origin on the aligned clock (timeline_data.run_info); collectives coloured by collective type.
+
+#: Colour of a collective kernel per normalised type (storage/ranks.py); other types: "other".
+COLLECTIVE_COLORS = {"allreduce": "#dc2626", "allgather": "#9333ea", "reducescatter": "#db2777",
+                     "alltoall": "#0d9488", "broadcast": "#ca8a04", "reduce": "#ea580c",
+                     "sendrecv": "#4d7c0f", "barrier": "#111827", "other": "#be123c"}
+FOCUS_COLOR = "#111827"
+
+
+def _run_axis(fig: go.Figure) -> go.Figure:
+    fig.layout.xaxis.title = {"text": "aligned time since the run's first event (ms)"}
+    return fig
+
+
+def run_binned_figure(lanes: pd.DataFrame, bins: pd.DataFrame, start_ns: int, width_ns: int, a: int, b: int,
+                      origin: int) -> go.Figure:
+    """The zoomed-out aligned timeline of a run: one heatmap row per lane (per rank: its GPU streams and its
+    collectives lane), z = busy % of each bin; arguments as :func:`binned_figure` with the run's lanes
+    (``timeline_data.run_lanes``) and ``origin`` the run's aligned origin."""
+    return _run_axis(binned_figure(lanes, bins, start_ns, width_ns, a, b, origin))
+
+
+def run_events_figure(lanes: pd.DataFrame, events: pd.DataFrame, a: int, b: int, origin: int,
+                      focus: str | None = None) -> go.Figure:
+    """The zoomed-in aligned timeline of a run: each GPU activity one segment on its rank's stream lane,
+    one WebGL trace per lane and colour group (collective type for collectives, else the activity kind).
+
+    ``events`` from ``timeline_data.run_events`` (aligned times). Collective points carry ``customdata`` =
+    their instance ``'pg:pg_seq'``. ``focus`` (an instance): its kernels are outlined by a thin dark line on
+    every rank (trace ``collective <instance>``)."""
+    layout, traces, _ = _layout(lanes, None, 0, a, b, origin)
+    layout["xaxis"]["title"] = {"text": "aligned time since the run's first event (ms)"}
+    row = {(r, d, s): i for i, (src, r, d, s) in enumerate(zip(lanes["src"], lanes["k1"], lanes["k2"], lanes["k3"]))
+           if src == "gpu"}
+    if not events.empty:
+        ev = events.assign(lane=[row.get(k, -1) for k in zip(events["rank"], events["device"], events["stream"])])
+        ev = ev[ev["lane"] >= 0]
+        inst = ev["pg"].astype(str) + ":" + ev["pg_seq"].astype("Int64").astype(str)
+        ev = ev.assign(inst=inst.where(ev["collective"].notna(), None),
+                       group=ev["collective"].where(ev["collective"].notna(), ev["kind"]).fillna("kernel"))
+        for (lane, group), d in ev.groupby(["lane", "group"], sort=True):
+            is_coll = d["collective"].notna().iloc[0]
+            color = COLLECTIVE_COLORS.get(group, COLLECTIVE_COLORS["other"]) if is_coll else \
+                _COLORS.get(group, _COLORS["kernel"])
+            x, y = segments(d["start_ns"], d["end_ns"], origin, lane)
+            dur_us = ((d["end_ns"] - d["start_ns"]) / 1000.0).round(3).tolist()
+            text = [""] * (3 * len(d))
+            text[0::3] = [f"rank {int(r)}: {str(n)[:NAME_CHARS]}<br>{u:,} µs" + (f"<br>{group} {i}" if is_coll else "")
+                          for r, n, u, i in zip(d["rank"], d["name"], dur_us, d["inst"])]
+            kw = {"text": text, "hovertemplate": "%{text}<extra></extra>"}
+            if is_coll:
+                kw["customdata"] = _per_point(list(d["inst"]), len(d), None)
+            traces.append(_trace("scattergl", x=x, y=y.astype(np.float32), mode="lines", connectgaps=False,
+                                 line={"width": 14, "color": color},
+                                 name=f"{lanes['label'].iloc[lane]} {group}" + (" collective" if is_coll else "")))
+        if focus:
+            f = ev[ev["inst"] == focus]
+            if not f.empty:
+                xs, ys = [], []
+                for lane, d in f.groupby("lane"):
+                    for off in (-0.32, 0.32):  # a line along the top and the bottom of each segment
+                        x, y = segments(d["start_ns"], d["end_ns"], origin, lane + off)
+                        xs.append(x)
+                        ys.append(y)
+                traces.append(_trace("scattergl", x=np.concatenate(xs), y=np.concatenate(ys).astype(np.float32),
+                                     mode="lines", connectgaps=False, line={"width": 2, "color": FOCUS_COLOR},
+                                     name=f"collective {focus}", hoverinfo="skip"))
+    return _figure(traces, layout)
