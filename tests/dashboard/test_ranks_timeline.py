@@ -222,3 +222,16 @@ def test_clicked_instance():
     assert page.clicked_instance(page.GRAPH_ID + ".clickData", None, None, None,
                                  {"points": [{"customdata": "0:1"}]}) == "0:1"
     assert page.clicked_instance(page.GRAPH_ID + ".clickData", None, None, None, {"points": [{"x": 1}]}) is None
+
+
+def test_rank_trace_timeline_links_to_the_aligned_view(db):
+    from kernelscope.dashboard.pages import timeline
+
+    with open_store(db, read_only=True) as store:
+        run = _run(store, "ddp2")
+        rank1 = store.query("SELECT trace_id FROM traces WHERE run_id = $r AND rank = 1", {"r": run})["trace_id"][0]
+        probe = store.query("SELECT trace_id FROM traces WHERE run_id IS NULL")["trace_id"].iloc[0]
+        linked = json.dumps(timeline.layout(store, rank1, {}).to_plotly_json(), default=lambda o: o.to_plotly_json())
+        alone = json.dumps(timeline.layout(store, probe, {}).to_plotly_json(), default=lambda o: o.to_plotly_json())
+    assert f"/ranks?run={run}&view=timeline" in linked and "rank 1: every rank of its run aligned" in linked
+    assert "timeline-run-link" not in alone

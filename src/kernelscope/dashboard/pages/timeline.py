@@ -163,11 +163,22 @@ def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
                className="ks-hint"),
         html.Div([html.A("Export to Perfetto (Chrome-trace JSON of this window)", id="timeline-export",
                          href=view["export"], download=f"{trace_id}-perfetto.json", target="_blank"),
-                  clear], style={"margin": "6px 0"}),
+                  clear, *_run_link(store, trace_id)], style={"margin": "6px 0"}),
         html.Div(_notes(view), id="timeline-notes"),
         _status(view),
         graph,
     ])
+
+
+def _run_link(store, trace_id: str) -> list:
+    """A link to the aligned timeline of the run this trace is a rank of (none outside a run)."""
+    row = store.query("SELECT t.run_id, t.rank FROM traces t JOIN rank_clocks k ON k.trace_id = t.trace_id "
+                      "WHERE t.trace_id = $t", {"t": trace_id})
+    if row.empty:
+        return []
+    href = "/ranks?" + urlencode({"run": row["run_id"].iloc[0], "view": "timeline"})
+    return [html.A(f"rank {int(row['rank'].iloc[0])}: every rank of its run aligned", href=href,
+                   id="timeline-run-link", style={"marginLeft": "16px"})]
 
 
 def update(db_path, trace_id: str, search: str | None, relayout: dict | None = None,
