@@ -36,11 +36,11 @@ gaps AS (
 ),
 acts AS (
     SELECT a.device, a.start_ns,
-           min(l.end_ns) OVER (PARTITION BY a.device ORDER BY a.start_ns DESC, a.activity_id DESC
+           min(a.launch_end_ns) OVER (PARTITION BY a.device ORDER BY a.start_ns DESC, a.activity_id DESC
                                ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS min_launch_end_after
-    FROM gpu_activities a LEFT JOIN launches l
-      ON l.trace_id = a.trace_id AND l.launch_id = a.launch_id
-    WHERE a.trace_id = $trace
+    FROM (SELECT device, start_ns, activity_id, launch_end_ns FROM activity_splits WHERE trace_id = $trace
+          UNION ALL  -- activity_splits holds every activity with a launch_id (launch_end_ns NULL if unmatched)
+          SELECT device, start_ns, activity_id, NULL FROM gpu_activities WHERE trace_id = $trace AND launch_id IS NULL) a
 ),
 first_after AS (  -- per gap: min launch end over activities starting at/after the gap end (suffix min)
     SELECT g.device, g.gap_start_ns, g.gap_end_ns, min(x.min_launch_end_after) AS min_launch_end_after
@@ -236,8 +236,9 @@ hw_u AS (  -- per thread, the union of its host-wait gaps (gaps of several devic
 ),
 -- Only the ops and calls overlapping a host-wait gap on their thread change the state inside a gap: on
 -- nested intervals, the innermost open interval at any instant of a gap overlaps that gap, and so do
--- all its enclosing ones. Each interval is tested against the first merged gap ending after its start
--- (an ASOF join), so the filter costs one sorted pass, not intervals x gaps.
+-- all its enclosing ones. Intervals and merged gaps are listed per time bucket they touch (width w:
+-- about 65,536 buckets over the gaps' range) and matched by a hash join on (thread, bucket): two
+-- intervals that overlap share a bucket, and almost every interval lies in one bucket.
 ivs AS (
     SELECT 'op' AS what, o.pid, o.tid, o.start_ns, o.end_ns, o.op_id AS id, o.parent_op_id AS up
     FROM cpu_ops o SEMI JOIN thr USING (pid, tid) WHERE o.trace_id = $trace AND o.dur_ns > 0
@@ -245,9 +246,20 @@ ivs AS (
     SELECT 'call', l.pid, l.tid, l.start_ns, l.end_ns, l.launch_id, l.leaf_op_id
     FROM launches l SEMI JOIN thr USING (pid, tid) WHERE l.trace_id = $trace AND l.dur_ns > 0
 ),
-kept AS (
-    SELECT i.* FROM ivs i ASOF JOIN hw_u u ON u.pid = i.pid AND u.tid = i.tid AND u.u1 > i.start_ns
-    WHERE u.u0 < i.end_ns
+bw AS (SELECT min(u0) AS o, max(u1) AS z, greatest(1, (max(u1) - min(u0)) // 65536) AS w FROM hw_u),
+ub AS (SELECT pid, tid, u0, u1, unnest(generate_series((u0 - o) // w, (u1 - 1 - o) // w)) AS b FROM hw_u, bw),
+ivr AS (
+    SELECT i.*, (greatest(start_ns, o) - o) // w AS b0, (least(end_ns, z) - 1 - o) // w AS b1
+    FROM ivs i, bw WHERE i.end_ns > o AND i.start_ns < z
+),
+ivb AS (
+    SELECT * EXCLUDE (b0, b1), b0 AS b FROM ivr WHERE b0 = b1
+    UNION ALL SELECT * EXCLUDE (b0, b1), unnest(generate_series(b0, b1)) FROM ivr WHERE b0 < b1
+),
+kept AS (  -- DISTINCT: an interval overlapping several buckets or merged gaps matches more than once
+    SELECT DISTINCT i.what, i.pid, i.tid, i.start_ns, i.end_ns, i.id, i.up
+    FROM ivb i JOIN ub u ON u.pid = i.pid AND u.tid = i.tid AND u.b = i.b
+    WHERE i.start_ns < u.u1 AND u.u0 < i.end_ns
 ),
 ev AS (
     SELECT pid, tid, start_ns AS t, 1 AS is_start, -end_ns AS k, what AS kind, id AS ref FROM kept
