@@ -87,7 +87,7 @@ def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
         body.append(message("This trace has no GPU activity (a CPU-only trace): GPU span, busy, idle and "
                             "latency are not defined, and there is no GPU timeline to draw.", "msg-no-gpu"))
     else:
-        bins, span_ns, width = busy_bins(store, trace_id)
+        bins, span_ns, width = cache.call(store, trace_id, "busy_bins", busy_bins)
         body.append(dcc.Graph(id="busy-figure", figure=busy_fraction_figure(bins, span_ns, width),
                               config={"displaylogo": False}))
 
