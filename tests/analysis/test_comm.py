@@ -154,3 +154,16 @@ def test_removed_run_is_not_offered(store, tmp_path):
     assert r.scalars["run_id"] != gone and r.scalars["straggler_rank"] == 1
     with pytest.raises(UsageError, match="no single run matches"):
         comm_mod.comm(store, run=gone)
+
+
+def test_run_by_name(tmp_path):
+    from kernelscope.analysis.comm import run_traces
+    from kernelscope.storage.ingest import ingest_paths
+    from kernelscope.storage.store import open_store
+
+    ddp2 = Path(__file__).resolve().parents[2] / "sample_traces" / "ddp2"
+    with open_store(tmp_path / "s.duckdb") as store:
+        ingest_paths(store, [ddp2], progress=False)
+        run_id = store.query("SELECT run_id FROM runs")["run_id"].iloc[0]
+        assert run_traces(store, run="ddp2")[0] == run_id == run_traces(store, run=run_id[:8])[0]
+        assert len(run_traces(store, run="ddp2")[1]) == 2
