@@ -96,8 +96,10 @@ def _layout(lanes: pd.DataFrame, telemetry: pd.DataFrame | None, extra_rows: int
     for i, (col, title, scale) in enumerate(rows_tel, start=2):
         layout[f"yaxis{i}"]["title"] = {"text": title, "font": {"size": 11}}
         for device, d in telemetry.groupby("device", sort=True):
+            d = d[d[col].notna()]  # slow fields (clocks, utilisation) fill one sample in several: no gaps
             traces.append(_trace('scattergl', x=to_ms(d["t_ns"], 0), y=d[col].astype("float64") * scale,
-                                       xaxis=f"x{i}", yaxis=f"y{i}", mode="lines", line={"width": 1.2},
+                                       xaxis=f"x{i}", yaxis=f"y{i}", mode="lines+markers", line={"width": 1.2},
+                                       marker={"size": 3},
                                        name=f"GPU {device} {title}",
                                        hovertemplate="%{x:.3f} ms: %{y:.1f}<extra>" + f"GPU {device} {title}"
                                                      + "</extra>"))
