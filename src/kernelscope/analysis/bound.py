@@ -212,7 +212,7 @@ _ALLOCATOR = ("regexp_matches({c}, '^(cuda|cu|hip)(Malloc|Free|MemAlloc|MemFree|
 # instant, ends before starts, inner ends before outer ends, outer starts before inner starts; an op's end
 # returns to its parent op, a call's end to its leaf op), then cut at each gap start (the state there
 # found by an ASOF join) and each piece matched to the gap it falls in (another ASOF join).
-_PIECES_SQL = """WITH idle_gaps AS ({gaps}),
+_RAW_PIECES_SQL = """WITH idle_gaps AS ({gaps}),
 hw AS (
     SELECT g.device, g.gap_start_ns AS g0, g.gap_end_ns AS g1,
            arg_min(l.pid, a.activity_id) FILTER (WHERE l.launch_id IS NOT NULL) AS pid,
@@ -236,9 +236,9 @@ hw_u AS (  -- per thread, the union of its host-wait gaps (gaps of several devic
 ),
 -- Only the ops and calls overlapping a host-wait gap on their thread change the state inside a gap: on
 -- nested intervals, the innermost open interval at any instant of a gap overlaps that gap, and so do
--- all its enclosing ones. Intervals and merged gaps are listed per time bucket they touch (width w:
--- about 65,536 buckets over the gaps' range) and matched by a hash join on (thread, bucket): two
--- intervals that overlap share a bucket, and almost every interval lies in one bucket.
+-- all its enclosing ones. Intervals and merged gaps are listed per time bucket they touch (t // 2^20 ns,
+-- about 1 ms; a monotone map, so two overlapping intervals share a bucket) and matched by a hash join on
+-- (thread, bucket): almost every interval lies in one bucket, so this is one pass, not intervals x gaps.
 ivs AS (
     SELECT 'op' AS what, o.pid, o.tid, o.start_ns, o.end_ns, o.op_id AS id, o.parent_op_id AS up
     FROM cpu_ops o SEMI JOIN thr USING (pid, tid) WHERE o.trace_id = $trace AND o.dur_ns > 0
@@ -246,12 +246,8 @@ ivs AS (
     SELECT 'call', l.pid, l.tid, l.start_ns, l.end_ns, l.launch_id, l.leaf_op_id
     FROM launches l SEMI JOIN thr USING (pid, tid) WHERE l.trace_id = $trace AND l.dur_ns > 0
 ),
-bw AS (SELECT min(u0) AS o, max(u1) AS z, greatest(1, (max(u1) - min(u0)) // 65536) AS w FROM hw_u),
-ub AS (SELECT pid, tid, u0, u1, unnest(generate_series((u0 - o) // w, (u1 - 1 - o) // w)) AS b FROM hw_u, bw),
-ivr AS (
-    SELECT i.*, (greatest(start_ns, o) - o) // w AS b0, (least(end_ns, z) - 1 - o) // w AS b1
-    FROM ivs i, bw WHERE i.end_ns > o AND i.start_ns < z
-),
+ub AS (SELECT pid, tid, u0, u1, unnest(generate_series(u0 // 1048576, (u1 - 1) // 1048576)) AS b FROM hw_u),
+ivr AS (SELECT *, start_ns // 1048576 AS b0, (end_ns - 1) // 1048576 AS b1 FROM ivs),
 ivb AS (
     SELECT * EXCLUDE (b0, b1), b0 AS b FROM ivr WHERE b0 = b1
     UNION ALL SELECT * EXCLUDE (b0, b1), unnest(generate_series(b0, b1)) FROM ivr WHERE b0 < b1
@@ -293,7 +289,13 @@ pieces AS (
     FROM seg WHERE g0 IS NOT NULL AND t < g1
     UNION ALL
     SELECT device, g0, NULL, NULL, 'unknown', NULL, g1 - g0 FROM hw WHERE pid IS NULL
-),
+)
+SELECT * FROM pieces
+"""
+
+# The pieces named: cause category, call name, operator. {raw} is _RAW_PIECES_SQL or a table bound() filled
+# from it (a table's exact row count lets DuckDB build its hash joins on the pieces, not on cpu_ops).
+_NAME_SQL = """WITH pieces AS ({raw}),
 d2h_ops AS (
     SELECT leaf_op_id AS op_id FROM gpu_activities
     WHERE trace_id = $trace AND kind = 'memcpy' AND leaf_op_id IS NOT NULL AND """ + _D2H + """
@@ -303,6 +305,15 @@ d2h_ops AS (
 d2h_calls AS (
     SELECT DISTINCT launch_id FROM gpu_activities
     WHERE trace_id = $trace AND kind = 'memcpy' AND launch_id IS NOT NULL AND """ + _D2H + """
+),
+pl AS (  -- only the launch calls and operators the pieces name (a semi join each, so no hash table over
+          -- the whole launches or cpu_ops table is built)
+    SELECT launch_id, name, launch_type, leaf_op_id FROM launches
+    WHERE trace_id = $trace AND launch_id IN (SELECT ref FROM pieces WHERE kind = 'call')
+),
+po AS (
+    SELECT op_id, name FROM cpu_ops
+    WHERE trace_id = $trace AND op_id IN (SELECT ref FROM pieces WHERE kind = 'op' UNION ALL SELECT leaf_op_id FROM pl)
 ),
 named AS (
     SELECT p.device, p.g0, p.ns, p.kind,
@@ -324,13 +335,15 @@ named AS (
              WHEN p.kind = 'none' THEN 'python' ELSE p.kind END AS category,
            l.name AS call_name
     FROM pieces p
-    LEFT JOIN launches l ON p.kind = 'call' AND l.trace_id = $trace AND l.launch_id = p.ref
-    LEFT JOIN cpu_ops o ON p.kind = 'op' AND o.trace_id = $trace AND o.op_id = p.ref
+    LEFT JOIN pl l ON p.kind = 'call' AND l.launch_id = p.ref
+    LEFT JOIN po o ON p.kind = 'op' AND o.op_id = p.ref
     WHERE p.ns > 0
 )
 SELECT n.device, n.g0 AS gap_start_ns, n.ns, n.category, n.call_name, n.op_id, o.name AS operator
-FROM named n LEFT JOIN cpu_ops o ON o.trace_id = $trace AND o.op_id = n.op_id
+FROM named n LEFT JOIN po o ON o.op_id = n.op_id
 """
+
+_PIECES_SQL = _NAME_SQL.replace("{raw}", _RAW_PIECES_SQL)
 
 _CAUSES_SQL = """WITH p AS ({pieces})
 SELECT category, CAST(sum(ns) AS BIGINT) AS idle_ns, count(DISTINCT (device, gap_start_ns)) AS gaps
@@ -436,7 +449,7 @@ def bound(store, trace_id: str, bins: int = DEFAULT_BINS, top: int = 20) -> Resu
     n = _bins(bins)
     # The idle gaps and the host-wait pieces are computed once into connection-local temp tables
     # (unique names, dropped on return) and every table below reads them.
-    g, p = f"bound_gaps_{uuid.uuid4().hex}", f"bound_pieces_{uuid.uuid4().hex}"
+    g, p, r = (f"bound_{what}_{uuid.uuid4().hex}" for what in ("gaps", "pieces", "raw"))
     try:
         store.query(f"CREATE TEMP TABLE {g} AS " + _gaps_sub(), {"trace": trace_id})
         gsel = f"SELECT * FROM {g}"
@@ -447,7 +460,9 @@ def bound(store, trace_id: str, bins: int = DEFAULT_BINS, top: int = 20) -> Resu
                                    "dependency_wait_ns": None, "host_wait_share": None,
                                    "dependency_wait_share": None},
                           warnings=["the trace has no GPU activity: nothing to split."])
-        store.query(f"CREATE TEMP TABLE {p} AS " + _sql(_PIECES_SQL, gsel), {"trace": trace_id})
+        store.query(f"CREATE TEMP TABLE {r} AS " + _sql(_RAW_PIECES_SQL, gsel), {"trace": trace_id})
+        store.query(f"CREATE TEMP TABLE {p} AS " + _NAME_SQL.replace("{raw}", f"SELECT * FROM {r}"),
+                    {"trace": trace_id})
         psel = f"SELECT * FROM {p}"
         causes = idle_causes(store, trace_id, _gaps=gsel, _pieces=psel)
         ops = idle_operators(store, trace_id, top, _gaps=gsel, _pieces=psel)
@@ -455,6 +470,7 @@ def bound(store, trace_id: str, bins: int = DEFAULT_BINS, top: int = 20) -> Resu
         segments = regime_segments(store, trace_id, n, _gaps=gsel)
     finally:
         store.query(f"DROP TABLE IF EXISTS {p}")
+        store.query(f"DROP TABLE IF EXISTS {r}")
         store.query(f"DROP TABLE IF EXISTS {g}")
     span = int(devices["gpu_span_ns"].sum())
     busy = int(devices["busy_ns"].sum())
