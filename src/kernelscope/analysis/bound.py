@@ -159,13 +159,55 @@ ORDER BY device, stream, bin
 
 # ------------------------------------------------------------------------------ regime segments
 
-# Per bin and device: busy, host-wait and dependency-wait time (the three partition the span); a bin is
-# cpu_bound when host wait is more than half of the span time it holds, else gpu_bound; runs of
+# --------------------------------------------------------------------------- communication-only time
+
+# Stretches of each device where only collective kernels are busy: no compute kernel and no memcpy/memset
+# on any stream (comm.py's C minus (K u M), the same sweep: +1/-1 per class at each activity start/end).
+_COMM_ONLY_SQL = """
+WITH acts AS (
+    SELECT a.device, a.start_ns AS s, a.end_ns AS e,
+           CASE WHEN c.activity_id IS NOT NULL THEN 2 WHEN a.kind = 'kernel' THEN 1 ELSE 3 END AS cls
+    FROM gpu_activities a
+    LEFT JOIN collectives c ON c.trace_id = a.trace_id AND c.activity_id = a.activity_id
+    WHERE a.trace_id = $trace AND a.device IS NOT NULL AND a.end_ns > a.start_ns
+), ev AS (
+    SELECT device, s AS t, (cls = 1)::INT AS dk, (cls = 2)::INT AS dc, (cls = 3)::INT AS dm FROM acts
+    UNION ALL SELECT device, e, -(cls = 1)::INT, -(cls = 2)::INT, -(cls = 3)::INT FROM acts
+), g AS (
+    SELECT device, t, sum(dk) AS dk, sum(dc) AS dc, sum(dm) AS dm FROM ev GROUP BY ALL
+), w AS (
+    SELECT device, t, sum(dk) OVER o AS k, sum(dc) OVER o AS c, sum(dm) OVER o AS m, lead(t) OVER o2 AS t1
+    FROM g WINDOW o AS (PARTITION BY device ORDER BY t ROWS UNBOUNDED PRECEDING),
+                  o2 AS (PARTITION BY device ORDER BY t)
+)
+SELECT device, t AS start_ns, t1 AS end_ns FROM w WHERE c > 0 AND k = 0 AND m = 0 AND t1 > t
+"""
+_NO_COMM = "SELECT NULL::INTEGER AS device, NULL::BIGINT AS start_ns, NULL::BIGINT AS end_ns WHERE false"
+
+
+def _comm_sub(store, trace_id: str) -> str:
+    """The comm-only intervals' SQL for ``trace_id``: the sweep when the trace has collectives, else an
+    empty relation (a trace without collectives has no comm-only time; this skips the sweep)."""
+    n = store.query("SELECT count(*) AS n FROM collectives WHERE trace_id = $trace", {"trace": trace_id})
+    return _COMM_ONLY_SQL if int(n["n"].iloc[0]) else _NO_COMM
+
+
+def comm_only_intervals(store, trace_id: str) -> pd.DataFrame:
+    """Per device, the stretches [start_ns, end_ns) when only collective kernels are busy (the
+    communication-bound time of comm.comm_only_busy, as intervals). Columns: device, start_ns, end_ns."""
+    sql = _comm_sub(store, trace_id)
+    return store.query(sql + " ORDER BY device, start_ns", {"trace": trace_id} if "$trace" in sql else None)
+
+
+# Per bin and device: busy, host-wait and dependency-wait time (the three partition the span) and the
+# comm-only part of busy. A bin is cpu_bound when host wait is more than half of the span time it holds;
+# else comm_bound when comm-only time is > 0 and at least half of its busy time; else gpu_bound. Runs of
 # consecutive bins with one regime form a segment.
-_SEGMENTS_SQL = "WITH idle_gaps AS ({gaps})," + _QUEUED_CTE + "," + _GRID_CTE + """,
+_SEGMENTS_SQL = "WITH idle_gaps AS ({gaps}), comm_only AS ({comm})," + _QUEUED_CTE + "," + _GRID_CTE + """,
 parts AS (
     SELECT device, start_ns AS s, end_ns AS e, 'busy' AS what FROM busy_intervals WHERE trace_id = $trace
     UNION ALL SELECT device, gap_start_ns, gap_end_ns, cause FROM idle_gaps
+    UNION ALL SELECT device, start_ns, end_ns, 'comm_only' FROM comm_only  -- inside busy: s, e unchanged
 ),
 cut AS (
     SELECT device, s, e, what, origin, w,
@@ -179,11 +221,15 @@ bins AS (
            CAST(sum(least(e, origin + (bin + 1) * w) - greatest(s, origin + bin * w))
                 FILTER (WHERE what = 'host_wait') AS BIGINT) AS host_wait_ns,
            CAST(sum(least(e, origin + (bin + 1) * w) - greatest(s, origin + bin * w))
-                FILTER (WHERE what = 'dependency_wait') AS BIGINT) AS dependency_wait_ns
+                FILTER (WHERE what = 'dependency_wait') AS BIGINT) AS dependency_wait_ns,
+           CAST(sum(least(e, origin + (bin + 1) * w) - greatest(s, origin + bin * w))
+                FILTER (WHERE what = 'comm_only') AS BIGINT) AS comm_only_ns
     FROM cut GROUP BY device, bin
 ),
 lab AS (
-    SELECT *, CASE WHEN 2 * coalesce(host_wait_ns, 0) > e - s THEN 'cpu_bound' ELSE 'gpu_bound' END AS regime
+    SELECT *, CASE WHEN 2 * coalesce(host_wait_ns, 0) > e - s THEN 'cpu_bound'
+                   WHEN coalesce(comm_only_ns, 0) > 0 AND 2 * comm_only_ns >= coalesce(busy_ns, 0) THEN 'comm_bound'
+                   ELSE 'gpu_bound' END AS regime
     FROM bins
 ),
 isl AS (
@@ -193,7 +239,8 @@ SELECT device, regime, min(s) AS start_ns, max(e) AS end_ns, max(e) - min(s) AS 
        CAST(coalesce(sum(busy_ns), 0) AS BIGINT) AS busy_ns,
        CAST(coalesce(sum(host_wait_ns), 0) AS BIGINT) AS host_wait_ns,
        CAST(coalesce(sum(dependency_wait_ns), 0) AS BIGINT) AS dependency_wait_ns,
-       count(*) AS bins
+       count(*) AS bins,
+       CAST(coalesce(sum(comm_only_ns), 0) AS BIGINT) AS comm_only_ns
 FROM isl GROUP BY device, regime, island ORDER BY device, start_ns
 """
 
@@ -400,24 +447,28 @@ def _gaps_sub() -> str:
     return "WITH " + _GAPS_CTE + "\nSELECT * FROM idle_gaps"
 
 
-def _sql(template: str, gaps: str | None = None, pieces: str | None = None) -> str:
+def _sql(template: str, gaps: str | None = None, pieces: str | None = None, comm: str | None = None) -> str:
     """``template`` with its {gaps} / {pieces} relation: a subquery, or a temp table bound() built once
     (plain text replacement: the SQL holds struct literals in braces, so no str.format)."""
-    sql = template.replace("{gaps}", gaps or _gaps_sub())
+    sql = template.replace("{gaps}", gaps or _gaps_sub()).replace("{comm}", comm or _NO_COMM)
     if "{pieces}" in sql:
         sql = sql.replace("{pieces}", pieces or _PIECES_SQL.replace("{gaps}", gaps or _gaps_sub()))
     return sql
 
 
-def regime_segments(store, trace_id: str, bins: int = DEFAULT_BINS, *, _gaps: str | None = None) -> pd.DataFrame:
-    """CPU-bound and GPU-bound stretches of each device's GPU span.
+def regime_segments(store, trace_id: str, bins: int = DEFAULT_BINS, *, _gaps: str | None = None,
+                    _comm: str | None = None) -> pd.DataFrame:
+    """CPU-bound, communication-bound and GPU-bound stretches of each device's GPU span.
 
     The span is cut into the same bins as ``queue_depth``; a bin is ``cpu_bound`` when host-wait idle
-    fills more than half of the span time in it, else ``gpu_bound`` (busy or waiting on queued work);
-    runs of bins with one regime are merged. Columns: device, regime, start_ns, end_ns, dur_ns, busy_ns,
-    host_wait_ns, dependency_wait_ns, bins. Per device the dur_ns add up to gpu_span_ns.
+    fills more than half of the span time in it; else ``comm_bound`` when only collective kernels are
+    busy (``comm_only_intervals``) for a time > 0 and at least half of the bin's busy time; else
+    ``gpu_bound`` (busy or waiting on queued work). Runs of bins with one regime are merged. Columns:
+    device, regime, start_ns, end_ns, dur_ns, busy_ns, host_wait_ns, dependency_wait_ns, bins,
+    comm_only_ns. Per device the dur_ns add up to gpu_span_ns.
     """
-    return store.query(_sql(_SEGMENTS_SQL, _gaps), {"trace": trace_id, "n": _bins(bins)})
+    comm = _comm or _comm_sub(store, trace_id)
+    return store.query(_sql(_SEGMENTS_SQL, _gaps, comm=comm), {"trace": trace_id, "n": _bins(bins)})
 
 
 def idle_causes(store, trace_id: str, *, _gaps: str | None = None, _pieces: str | None = None) -> pd.DataFrame:
@@ -449,7 +500,7 @@ def bound(store, trace_id: str, bins: int = DEFAULT_BINS, top: int = 20) -> Resu
     n = _bins(bins)
     # The idle gaps and the host-wait pieces are computed once into connection-local temp tables
     # (unique names, dropped on return) and every table below reads them.
-    g, p, r = (f"bound_{what}_{uuid.uuid4().hex}" for what in ("gaps", "pieces", "raw"))
+    g, p, r, c = (f"bound_{what}_{uuid.uuid4().hex}" for what in ("gaps", "pieces", "raw", "comm"))
     try:
         store.query(f"CREATE TEMP TABLE {g} AS " + _gaps_sub(), {"trace": trace_id})
         gsel = f"SELECT * FROM {g}"
@@ -458,7 +509,7 @@ def bound(store, trace_id: str, bins: int = DEFAULT_BINS, top: int = 20) -> Resu
             return Result(name="bound", definition=DEFINITION.strip(),
                           scalars={"gpu_span_ns": None, "busy_ns": 0, "idle_ns": None, "host_wait_ns": None,
                                    "dependency_wait_ns": None, "host_wait_share": None,
-                                   "dependency_wait_share": None},
+                                   "dependency_wait_share": None, "comm_only_ns": 0, "comm_only_share": None},
                           warnings=["the trace has no GPU activity: nothing to split."])
         store.query(f"CREATE TEMP TABLE {r} AS " + _sql(_RAW_PIECES_SQL, gsel), {"trace": trace_id})
         store.query(f"CREATE TEMP TABLE {p} AS " + _NAME_SQL.replace("{raw}", f"SELECT * FROM {r}"),
@@ -467,8 +518,13 @@ def bound(store, trace_id: str, bins: int = DEFAULT_BINS, top: int = 20) -> Resu
         causes = idle_causes(store, trace_id, _gaps=gsel, _pieces=psel)
         ops = idle_operators(store, trace_id, top, _gaps=gsel, _pieces=psel)
         queue = queue_depth(store, trace_id, n)
-        segments = regime_segments(store, trace_id, n, _gaps=gsel)
+        comm_sql = _comm_sub(store, trace_id)
+        store.query(f"CREATE TEMP TABLE {c} AS " + comm_sql, {"trace": trace_id} if "$trace" in comm_sql else None)
+        csel = f"SELECT * FROM {c}"
+        segments = regime_segments(store, trace_id, n, _gaps=gsel, _comm=csel)
+        comm_dev = store.query(f"SELECT device, CAST(sum(end_ns - start_ns) AS BIGINT) AS ns FROM {c} GROUP BY device")
     finally:
+        store.query(f"DROP TABLE IF EXISTS {c}")
         store.query(f"DROP TABLE IF EXISTS {p}")
         store.query(f"DROP TABLE IF EXISTS {r}")
         store.query(f"DROP TABLE IF EXISTS {g}")
@@ -480,6 +536,11 @@ def bound(store, trace_id: str, bins: int = DEFAULT_BINS, top: int = 20) -> Resu
     causes["share_of_span"] = causes["idle_ns"] / span if span else float("nan")
     ops["share_of_host_wait"] = ops["idle_ns"] / host if host else float("nan")
     cpu_ns = int(segments.loc[segments.regime == "cpu_bound", "dur_ns"].sum())
+    comm_bound = int(segments.loc[segments.regime == "comm_bound", "dur_ns"].sum())
+    per_dev = dict(zip(comm_dev["device"].astype(int), comm_dev["ns"].astype(int)))
+    devices["comm_only_ns"] = [per_dev.get(int(d), 0) for d in devices["device"]]
+    devices["comm_only_share"] = [x / sp if sp else None for x, sp in zip(devices["comm_only_ns"], devices["gpu_span_ns"])]
+    comm_only = int(devices["comm_only_ns"].sum())
     scalars = {
         "gpu_span_ns": span,
         "busy_ns": busy,
@@ -490,7 +551,10 @@ def bound(store, trace_id: str, bins: int = DEFAULT_BINS, top: int = 20) -> Resu
         "dependency_wait_share": dep / span if span else None,
         "gaps": int(devices["gaps"].sum()),
         "cpu_bound_ns": cpu_ns,
-        "gpu_bound_ns": int(segments["dur_ns"].sum()) - cpu_ns,
+        "gpu_bound_ns": int(segments["dur_ns"].sum()) - cpu_ns - comm_bound,
+        "comm_bound_ns": comm_bound,
+        "comm_only_ns": comm_only,
+        "comm_only_share": comm_only / span if span else None,
         "queued_ns": int(queue["queued_ns"].sum()),
         "bin_ns": int(queue["bin_end_ns"].iloc[0] - queue["bin_start_ns"].iloc[0]) if len(queue) else None,
         "devices_count": len(devices),

@@ -22,6 +22,12 @@ rule** applies when some trace-rule CPU-bound point has an un-profiled time: hos
 rule decides when it applies, else the trace rule. A rule's bracket is ``last_cpu_bound`` (label of the
 last CPU-bound point) and ``first_gpu_bound`` (the first GPU-bound one), with ``rule`` and ``points`` (the
 labels); it is null with a reason when every point falls in one regime or the classes interleave.
+
+Communication: ``comm_only_ns`` = time when only collective kernels are busy (no compute kernel, no
+memcpy/memset on any stream; comm.comm_only_busy, summed over devices); ``comm_only_share`` =
+``comm_only_ns / busy_ns``. The ``regime`` column reads ``comm_bound`` when ``comm_only_ns > 0`` and
+``comm_only_share >= 0.5`` (at least half the busy time only communicates), else the decided rule's class;
+``regime_trace``, ``regime_unprofiled`` and the brackets keep the CPU/GPU classes.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ import pandas as pd
 
 from ..errors import UsageError
 from . import bound as bound_mod
+from . import comm as comm_mod
 from . import launch as launch_mod
 from .result import Result
 
@@ -163,6 +170,7 @@ def transition(store, trace_ids: list[str] | None = None, by: str = "batch", swe
     order = list(pts["trace_id"])
     met = store.query(_METRICS_SQL, {"ids": order}).set_index("trace_id")
     step_busy = store.query(_STEP_BUSY_SQL, {"ids": order}).set_index("trace_id")["step_busy_ns"]
+    comm_only = comm_mod.comm_only_busy(store, order).groupby("trace_id")["comm_only_ns"].sum()
 
     rows = []
     warnings: list[str] = []
@@ -194,6 +202,8 @@ def transition(store, trace_ids: list[str] | None = None, by: str = "batch", swe
             "latency_ns": latency, "latency_per_iter_ns": lat_iter,
             "unprofiled_ns": unp, "unprofiled_source": src,
             "inflation": lat_iter / unp if unp and lat_iter is not None else None,
+            "comm_only_ns": int(comm_only.get(t, 0)),
+            "comm_only_share": int(comm_only.get(t, 0)) / busy if busy else None,
         })
         if lr["mean_queue_depth"] is None:
             warnings.append(f"{p.name or t} has no GPU activity; the trace rule calls it CPU-bound.")
@@ -216,6 +226,8 @@ def transition(store, trace_ids: list[str] | None = None, by: str = "batch", swe
                                    "(collector timings or label unprofiled_ns)")
         rule = "trace"
     df["regime"] = df["regime_unprofiled"] if rule == "unprofiled" else df["regime_trace"]
+    comm_bound = [c > 0 and 2 * c >= b for c, b in zip(df["comm_only_ns"], df["busy_ns"])]
+    df["regime"] = ["comm_bound" if cb else r for cb, r in zip(comm_bound, df["regime"])]
     decided, reason = (unp_b, unp_reason) if rule == "unprofiled" else (trace_b, trace_reason)
     missing_unp = [str(lab) for lab, u in zip(labels, df["unprofiled_ns"]) if u is None or u != u]
     if missing_unp and rule == "unprofiled":
