@@ -139,10 +139,11 @@ ev AS (
     SELECT device, stream, s AS t, 1 AS d FROM queued WHERE e > s
     UNION ALL SELECT device, stream, e AS t, -1 AS d FROM queued WHERE e > s
 ),
-ch AS (SELECT device, stream, t, sum(d) AS d FROM ev GROUP BY ALL),
-st AS (
-    SELECT device, stream, t, sum(d) OVER w AS depth, lead(t) OVER w AS t1
-    FROM ch WINDOW w AS (PARTITION BY device, stream ORDER BY t ROWS UNBOUNDED PRECEDING)
+st AS (  -- depth after every change at t (RANGE: all rows at t are peers); of the rows at one t only the
+         -- last by lead has t1 > t, so each step is kept once (no GROUP BY over the 2M events)
+    SELECT device, stream, t, sum(d) OVER (PARTITION BY device, stream ORDER BY t RANGE UNBOUNDED PRECEDING) AS depth,
+           lead(t) OVER (PARTITION BY device, stream ORDER BY t) AS t1
+    FROM ev
 ),
 seg AS (
     SELECT device, stream, CAST(depth AS BIGINT) AS depth, t, t1,
