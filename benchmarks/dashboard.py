@@ -7,12 +7,18 @@ What is measured:
 
 - **Callbacks through the Flask test client** (``create_app(db).server.test_client()``, the same
   ``/_dash-update-component`` requests the browser sends): the router (``page.children``) for the traces
-  list, every page of the trace (``TRACE_PAGES``, Overview included) and every store page; then every
-  other callback in ``/_dash-dependencies`` with inputs taken from the page it lives on: a figure's
-  ``clickData`` = its first point, a table's ``active_cell`` = row *i* (varied per request), other inputs
-  as the page renders them. The Timeline's zoom callback gets windows of 1 ms .. the whole trace at
+  list, every page of the trace (``TRACE_PAGES``, Overview included) and every store page (the Compare page
+  also with ``?a=<id>&b=<id>``: the trace against itself, the diff analysis on 1M kernels), each followed
+  by every other callback in ``/_dash-dependencies`` whose inputs that page renders (the first such page),
+  with inputs taken from it: a figure's ``clickData`` = its first point, a table's ``active_cell`` = row
+  *i* (varied per request), the Bound page's bins dropdown cycling through its choices (each new bin
+  count is a new bound analysis: a miss), other inputs as the page renders them.
+  **Cold** for a page = its first request right after the per-process cache (``reports/cache.py``: the
+  analysis Results and the Timeline's base bins) was emptied, so each page pays for its own analyses;
+  for a callback = its first request after its page was drawn (the page's analyses cached, as in the
+  browser). The Timeline's zoom callback gets windows of 1 ms .. the whole trace at
   seeded random positions and clicks on CPU operators; the Operators callbacks get row clicks and level
-  switches. Each callback: one *cold* request (the first in this process: caches empty), then warm
+  switches. Each callback: one *cold* request, then warm
   requests until ``--requests`` or ``--budget-s`` seconds; p50/p95/max over the warm ones; response
   bytes (max). The Perfetto export route is timed for a 1 ms, a 1 s and the whole-trace window.
 - **1 ms window**: the zoom callback for [60 000, 60 001) ms; the kernels drawn (finite segment pairs on
@@ -33,7 +39,7 @@ The store is opened read-only; a store of an older schema is copied to .bench/da
 migrated (the original is never written).
 
 Usage: python3 benchmarks/dashboard.py [--db PATH] [--requests N] [--budget-s S] [--no-browser]
-       [--write] (``--write``: results/dashboard-<date>.md). Run with the project venv's python.
+       [--write] (``--write``: results/dashboard-<date>-all.md). Run with the project venv's python.
 """
 
 from __future__ import annotations
@@ -69,14 +75,22 @@ def open_db(path: pathlib.Path) -> pathlib.Path:
         open_store(path, read_only=True).close()
         return path
     except StoreError as exc:
-        if "older schema" not in str(exc):
+        if "older schema" not in str(exc) and "migration" not in str(exc):
             raise
+    import hashlib
+
     copy = BENCH / "dashboard" / path.name
     copy.parent.mkdir(parents=True, exist_ok=True)
-    if not copy.exists() or copy.stat().st_mtime < path.stat().st_mtime:
+    schema = ROOT / "src" / "kernelscope" / "storage" / "schema"
+    digest = hashlib.sha256(b"".join(f.read_bytes() for f in sorted(schema.glob("*.sql")))).hexdigest()
+    stamp = copy.with_suffix(".migrations")  # the migrations the copy went through (they change in development)
+    if (not copy.exists() or copy.stat().st_mtime < path.stat().st_mtime or not stamp.exists()
+            or stamp.read_text() != digest):
         shutil.copy2(path, copy)
+        stamp.unlink(missing_ok=True)
     open_store(copy).close()  # migrates the copy
-    print(f"store {path} has an older schema: benchmarking a migrated copy {copy}", flush=True)
+    stamp.write_text(digest)
+    print(f"store {path} has an older schema: benchmarking a copy migrated by this code, {copy}", flush=True)
     return copy
 
 
@@ -157,15 +171,16 @@ class Series:
 
 
 def repeat(series, fn, n, budget_s):
-    """fn(i) -> (ms, code, bytes, json); once cold, then warm until n or the time budget is spent (at least
-    3 warm requests; 1 when the cold one alone took a quarter of the budget)."""
-    t0 = time.perf_counter()
+    """fn(i) -> (ms, code, bytes, json); once cold, then warm until n or the time budget (counted from the
+    end of the cold request) is spent, at least 3 warm requests."""
     out = None
+    t0 = time.perf_counter()
     for i in range(n + 1):
         ms, code, nbytes, out = fn(i)
         series.add(ms, code, nbytes)
-        least = 1 if series.cold > budget_s * 250 else 3
-        if i >= least and time.perf_counter() - t0 > budget_s:
+        if i == 0:
+            t0 = time.perf_counter()
+        if i >= 3 and time.perf_counter() - t0 > budget_s:
             break
     return out
 
@@ -307,13 +322,50 @@ def browser(db, trace_id):
     return out
 
 
+def time_callback(client, dep, lay, trace_id, span_ms, rng, db, args, bin_choices) -> Series:
+    """One callback: cold, then warm requests (module docstring)."""
+    from kernelscope.storage.store import open_store
+
+    label = "callback " + dep["output"].strip(".").split("...")[0] + " <- " + ",".join(
+        f"{x['id']}.{x['property']}" for x in dep["inputs"])
+    s = Series(label)
+    if "timeline-graph.figure" in dep["output"]:
+        wins = timeline_windows(span_ms, rng, args.requests + 1)
+        with open_store(db, read_only=True) as store:
+            cpu_ops = store.query("SELECT op_id FROM cpu_ops WHERE trace_id = $t USING SAMPLE 64 ROWS",
+                                  {"t": trace_id})["op_id"].astype(int).tolist()
+
+        def fn(i):
+            if i % 5 == 4:  # a click on a CPU operator of a window drawn event by event
+                return client.call(dep, [None, {"points": [{"customdata": cpu_ops[i % len(cpu_ops)]}]}],
+                                   [trace_id, f"?t0={wins[i][0]}&t1={wins[i][0] + 1}"])
+            a, b = wins[i]  # what the browser-side filter sends for a drag-zoom
+            return client.call(dep, [{"range": [a, b], "at": i}, None], [trace_id, ""])
+    elif "operators-content" in dep["output"]:
+        def fn(i):
+            level = "top" if i % 2 == 0 else "leaf"
+            return client.call(dep, [level], [trace_id, f"?level={'leaf' if level == 'top' else 'top'}"])
+    elif [x["id"] for x in dep["inputs"]] == ["bound-bins"]:
+        order = [b for b in bin_choices if b != 200] + [200]  # the page drew 200: cached
+
+        def fn(i):
+            return client.call(dep, [order[i % len(order)]], [trace_id])
+    else:
+        def fn(i):
+            ins, st = callback_inputs(dep, lay, i, rng, trace_id)
+            st = [trace_id if v is None and x["property"] == "data" else v for x, v in zip(dep["state"], st)]
+            return client.call(dep, ins, st)
+    repeat(s, fn, args.requests, args.budget_s)
+    return s
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--db", type=pathlib.Path, default=DEFAULT_DB)
     ap.add_argument("--requests", type=int, default=40, help="warm requests per callback (at most)")
     ap.add_argument("--budget-s", type=float, default=60.0, help="time per callback after which it stops (>= 3 warm)")
     ap.add_argument("--no-browser", action="store_true")
-    ap.add_argument("--write", action="store_true", help="write results/dashboard-<date>.md")
+    ap.add_argument("--write", action="store_true", help="write results/dashboard-<date>-all.md")
     args = ap.parse_args(argv)
 
     import duckdb
@@ -337,56 +389,39 @@ def main(argv=None) -> int:
     client = Client(db)
     series: list[Series] = []
 
-    # the router: every page
-    layouts = {}
+    # every page, each followed by the callbacks living on it (module docstring)
+    from kernelscope.dashboard.pages.bound import BIN_CHOICES
+    from kernelscope.reports import cache
+
+    layouts, done, totals = {}, set(), {}
     paths = [("traces", "/", "")] + [(n, f"/trace/{trace_id}/{n}", "") for n in TRACE_PAGES] + \
-            [(n, f"/{n}", "") for n in STORE_PAGES]
+            [(n, f"/{n}", "") for n in STORE_PAGES] + [("compare", "/compare", f"?a={trace_id}&b={trace_id}")]
+    deps = [d for d in client.deps if d["output"] != "page.children"
+            and not any(isinstance(x["id"], dict) for x in d["inputs"]) and not d.get("clientside_function")]
     for name, path, search in paths:
-        s = Series(f"page {name} ({path.replace(trace_id, '<id>')})")
+        s = Series(f"page {name} ({(path + search).replace(trace_id, '<id>')})")
+        for k, v in cache.stats().items():
+            totals[k] = totals.get(k, 0) + v if k != "entries" else max(totals.get(k, 0), v)
+        cache.clear()
         out = repeat(s, lambda i: client.page(path, search), args.requests, args.budget_s)
-        layouts[name] = out["response"]["page"]["children"] if out else None
+        layouts[name] = lay = out["response"]["page"]["children"] if out else None
         series.append(s)
         print(" | ".join(s.row()), flush=True)
-
-    # every other callback
-    for dep in client.deps:
-        if dep["output"] in ("page.children",) or any(isinstance(x["id"], dict) for x in dep["inputs"]):
+        if lay is None:
             continue
-        if dep.get("clientside_function"):  # runs in the browser, never reaches the server
-            continue
-        ids = [x["id"] for x in dep["inputs"]]
-        where = next((n for n, lay in layouts.items() if lay is not None and all(find(lay, i) for i in ids)), None)
-        label = "callback " + dep["output"].strip(".").split("...")[0] + " <- " + ",".join(
-            f"{x['id']}.{x['property']}" for x in dep["inputs"])
-        s = Series(label)
-        if where is None:
-            print(f"skip {label}: no page renders its inputs", flush=True)
-            continue
-        lay = layouts[where]
-        if "timeline-graph.figure" in dep["output"]:
-            wins = timeline_windows(span_ms, rng, args.requests + 1)
-
-            def fn(i, dep=dep, wins=wins):
-                if i % 5 == 4:  # a click on a CPU operator of a window drawn event by event
-                    return client.call(dep, [None, {"points": [{"customdata": cpu_ops[i % len(cpu_ops)]}]}],
-                                       [trace_id, f"?t0={wins[i][0]}&t1={wins[i][0] + 1}"])
-                a, b = wins[i]  # what the browser-side filter sends for a drag-zoom
-                return client.call(dep, [{"range": [a, b], "at": i}, None], [trace_id, ""])
-            with open_store(db, read_only=True) as store:
-                cpu_ops = store.query("SELECT op_id FROM cpu_ops WHERE trace_id = $t USING SAMPLE 64 ROWS",
-                                      {"t": trace_id})["op_id"].astype(int).tolist()
-        elif "operators-content" in dep["output"]:
-            def fn(i, dep=dep):
-                level = "top" if i % 2 == 0 else "leaf"
-                return client.call(dep, [level], [trace_id, f"?level={'leaf' if level == 'top' else 'top'}"])
-        else:
-            def fn(i, dep=dep, lay=lay):
-                ins, st = callback_inputs(dep, lay, i, rng, trace_id)
-                st = [trace_id if v is None and x["property"] == "data" else v for x, v in zip(dep["state"], st)]
-                return client.call(dep, ins, st)
-        repeat(s, fn, args.requests, args.budget_s)
-        series.append(s)
-        print(" | ".join(s.row()), flush=True)
+        for dep in deps:
+            ids = [x["id"] for x in dep["inputs"]]
+            if dep["output"] in done or not all(find(lay, i) for i in ids):
+                continue
+            done.add(dep["output"])
+            series.append(time_callback(client, dep, lay, trace_id, span_ms, rng, db, args, BIN_CHOICES))
+            print(" | ".join(series[-1].row()), flush=True)
+    for dep in deps:
+        if dep["output"] not in done:
+            print("skip callback " + dep["output"] + ": no page renders its inputs", flush=True)
+    for k, v in cache.stats().items():
+        totals[k] = totals.get(k, 0) + v if k != "entries" else max(totals.get(k, 0), v)
+    cache_stats = totals
 
     # the Perfetto export route
     for label, q in [("1 ms", "?t0=60000&t1=60001"), ("1 s", "?t0=60000&t1=61000"), ("whole trace", "")]:
@@ -423,13 +458,21 @@ def main(argv=None) -> int:
         f"not committed yet are included as they were). Machine: {os.cpu_count()} cores, shared; load average "
         f"(1 min) {load0:.2f} at the start, {load1:.2f} at the end. kernelscope {__version__}, duckdb "
         f"{duckdb.__version__}, pandas {pandas.__version__}, python {sys.version.split()[0]}.", "",
-        f"Requests through the Flask test client; cold = the first request in the process (caches empty), "
-        f"then up to {args.requests} warm requests or {args.budget_s:.0f} s per callback (at least 3; 1 when the "
-        f"cold request alone took a quarter of that). "
+        "Requests through the Flask test client. Cold: for a page, its first request after the per-process "
+        "cache (reports/cache.py) was emptied, so it runs its own analyses; for a callback, its first request "
+        f"after its page was drawn. Then up to {args.requests} warm requests or {args.budget_s:.0f} s of them per callback "
+        "(at least 3). "
         "p50/p95 nearest rank over the warm requests. KB = largest response body.", "",
         *lines, "",
         f"Callbacks over the targets (warm p95 > {P95_MS:.0f} ms or a response > 2 MB): "
         + (", ".join(fails) if fails else "none") + ".", "",
+        "Cold requests over 300 ms: " + (", ".join(f"{x.label} {x.cold / 1000:,.1f} s" for x in series
+                                                   if x.judged and x.cold and x.cold > P95_MS) or "none") + ".",
+        "", f"Analysis cache over the pages and callbacks (hits and misses summed; entries: the most held at "
+        f"once): {cache_stats}. Callbacks not timed (no page of a one-trace store renders their inputs: "
+        "no sweep, no second trace, no multi-rank run): " + (", ".join(
+            d["output"].strip(".").split("...")[0].split("@")[0] for d in deps if d["output"] not in done) or "none")
+        + ".", "",
         f"**1 ms zoom window** [60000, 60001) ms through the Timeline callback: mode `{one_ms['mode']}`, "
         f"{one_ms['drawn']} kernels drawn as individual segments, DuckDB counts {one_ms['duckdb']} kernels "
         f"intersecting the window: {'PASS' if one_ms['drawn'] == one_ms['duckdb'] and one_ms['mode'] == 'events' else '**FAIL**'} "
@@ -456,10 +499,10 @@ def main(argv=None) -> int:
         if FULL_JSON.exists():
             text[-1] += (": more than V8's maximum string length (2^29 - 24 characters), so no browser viewer "
                          "can read it as one JSON text; the dashboard's first Timeline response is "
-                         f"{series[1 + list(TRACE_PAGES).index('timeline')].bytes / 1e3:,.0f} KB.")
+                         f"{next(x for x in series if x.label.startswith('page timeline')).bytes / 1e3:,.0f} KB.")
     print("\n".join(text))
     if args.write:
-        out = ROOT / "benchmarks" / "results" / f"dashboard-{today}.md"
+        out = ROOT / "benchmarks" / "results" / f"dashboard-{today}-all.md"
         out.write_text("\n".join(text) + "\n")
         print(f"wrote {out}")
     return 0

@@ -300,3 +300,30 @@ def test_sweep_empty_cases(client, dash_store, empty_db):
     page = _page(client, "/sweep", "?by=nope")
     assert "no stored trace has a label 'nope'" in _text(_find(page, "msg-no-sweep"))
     assert "no sweep" in texts(route(empty_db, "/sweep", "")).lower()
+
+
+def test_queue_figure_colours_any_regime_value():
+    """A regime value the figure does not know (the bound analysis' communication-bound segments) gets a
+    colour of its own and a legend entry named by the value; the known ones keep theirs."""
+    import pandas as pd
+
+    from kernelscope.reports import bound as rb
+
+    queue = pd.DataFrame({"device": [0, 0, 0], "stream": [7, 7, 7], "bin": [0, 1, 2],
+                          "bin_start_ns": [1000, 2000, 3000], "bin_end_ns": [2000, 3000, 4000],
+                          "mean_depth": [0.5, 2.0, 0.0]})
+    segments = pd.DataFrame({"device": [0, 0, 0, 0], "regime": ["cpu_bound", "comm_bound", "gpu_bound", "comm_bound"],
+                             "start_ns": [1000, 2000, 3000, 3500], "end_ns": [2000, 3000, 3500, 4000]})
+    fig = rb.queue_depth_figure(queue, segments).to_plotly_json()
+    fills = [s["fillcolor"] for s in fig["layout"]["shapes"]]
+    assert len(fills) == 4 and fills[0] == rb.REGIME_COLORS["cpu_bound"] and fills[2] == rb.REGIME_COLORS["gpu_bound"]
+    assert fills[1] == fills[3] and fills[1] not in rb.REGIME_COLORS.values()  # one new colour, used twice
+    # x0 of the comm_bound shape: (2000 - t0) / 1e6 ms with t0 = bin_start - bin*width = 1000
+    assert fig["layout"]["shapes"][1]["x0"] == 0.001
+    legend = {t["name"]: t["marker"]["color"] for t in fig["data"] if t["name"].startswith("regime: ")}
+    assert sorted(legend) == ["regime: comm_bound", "regime: cpu_bound", "regime: gpu_bound"]
+    assert legend["regime: comm_bound"] == fills[1].replace("rgba", "rgb").rsplit(",", 1)[0] + ")"
+    # two unknown values get two different colours, by sorted name
+    c = rb.regime_colors(["zeta", "alpha", "cpu_bound"])
+    assert c["alpha"] != c["zeta"] and c["cpu_bound"] == rb.REGIME_COLORS["cpu_bound"]
+    assert c["alpha"] == "rgba(59, 130, 246, 0.12)"  # EXTRA_REGIME_RGB[0] for the first name in order
