@@ -145,10 +145,14 @@ st AS (  -- depth after every change at t (RANGE: all rows at t are peers); of t
            lead(t) OVER (PARTITION BY device, stream ORDER BY t) AS t1
     FROM ev
 ),
-seg AS (
-    SELECT device, stream, CAST(depth AS BIGINT) AS depth, t, t1,
-           unnest(generate_series((t - origin) // w, (t1 - 1 - origin) // w)) AS bin, origin, w
+sb AS (  -- first and last bin of each step; most steps lie in one bin and skip the unnest
+    SELECT device, stream, CAST(depth AS BIGINT) AS depth, t, t1, origin, w,
+           (t - origin) // w AS b0, (t1 - 1 - origin) // w AS b1
     FROM st, grid WHERE depth > 0 AND t1 > t
+),
+seg AS (
+    SELECT device, stream, depth, t, t1, b0 AS bin, origin, w FROM sb WHERE b0 = b1
+    UNION ALL SELECT device, stream, depth, t, t1, unnest(generate_series(b0, b1)), origin, w FROM sb WHERE b0 < b1
 )
 SELECT device, stream, bin, origin + bin * w AS bin_start_ns, origin + (bin + 1) * w AS bin_end_ns,
        CAST(sum(depth * (least(t1, origin + (bin + 1) * w) - greatest(t, origin + bin * w))) AS BIGINT)
@@ -210,10 +214,13 @@ parts AS (
     UNION ALL SELECT device, gap_start_ns, gap_end_ns, cause FROM idle_gaps
     UNION ALL SELECT device, start_ns, end_ns, 'comm_only' FROM comm_only  -- inside busy: s, e unchanged
 ),
-cut AS (
-    SELECT device, s, e, what, origin, w,
-           unnest(generate_series((s - origin) // w, (e - 1 - origin) // w)) AS bin
+pb AS (  -- first and last bin of each part; most parts lie in one bin and skip the unnest
+    SELECT device, s, e, what, origin, w, (s - origin) // w AS b0, (e - 1 - origin) // w AS b1
     FROM parts, grid WHERE e > s
+),
+cut AS (
+    SELECT device, s, e, what, origin, w, b0 AS bin FROM pb WHERE b0 = b1
+    UNION ALL SELECT device, s, e, what, origin, w, unnest(generate_series(b0, b1)) FROM pb WHERE b0 < b1
 ),
 bins AS (
     SELECT device, bin, min(greatest(s, origin + bin * w)) AS s, max(least(e, origin + (bin + 1) * w)) AS e,
