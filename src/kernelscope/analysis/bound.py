@@ -317,10 +317,10 @@ ev AS (
     UNION ALL
     SELECT pid, tid, end_ns, 0, -start_ns, CASE WHEN up IS NULL THEN 'none' ELSE 'op' END, up FROM kept
 ),
-st AS (
-    SELECT pid, tid, t, kind, ref FROM (
-        SELECT *, row_number() OVER (PARTITION BY pid, tid, t ORDER BY is_start DESC, k DESC) AS rn FROM ev
-    ) WHERE rn = 1
+st AS (  -- per instant, the event that decides the state: greatest (is_start, k) (ordering above)
+    SELECT pid, tid, t, x.kind, x.ref FROM (
+        SELECT pid, tid, t, arg_max({'kind': kind, 'ref': ref}, {'s': is_start, 'k': k}) AS x
+        FROM ev GROUP BY pid, tid, t)
 ),
 tl AS (  -- the thread's state changes and the gap starts in one ordered stream per (device, thread)
     SELECT d.device, s.pid, s.tid, s.t, 0 AS is_gap, s.kind, s.ref, NULL::BIGINT AS g1
