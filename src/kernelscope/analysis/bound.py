@@ -11,6 +11,11 @@ activity intervals (kernels, memcpy, memset) inside the GPU span is
 
 Shares are of ``gpu_span_ns`` (first activity start to last activity end on the device). Activities with no
 matched launch call cannot be waiting in this sense and are ignored for the test. Times in ns.
+
+**Communication-only** time (``comm_only_ns``): when only collective kernels are busy on the device (no
+compute kernel, no memcpy/memset on any stream; comm.comm_only_busy's value). It is busy time, not compute:
+segments where it is at least half the busy time (and host wait is not more than half the span) are
+``comm_bound``, a third regime beside ``cpu_bound`` and ``gpu_bound``.
 """
 
 from __future__ import annotations
