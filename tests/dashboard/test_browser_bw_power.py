@@ -100,9 +100,11 @@ def test_power_page_draws_telemetry(page, base_url, dash_store):
 
 
 def _pick(page, dropdown_id: str, text: str) -> None:
+    page.wait_for_load_state("networkidle")  # the previous pick's callback has answered
     page.click(f"#{dropdown_id}")
     page.keyboard.type(text)
     page.keyboard.press("Enter")
+    page.wait_for_function(f"document.querySelector('#{dropdown_id}').innerText.includes('{text}')")
 
 
 def test_compare_pick_two_traces_then_restore(page, base_url, dash_store):
