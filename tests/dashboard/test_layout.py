@@ -11,6 +11,9 @@ from kernelscope.analysis.registry import get_analysis
 from kernelscope.dashboard.app import create_app
 from kernelscope.storage.store import open_store
 
+from .tree import find_json as _find
+from .tree import plotly_values as _values
+
 
 @pytest.fixture(scope="module")
 def client(dash_store):
@@ -42,27 +45,6 @@ def _page(client, pathname, search=""):
     return resp["response"]["page"]["children"]
 
 
-def _values(arr) -> list:
-    """Plotly JSON array: a list, or a typed array {"dtype", "bdata" (base64)}."""
-    if isinstance(arr, dict):
-        import base64
-
-        import numpy as np
-        return np.frombuffer(base64.b64decode(arr["bdata"]), dtype=arr["dtype"]).tolist()
-    return list(arr)
-
-
-def _find(tree, comp_id):
-    """A serialised component (dict) with props.id == comp_id."""
-    if isinstance(tree, dict):
-        if tree.get("props", {}).get("id") == comp_id:
-            return tree
-        tree = tree.get("props", {}).get("children")
-    for child in tree if isinstance(tree, list) else ([tree] if isinstance(tree, dict) else []):
-        hit = _find(child, comp_id)
-        if hit is not None:
-            return hit
-    return None
 
 
 def test_index_and_layout(client, dash_store):

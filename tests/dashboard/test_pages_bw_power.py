@@ -16,11 +16,15 @@ import pytest
 
 from kernelscope.analysis.registry import get_analysis
 from kernelscope.dashboard.app import create_app, route
-from kernelscope.dashboard.pages import bandwidth, compare, power
+from kernelscope.dashboard.pages import bandwidth, compare
 from kernelscope.reports.roofline import plottable
 from kernelscope.storage.store import open_store
 
 from .tree import find, texts
+from .tree import find_json as _find
+from .tree import page_json as _page
+from .tree import plotly_values as _values
+from .tree import text_json as _text
 
 
 # ------------------------------------------------------------------ Flask test client helpers
@@ -30,46 +34,8 @@ def client(dash_store):
     return create_app(dash_store.db).server.test_client()
 
 
-def _page(client, pathname: str, search: str = ""):
-    """The router callback over HTTP: the page's serialised component tree."""
-    body = {"output": "page.children", "outputs": {"id": "page", "property": "children"},
-            "inputs": [{"id": "url", "property": "pathname", "value": pathname}],
-            "changedPropIds": ["url.pathname"], "state": [{"id": "url", "property": "search", "value": search}]}
-    r = client.post("/_dash-update-component", data=json.dumps(body), content_type="application/json")
-    assert r.status_code == 200, r.data[:500]
-    return r.get_json()["response"]["page"]["children"]
 
 
-def _find(tree, comp_id):
-    if isinstance(tree, dict):
-        if tree.get("props", {}).get("id") == comp_id:
-            return tree
-        tree = tree.get("props", {}).get("children")
-    for child in tree if isinstance(tree, list) else ([tree] if isinstance(tree, dict) else []):
-        hit = _find(child, comp_id)
-        if hit is not None:
-            return hit
-    return None
-
-
-def _text(tree) -> str:
-    if isinstance(tree, (str, int, float)):
-        return str(tree)
-    if isinstance(tree, dict):
-        return _text(tree.get("props", {}).get("children"))
-    if isinstance(tree, list):
-        return " ".join(_text(c) for c in tree)
-    return ""
-
-
-def _values(arr) -> list:
-    """Plotly JSON array: a list, or a typed array {"dtype", "bdata" (base64)}."""
-    if isinstance(arr, dict):
-        import base64
-
-        import numpy as np
-        return np.frombuffer(base64.b64decode(arr["bdata"]), dtype=arr["dtype"]).tolist()
-    return list(arr)
 
 
 def _analysis(db, name, *args, **kw):

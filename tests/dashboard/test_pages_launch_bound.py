@@ -4,11 +4,8 @@ analyses' results, several checked a second way from the store (hand computation
 
 from __future__ import annotations
 
-import base64
-import json
 import statistics
 
-import numpy as np
 import pytest
 
 from kernelscope.analysis.registry import get_analysis
@@ -18,6 +15,10 @@ from kernelscope.dashboard.pages import sweep as sweep_page
 from kernelscope.storage.store import open_store
 
 from .tree import find, texts
+from .tree import find_json as _find
+from .tree import page_json as _page
+from .tree import plotly_values as _vals
+from .tree import text_json as _text
 
 
 @pytest.fixture(scope="module")
@@ -31,43 +32,8 @@ def store(dash_store):
         yield s
 
 
-def _page(client, pathname, search=""):
-    """The router callback through /_dash-update-component, as the browser calls it."""
-    body = {"output": "page.children", "outputs": {"id": "page", "property": "children"},
-            "inputs": [{"id": "url", "property": "pathname", "value": pathname}],
-            "changedPropIds": ["url.pathname"], "state": [{"id": "url", "property": "search", "value": search}]}
-    r = client.post("/_dash-update-component", data=json.dumps(body), content_type="application/json")
-    assert r.status_code == 200, r.data[:500]
-    return r.get_json()["response"]["page"]["children"]
 
 
-def _find(tree, comp_id):
-    if isinstance(tree, dict):
-        if tree.get("props", {}).get("id") == comp_id:
-            return tree
-        tree = tree.get("props", {}).get("children")
-    for child in tree if isinstance(tree, list) else ([tree] if isinstance(tree, dict) else []):
-        hit = _find(child, comp_id)
-        if hit is not None:
-            return hit
-    return None
-
-
-def _text(tree) -> str:
-    if isinstance(tree, (str, int, float)):
-        return str(tree)
-    if isinstance(tree, dict):
-        return _text(tree.get("props", {}).get("children"))
-    if isinstance(tree, list):
-        return " ".join(_text(c) for c in tree)
-    return ""
-
-
-def _vals(arr) -> list:
-    """A Plotly JSON array: a list, or a typed array {"dtype", "bdata"}."""
-    if isinstance(arr, dict):
-        return np.frombuffer(base64.b64decode(arr["bdata"]), dtype=arr["dtype"]).tolist()
-    return list(arr)
 
 
 def _dv(tree, kid) -> str:

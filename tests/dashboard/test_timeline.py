@@ -18,6 +18,7 @@ from kernelscope.reports import timeline_data as td
 from kernelscope.storage.store import open_store
 
 from .tree import find, texts
+from .tree import find_json as _find_json
 
 
 @pytest.fixture(scope="module")
@@ -298,17 +299,6 @@ def _values(arr):
         return np.frombuffer(base64.b64decode(arr["bdata"]), dtype=arr["dtype"])
     return np.asarray(arr, dtype=float)
 
-
-def _find_json(tree, comp_id):
-    if isinstance(tree, dict):
-        if tree.get("props", {}).get("id") == comp_id:
-            return tree
-        tree = tree.get("props", {}).get("children")
-    for child in tree if isinstance(tree, list) else ([tree] if isinstance(tree, dict) else []):
-        hit = _find_json(child, comp_id)
-        if hit is not None:
-            return hit
-    return None
 
 
 def test_layout_and_zoom_over_http(client, dash_store):

@@ -25,3 +25,51 @@ def texts(component) -> str:
     if children is None:
         return ""
     return " ".join(texts(c) for c in (children if isinstance(children, (list, tuple)) else [children]))
+
+
+# The same walks over a serialised tree (what /_dash-update-component returns: dicts with props).
+
+def page_json(client, pathname: str, search: str = ""):
+    """The router callback over HTTP, as the browser calls it: the page's serialised component tree."""
+    import json
+
+    body = {"output": "page.children", "outputs": {"id": "page", "property": "children"},
+            "inputs": [{"id": "url", "property": "pathname", "value": pathname}],
+            "changedPropIds": ["url.pathname"], "state": [{"id": "url", "property": "search", "value": search}]}
+    r = client.post("/_dash-update-component", data=json.dumps(body), content_type="application/json")
+    assert r.status_code == 200, r.data[:500]
+    return r.get_json()["response"]["page"]["children"]
+
+
+def find_json(tree, comp_id):
+    """A serialised component (dict) with props.id == comp_id, else None."""
+    if isinstance(tree, dict):
+        if tree.get("props", {}).get("id") == comp_id:
+            return tree
+        tree = tree.get("props", {}).get("children")
+    for child in tree if isinstance(tree, list) else ([tree] if isinstance(tree, dict) else []):
+        hit = find_json(child, comp_id)
+        if hit is not None:
+            return hit
+    return None
+
+
+def text_json(tree) -> str:
+    """All the text of a serialised tree, joined by spaces."""
+    if isinstance(tree, (str, int, float)):
+        return str(tree)
+    if isinstance(tree, dict):
+        return text_json(tree.get("props", {}).get("children"))
+    if isinstance(tree, list):
+        return " ".join(text_json(c) for c in tree)
+    return ""
+
+
+def plotly_values(arr) -> list:
+    """A Plotly JSON array as a list: a plain list, or a typed array {"dtype", "bdata" (base64)}."""
+    if isinstance(arr, dict):
+        import base64
+
+        import numpy as np
+        return np.frombuffer(base64.b64decode(arr["bdata"]), dtype=arr["dtype"]).tolist()
+    return list(arr)
