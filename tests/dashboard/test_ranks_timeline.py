@@ -235,3 +235,21 @@ def test_rank_trace_timeline_links_to_the_aligned_view(db):
         alone = json.dumps(timeline.layout(store, probe, {}).to_plotly_json(), default=lambda o: o.to_plotly_json())
     assert f"/ranks?run={run}&view=timeline" in linked and "rank 1: every rank of its run aligned" in linked
     assert "timeline-run-link" not in alone
+
+
+def test_aligned_timeline_by_run_name_and_unknown_run(tmp_path):
+    """/ranks?run=<folder name>&view=timeline opens the run (as the Ranks page does); an unknown run says so
+    and leaves no zoom store whose callback would target a graph that is not there."""
+    from kernelscope.dashboard.pages import ranks as ranks_page
+    from kernelscope.storage.ingest import ingest_paths
+    from kernelscope.storage.store import open_store
+
+    from .tree import find
+
+    ddp2 = Path(__file__).resolve().parents[2] / "sample_traces" / "ddp2"
+    with open_store(tmp_path / "s.duckdb") as store:
+        ingest_paths(store, [ddp2], progress=False)
+        page = ranks_page.timeline_layout(store, {"run": "ddp2", "view": "timeline"})
+        assert find(page, ranks_page.GRAPH_ID) is not None
+        page = ranks_page.timeline_layout(store, {"run": "nope", "view": "timeline"})
+        assert find(page, ranks_page.GRAPH_ID) is None and find(page, "ranks-tl-zoom") is None

@@ -30,6 +30,10 @@ import json
 import numpy as np
 import pandas as pd
 
+from ..analysis.comm import run_traces
+from ..errors import UsageError
+from .cache import cached  # the per-process cache shared with the other pages and the report
+
 #: Annotation kinds in lane order; the lane key's k1 is the index here.
 ANN_KINDS = ("step", "user", "nvtx", "gpu")
 #: Base bins over the whole trace kept per trace and process for zoomed-out views.
@@ -176,10 +180,6 @@ def bin_sql_query(store, trace_id: str, a: int, b: int, w: int) -> pd.DataFrame:
         return pd.DataFrame({c: pd.Series(dtype="object" if c == "src" else "int64")
                              for c in LANE_COLUMNS + ["bin", "busy_ns"]})
     return pd.concat(parts, ignore_index=True)
-
-
-# The per-process cache shared with the other pages and the report (LRU by count): reports/cache.py.
-from .cache import cached  # noqa: E402
 
 
 def _base(store, trace_id: str, info: dict, op: str | None = None):
@@ -487,14 +487,15 @@ _RANK_BIN_SOURCES = {
 
 
 def run_info(store, run: str) -> dict | None:
-    """The run whose id is ``run`` or starts with it (unique): ``run_id``, ``name``, ``ranks`` (frame of
-    rank, trace_id, trace name, clock_offset_ns, aligned start_ns/end_ns), ``origin`` (earliest aligned
-    trace start), ``end_ns`` (latest aligned trace end). None when no run or several match."""
-    hits = store.query("SELECT run_id, name FROM runs WHERE starts_with(run_id, $r) AND run_id IN "
-                       "(SELECT run_id FROM traces WHERE run_id IS NOT NULL) ORDER BY run_id", {"r": run})
-    if len(hits) != 1:
+    """The run ``run`` names (as ``analysis.comm.run_traces`` resolves it: id, unique id prefix or name):
+    ``run_id``, ``name``, ``ranks`` (frame of rank, trace_id, trace name, clock_offset_ns, aligned
+    start_ns/end_ns), ``origin`` (earliest aligned trace start), ``end_ns`` (latest aligned trace end).
+    None when no run or several match."""
+    try:
+        run_id = run_traces(store, run=str(run))[0]
+    except UsageError:
         return None
-    run_id = str(hits["run_id"].iloc[0])
+    hits = store.query("SELECT name FROM runs WHERE run_id = $r", {"r": run_id})
     ranks = store.query(
         "SELECT k.rank, k.trace_id, t.name, k.clock_offset_ns, t.start_ns - k.clock_offset_ns AS start_ns, "
         "t.end_ns - k.clock_offset_ns AS end_ns FROM rank_clocks k JOIN traces t ON t.trace_id = k.trace_id "

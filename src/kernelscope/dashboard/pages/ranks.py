@@ -227,7 +227,8 @@ def timeline_layout(store, params: dict) -> html.Div:
     info = view["info"]
     head = [dcc.Store(id="ranks-run", data=view["run_id"]), dcc.Store(id="ranks-tl-zoom"),
             dcc.Location(id="ranks-nav", refresh=True)]
-    if info is None:
+    if info is None:  # no graph, so no zoom store either (its callback writes the graph)
+        head = [h for h in head if getattr(h, "id", None) != "ranks-tl-zoom"]
         return html.Div(head + [html.H2("Aligned timeline"), html.Div(_notes(view), id="ranks-tl-notes"),
                                 html.A("← all runs", href="/ranks")], id="ranks-page")
     graph = dcc.Graph(id=GRAPH_ID, figure=view["figure"] or {}, config={"displaylogo": False, "scrollZoom": False},
