@@ -130,8 +130,9 @@ def power_timeline_figure(tel: pd.DataFrame, busy: pd.DataFrame | None = None,
     fig.update_yaxes(range=[0, 105], tickvals=[0, 50, 100], showgrid=False, title_text="GPU busy (%)", row=1,
                      col=1, secondary_y=True)
     fig.update_xaxes(title_text="time since trace start (ms); blue: the trace window", row=4, col=1)
-    fig.update_layout(template="plotly_white", height=760, margin={"l": 60, "r": 60, "t": 40, "b": 50},
-                      legend={"orientation": "h", "y": -0.08}, hovermode="closest")
+    fig.update_layout(template="plotly_white", height=760, margin={"l": 60, "r": 60, "t": 80, "b": 50},
+                      legend={"orientation": "h", "yanchor": "bottom", "y": 1.04, "x": 0},  # above the power row
+                      hovermode="closest")
     return fig
 
 
