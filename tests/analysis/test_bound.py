@@ -175,3 +175,61 @@ def test_every_bound_key_is_documented(hand_store):
     keys |= set(B.CAUSES)
     missing = sorted(k for k in keys if k not in documented)
     assert not missing, f"undocumented bound keys: {missing}"
+
+
+def _queue_reference(store, t, n):
+    """Queue depth per (device, stream, bin) by a plain sweep over raw rows (gpu_activities + launches, not
+    the stored queued_intervals): {(device, stream, bin): (queued_ns, max_depth)}."""
+    rows = store.query(
+        """SELECT a.device, a.stream, a.start_ns, a.end_ns, a.is_graph, a.launch_id, l.start_ns AS ls
+           FROM gpu_activities a LEFT JOIN launches l ON l.trace_id = a.trace_id AND l.launch_id = a.launch_id
+           WHERE a.trace_id = $t AND a.kind = 'kernel' ORDER BY a.start_ns, a.activity_id""", {"t": t})
+    iv, first_node = [], {}
+    for r in rows.itertuples(index=False):
+        if r.ls is None or r.ls != r.ls:
+            continue
+        if r.is_graph:
+            first_node.setdefault(int(r.launch_id), (int(r.device), int(r.stream), int(r.ls), int(r.start_ns)))
+        else:
+            iv.append((int(r.device), int(r.stream), int(r.ls), int(r.start_ns)))
+    iv += list(first_node.values())
+    origin = min([s for _, _, s, _ in iv] + [int(rows.start_ns.min())])
+    w = max(1, -(-(int(rows.end_ns.max()) - origin) // n))
+    out = {}
+    by_stream = {}
+    for d, st, s, e in iv:
+        if e > s:
+            by_stream.setdefault((d, st), []).append((s, e))
+    for key, ivs in by_stream.items():
+        change = {}
+        for s, e in ivs:
+            change[s] = change.get(s, 0) + 1
+            change[e] = change.get(e, 0) - 1
+        times, depth = sorted(change), 0
+        for t0, t1 in zip(times, times[1:]):  # the step [t0, t1) and its depth
+            depth += change[t0]
+            if depth == 0:
+                continue
+            for b in range((t0 - origin) // w, (t1 - 1 - origin) // w + 1):
+                lo, hi = max(t0, origin + b * w), min(t1, origin + (b + 1) * w)
+                q, m = out.get((*key, b), (0, 0))
+                out[(*key, b)] = (q + depth * (hi - lo), max(m, depth))
+    return out
+
+
+@pytest.mark.parametrize("bins", [7, 200])
+def test_queue_depth_equals_a_plain_sweep(session_store, bins):
+    """queue_depth reads the stored queued intervals and takes each bin's maximum from the depths at interval
+    starts and the intervals crossing into the bin; a step-by-step sweep over the raw rows agrees exactly."""
+    names = ("llama_prefill_b128", "small_kernels_graph", "llama_decode", "train_step")
+    with open_store(session_store.db, read_only=True) as store:
+        checked = 0
+        for path, t in session_store.ids.items():
+            if not any(n in str(path) for n in names):
+                continue
+            q = B.queue_depth(store, t, bins=bins)
+            got = {(int(r.device), int(r.stream), int(r.bin)): (int(r.queued_ns), int(r.max_depth))
+                   for r in q.itertuples(index=False)}
+            assert got == _queue_reference(store, t, bins), path
+            checked += 1
+        assert checked == len(names)

@@ -7,6 +7,7 @@ import sys
 import time
 
 import duckdb
+import pandas as pd
 import pytest
 
 from kernelscope.errors import KernelscopeError, StoreError, StoreLockedError
@@ -158,3 +159,30 @@ def test_every_connection_turns_off_compressed_materialization(tmp_path):
             assert "compressed_materialization" in str(got)
     df = run_readonly_sql(p, "SELECT current_setting('disabled_optimizers') AS v")
     assert "compressed_materialization" in str(df["v"].iloc[0])
+
+
+def test_schema_5_backfill_equals_ingest(tmp_path):
+    """A store from before schema 5 gets idle_gaps, idle_pieces and queued_intervals for its traces when opened
+    writable, row for row what ingest writes (the migration runs the ingest code, storage/idle.py)."""
+    from pathlib import Path
+
+    from kernelscope.storage.ingest import ingest_paths
+
+    tables = {"idle_gaps": "device, gap_start_ns", "idle_pieces": "device, gap_start_ns, ns, category, op_id",
+              "queued_intervals": "device, stream, start_ns, end_ns"}
+    p = tmp_path / "s.duckdb"
+    root = Path(__file__).resolve().parents[2] / "sample_traces"
+    with open_store(p) as store:
+        for trace in (root / "llama_decode" / "trace.json.gz", root / "small_kernels_graph" / "trace.json.gz"):
+            (res,) = ingest_paths(store, [trace], progress=False)
+            assert res.status == "ingested"
+        before = {t: store.query(f"SELECT * FROM {t} ORDER BY trace_id, {k}") for t, k in tables.items()}
+    assert all(len(df) > 0 for df in before.values())
+    assert before["idle_pieces"]["category"].nunique() >= 3
+    con = duckdb.connect(str(p))
+    con.execute("DROP TABLE idle_gaps; DROP TABLE idle_pieces; DROP TABLE queued_intervals")
+    con.execute("DELETE FROM schema_version WHERE version = 5")
+    con.close()
+    with open_store(p) as store:
+        for t, k in tables.items():
+            pd.testing.assert_frame_equal(store.query(f"SELECT * FROM {t} ORDER BY trace_id, {k}"), before[t])

@@ -25,6 +25,7 @@ The final inserts run inside the ingest transaction. Definitions (DESIGN.md "Dat
   time and GPU union; op_kernels: kernels and kernel time per operator instance (summary, power).
   ``launch_splits_sql`` is the one text of all three; 003_launch_splits.sql holds it
   rendered for every stored trace (a test keeps the two equal).
+- idle_gaps, idle_pieces, queued_intervals (schema 005): storage/idle.py, filled last.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from importlib import resources
 import pyarrow as pa
 
 from ..errors import ParseError
+from . import idle
 
 GPU_KINDS_SQL = "('kernel', 'memcpy', 'memset')"
 LAUNCH_KINDS_SQL = "('runtime', 'driver')"
@@ -482,6 +484,7 @@ def insert_events(con, trace_id: str, base: int) -> None:
         P,
     )
     insert_launch_splits(con, trace_id)
+    idle.insert_idle(con, trace_id)
 
 
 _CLOCK_RE = re.compile(r"^kernelscope::clock_sync\s+(-?\d+)\s*$")

@@ -18,6 +18,7 @@ import time
 from importlib import resources
 
 from ..errors import StoreError, StoreLockedError
+from . import idle
 
 #: Seconds a writer keeps retrying while another process holds the lock (must stay well under 5 s).
 LOCK_WAIT_S = 2.0
@@ -159,6 +160,10 @@ def _applied_versions(con, path) -> set[int] | None:
     return {int(r[0]) for r in con.execute("SELECT version FROM schema_version").fetchall()}
 
 
+#: Migrations whose new tables are filled for already stored traces by the function ingest uses.
+_BACKFILL = {5: idle.insert_idle}
+
+
 def _migrate(con, path, applied: set[int] | None) -> None:
     """Apply every shipped migration not yet applied, in number order, each in its own transaction (a
     store made between two releases may miss a lower number; each migration backfills its own tables)."""
@@ -173,6 +178,9 @@ def _migrate(con, path, applied: set[int] | None) -> None:
                     "(version INTEGER NOT NULL, name VARCHAR, applied_ns BIGINT)"
                 )
             con.execute(sql)
+            if version in _BACKFILL:  # derived rows of traces stored before this schema: the ingest code's
+                for (trace_id,) in con.execute("SELECT trace_id FROM traces ORDER BY trace_id").fetchall():
+                    _BACKFILL[version](con, trace_id)
             con.execute(
                 "INSERT INTO schema_version VALUES (?, ?, ?)", [version, fname, time.time_ns()]
             )
