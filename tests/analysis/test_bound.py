@@ -233,3 +233,24 @@ def test_queue_depth_equals_a_plain_sweep(session_store, bins):
             assert got == _queue_reference(store, t, bins), path
             checked += 1
         assert checked == len(names)
+
+
+def test_part_of_the_tables_is_the_same_numbers(session_store):
+    """bound(_tables=...) (recommend's call) skips the binned tables not named; what it returns equals the
+    full result's, and the scalars of the skipped tables are left out, not filled with something else."""
+    import pandas as pd
+
+    binned = {"segments": ("cpu_bound_ns", "gpu_bound_ns", "comm_bound_ns"), "queue_depth": ("queued_ns", "bin_ns")}
+    with open_store(session_store.db, read_only=True) as store:
+        for path, t in list(session_store.ids.items())[:8]:
+            full = B.bound(store, t)
+            if full.scalars["gpu_span_ns"] is None:
+                continue
+            for part in ((), ("segments",), ("queue_depth",)):
+                r = B.bound(store, t, _tables=("devices", "idle_causes", "idle_operators") + part)
+                assert list(r.tables) == ["devices", "idle_causes", "idle_operators", *part], path
+                for name, df in r.tables.items():
+                    pd.testing.assert_frame_equal(df, full.tables[name])
+                skipped = {k for name, keys in binned.items() if name not in part for k in keys}
+                assert r.scalars == {k: v for k, v in full.scalars.items() if k not in skipped}, (path, part)
+                assert r.warnings == full.warnings

@@ -161,6 +161,26 @@ def test_split_adds_up_and_tables_sum_on_every_sample(session_store):
             assert s["negative_lq"] == int((df.lq_ns < 0).sum())
 
 
+def test_part_of_the_tables_is_the_same_numbers(session_store):
+    """launch(_tables=...) (recommend's call) computes only the named tables, each equal to the full result's,
+    with every scalar; launch_bound alone still gets launch_bound_ops (from per_op, not returned)."""
+    import pandas as pd
+
+    with open_store(session_store.db, read_only=True) as store:
+        for t in _sample_ids(session_store)[:6]:
+            full = launch(store, t)
+            for part in (("per_leaf_op",), ("launch_bound",), ()):
+                r = launch(store, t, _tables=part)
+                assert list(r.tables) == list(part), (t, part)
+                for name in part:
+                    pd.testing.assert_frame_equal(r.tables[name], full.tables[name])
+                want = dict(full.scalars)
+                if not part or part == ("per_leaf_op",):
+                    del want["launch_bound_ops"]
+                assert r.scalars == want, (t, part)
+                assert r.warnings == full.warnings and r.trust == full.trust
+
+
 def test_cli_json_and_keys_documented(session_store):
     doc = (ROOT / "docs" / "metrics.md").read_text(encoding="utf-8")
     documented = set(re.findall(r"`([A-Za-z_][A-Za-z0-9_.]*)`", doc))

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from conftest import ROOT
 
 from kernelscope.analysis import bandwidth, bound, kernels, launch, recommend as rec, whatif
+from kernelscope.analysis.registry import ANALYSES
 from kernelscope.analysis.result import Result
 from kernelscope.cli import cli
 from kernelscope.errors import UsageError
@@ -176,8 +177,8 @@ def test_low_tensor_core_silent(gemm, tc):
 # the whole analysis with faked sources ------------------------------------------------------------------
 
 def test_recommend_with_fake_analyses(monkeypatch):
-    monkeypatch.setattr(bound, "bound", lambda s, t: fake_bound())
-    monkeypatch.setattr(launch, "launch", lambda s, t: fake_launch())
+    monkeypatch.setattr(bound, "bound", lambda s, t, **kw: fake_bound())
+    monkeypatch.setattr(launch, "launch", lambda s, t, **kw: fake_launch())
     monkeypatch.setattr(whatif, "whatif", lambda s, t: fake_whatif())
     monkeypatch.setattr(kernels, "kernels", lambda s, t: fake_kernels(short=0.4))
 
@@ -224,7 +225,8 @@ def test_samples_rules_and_evidence(sample_store):
         for b, fires, silent in (("b1", "host_bound_launch", "gpu_bound"), ("b128", "gpu_bound", "host_bound_launch")):
             r = rec.recommend(s, ids[b])
             assert fires in r.scalars["rules_fired"] and silent not in r.scalars["rules_fired"], (b, r.scalars)
-            sources = {n: fn(s, ids[b]) for n, fn in rec._sources().items()}
+            # the full analyses (recommend runs launch with only the tables it reads, whatif only when needed)
+            sources = {n: ANALYSES[n].fn(s, ids[b]) for n in rec._sources()}
             out = json.loads(r.to_json())
             assert out["findings"]
             for f in out["findings"]:
@@ -235,6 +237,17 @@ def test_samples_rules_and_evidence(sample_store):
                 f = next(f for f in out["findings"] if f["rule"] == "host_bound_launch")
                 w = sources["whatif"].scalars
                 assert f["saving_ns"] == w["observed_ns"] - w["predicted_ns"] > 0
+
+
+def test_whatif_runs_only_for_a_host_bound_finding(sample_store):
+    """b1 is host-bound (the rule fires and cites whatif's saving); on b128 the rule stops before its saving,
+    so whatif is not run at all."""
+    db, ids = sample_store
+    with open_store(db) as s:
+        r1, r128 = rec.recommend(s, ids["b1"]), rec.recommend(s, ids["b128"])
+    assert r1.trust["analyses_run"] == ["bandwidth", "bound", "kernels", "launch", "whatif"]
+    assert r128.trust["analyses_run"] == ["bandwidth", "bound", "kernels", "launch"]
+    assert "host_bound_launch" not in r128.scalars["rules_fired"]
 
 
 def test_cli_json_and_keys_documented(sample_store):

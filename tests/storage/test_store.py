@@ -186,3 +186,34 @@ def test_schema_5_backfill_equals_ingest(tmp_path):
     with open_store(p) as store:
         for t, k in tables.items():
             pd.testing.assert_frame_equal(store.query(f"SELECT * FROM {t} ORDER BY trace_id, {k}"), before[t])
+
+
+def test_schema_6_backfill_equals_ingest(tmp_path):
+    """op_signatures and gpu_activities.leaf_sig_id are filled for stored traces by the migration as ingest
+    fills them; each activity's signature is its leaf operator's (name, shapes, dtypes, strides, inputs)."""
+    from pathlib import Path
+
+    from kernelscope.storage.ingest import ingest_paths
+
+    p = tmp_path / "s.duckdb"
+    root = Path(__file__).resolve().parents[2] / "sample_traces"
+    sig_sql = ("SELECT a.trace_id, a.activity_id, s.name, s.input_dims, s.input_types, s.input_strides, "
+               "s.concrete_inputs FROM gpu_activities a LEFT JOIN op_signatures s "
+               "ON s.trace_id = a.trace_id AND s.sig_id = a.leaf_sig_id ORDER BY 1, 2")
+    with open_store(p) as store:
+        for trace in (root / "train_step" / "trace.json.gz", root / "llama_prefill_b2" / "trace.json.gz"):
+            (res,) = ingest_paths(store, [trace], progress=False)
+            assert res.status == "ingested"
+        sigs = store.query("SELECT * FROM op_signatures ORDER BY trace_id, sig_id")
+        by_sig = store.query(sig_sql)
+        by_op = store.query(sig_sql.replace("op_signatures s", "cpu_ops s").replace("s.sig_id = a.leaf_sig_id",
+                                                                                   "s.op_id = a.leaf_op_id"))
+    pd.testing.assert_frame_equal(by_sig, by_op)  # the signature id stands for the leaf operator's columns
+    assert by_sig["name"].notna().sum() > 1000 and 10 < len(sigs) < 200
+    con = duckdb.connect(str(p))
+    con.execute("DROP TABLE op_signatures; ALTER TABLE gpu_activities DROP COLUMN leaf_sig_id")
+    con.execute("DELETE FROM schema_version WHERE version = 6")
+    con.close()
+    with open_store(p) as store:
+        pd.testing.assert_frame_equal(store.query("SELECT * FROM op_signatures ORDER BY trace_id, sig_id"), sigs)
+        pd.testing.assert_frame_equal(store.query(sig_sql), by_sig)

@@ -55,7 +55,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import pyarrow.compute as pc
+import pyarrow as pa
 
 from ..errors import UsageError
 from .opmodel import DTYPES, MIXED, foreach_chunks, infer_input_types, kernel_name_dtype, model_op
@@ -69,18 +69,18 @@ PEAK_COLUMNS = ("mem_bw_gbps", "fp64_tflops", "fp32_tflops", "fp32_matrix_tflops
 _TENSOR_COLUMN = {"bf16": "bf16_tflops", "fp16": "fp16_tflops", "tf32": "fp32_matrix_tflops",
                   "fp32": "fp32_tflops", "fp8": "fp8_tflops", "fp64": "fp64_tflops"}
 
-# Leaf operator instances grouped by everything a rule reads (name, recorded inputs, the element-size
-# hint their kernels give: cat kernels name OpaqueType<N>) and device; per group the instances' op ids,
-# activity counts and GPU times as lists (one row per group, so the inputs are read and grouped once).
-# An instance's GPU time is the union of its activity intervals: one activity, its duration; two, the sum
-# less their overlap; more (rare), sorted by start, each activity adds the part of it that ends after
-# every earlier one, end - max(start, running max of earlier ends).
-_SQL_GROUPS = """
+# Leaf operator instances, one row each, with their group's number (``grp``, from 0 in the order of the
+# signature (op_signatures: name and recorded inputs, schema 006), the element-size hint their kernels give
+# (cat kernels name OpaqueType<N>), the kernel-name dtype and the device): the groups are read and modelled
+# once, the instances stay flat arrays. An instance's GPU time is the union of its activity intervals: one
+# activity, its duration; two, the sum less their overlap; more (rare), sorted by start, each activity adds
+# the part of it that ends after every earlier one, end - max(start, running max of earlier ends).
+_SQL_INSTANCES = """
 WITH a AS (
-  SELECT leaf_op_id AS op_id, device, start_ns, end_ns, dur_ns{kcol}
+  SELECT leaf_op_id AS op_id, leaf_sig_id, device, start_ns, end_ns, dur_ns{kcol}
   FROM gpu_activities WHERE trace_id = $t AND leaf_op_id IS NOT NULL
 ), per AS (
-  SELECT op_id, min(device) AS device, count(*) AS activities, {kdt} AS kdtype,
+  SELECT op_id, any_value(leaf_sig_id) AS sig_id, min(device) AS device, count(*) AS activities, {kdt} AS kdtype,
          CASE WHEN count(*) = 1 THEN sum(dur_ns)
               WHEN count(*) = 2 THEN sum(dur_ns) - greatest(0, min(end_ns) - max(start_ns)) END AS gpu_ns
   FROM a {kjoin} GROUP BY op_id
@@ -96,17 +96,24 @@ WITH a AS (
                                  ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
         FROM a WHERE op_id IN (SELECT op_id FROM per WHERE activities > 2))
   GROUP BY op_id
+), inst AS (
+  SELECT per.sig_id, hint.hint, per.kdtype, per.device, per.op_id, per.activities,
+         CAST(coalesce(per.gpu_ns, many.gpu_ns, 0) AS BIGINT) AS gpu_ns
+  FROM per LEFT JOIN many ON many.op_id = per.op_id LEFT JOIN hint ON hint.op_id = per.op_id
+  WHERE per.sig_id IS NOT NULL  -- an operator with no cpu_ops row has no signature (and no inputs to model)
+), grps AS (  -- the few distinct groups, numbered in order; each instance finds its number by a join on them
+  SELECT CAST(row_number() OVER (ORDER BY sig_id, hint, kdtype, device) - 1 AS BIGINT) AS grp, *
+  FROM (SELECT DISTINCT sig_id, hint, kdtype, device FROM inst)
 )
-SELECT o.name, o.input_dims, o.input_types, o.input_strides, o.concrete_inputs, hint.hint, per.kdtype,
-       per.device,
-       list(per.op_id) AS op_ids, list(per.activities) AS activities,
-       list(CAST(coalesce(per.gpu_ns, many.gpu_ns, 0) AS BIGINT)) AS gpu_ns
-FROM per LEFT JOIN many ON many.op_id = per.op_id LEFT JOIN hint ON hint.op_id = per.op_id
-JOIN cpu_ops o ON o.trace_id = $t AND o.op_id = per.op_id
-GROUP BY ALL
-ORDER BY o.name, o.input_dims, o.input_types, o.input_strides, o.concrete_inputs, hint.hint, per.kdtype,
-         per.device
+SELECT g.grp, i.* FROM inst i JOIN grps g
+  ON g.sig_id = i.sig_id AND g.hint IS NOT DISTINCT FROM i.hint AND g.kdtype IS NOT DISTINCT FROM i.kdtype
+     AND g.device IS NOT DISTINCT FROM i.device
 """
+_SQL_SIGNATURES = """
+SELECT sig_id, name, input_dims, input_types, input_strides, concrete_inputs FROM op_signatures
+WHERE trace_id = $t ORDER BY sig_id
+"""
+
 # Without kernel-name evidence every kernel's dtype word is NULL; with it, a kernel name's dtype comes from
 # the ($kn, $kd) pairs computed in Python (kernel_name_dtype: RE2 has no look-behind).
 _NO_EVIDENCE = {"kdt": "CAST(NULL AS VARCHAR)", "kjoin": "", "kcol": ""}
@@ -413,19 +420,25 @@ def bandwidth(store, trace_id: str, *, peaks: str | Path | None = None, device: 
             if (dt := kernel_name_dtype(kn)) is not None:
                 evidence[kn] = dt
     if evidence:
-        groups = store.query_arrow(_SQL_GROUPS.format(**_EVIDENCE),
-                                   {"t": t, "kn": list(evidence), "kd": list(evidence.values())})
+        inst_tab = store.query_arrow(_SQL_INSTANCES.format(**_EVIDENCE),
+                                     {"t": t, "kn": list(evidence), "kd": list(evidence.values())})
     else:
-        groups = store.query_arrow(_SQL_GROUPS.format(**_NO_EVIDENCE), {"t": t})
-    g = groups.drop_columns(["op_ids", "activities", "gpu_ns"]).to_pandas()
+        inst_tab = store.query_arrow(_SQL_INSTANCES.format(**_NO_EVIDENCE), {"t": t})
+    # Instances as flat arrays (sorted by group) and the group of each; a group's columns from its first row.
+    gi = inst_tab.column("grp").to_numpy().astype("int64") if inst_tab.num_rows else np.zeros(0, "int64")
+    flat = {c: np.asarray(inst_tab.column(c).to_numpy(zero_copy_only=False), dtype="int64")
+            for c in ("op_id", "activities", "gpu_ns")}
+    op_ids, acts, ns = flat["op_id"], flat["activities"], flat["gpu_ns"]
+    starts = np.zeros(int(gi.max()) + 1 if len(gi) else 0, dtype="int64")  # a row of each group
+    starts[gi] = np.arange(len(gi))
+    heads = inst_tab.select(["sig_id", "hint", "kdtype", "device"]).take(starts)
+    sigs = store.query_arrow(_SQL_SIGNATURES, {"t": t})  # sig_id = row number (0, 1, ...)
+    sigs = sigs.take(np.asarray(heads.column("sig_id").to_numpy(), dtype="int64")) if len(starts) else sigs.slice(0, 0)
+    g = pa.table({**{c: sigs.column(c) for c in ("name", "input_dims", "input_types", "input_strides",
+                                                 "concrete_inputs")},
+                  **{c: heads.column(c) for c in ("hint", "kdtype", "device")}}).to_pandas()
     g["shapes_source"] = pd.Series(["trace"] * len(g), dtype="object")
     g["list_reason"] = pd.Series([None] * len(g), dtype="object")
-    # Instances as flat arrays (in the groups' list order) and the group of each.
-    counts = pc.list_value_length(groups["op_ids"]).to_numpy(zero_copy_only=False) if len(g) else np.zeros(0, int)
-    gi = np.repeat(np.arange(len(g)), counts)
-    flat = {c: np.asarray(pc.list_flatten(groups[c]).to_numpy(zero_copy_only=False) if len(g) else [], dtype="int64")
-            for c in ("op_ids", "activities", "gpu_ns")}
-    op_ids, acts, ns = flat["op_ids"], flat["activities"], flat["gpu_ns"]
     if infer_lists and len(g):
         g = _explode_foreach(store, t, g, gi, op_ids)
     n = len(g)

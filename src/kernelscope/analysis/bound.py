@@ -24,6 +24,7 @@ derived once at ingest by these rules (storage/idle.py, schema 005); this module
 from __future__ import annotations
 
 import uuid
+from collections.abc import Collection
 
 import pandas as pd
 
@@ -311,8 +312,20 @@ def idle_operators(store, trace_id: str, top: int = 20) -> pd.DataFrame:
     return store.query(_OPERATORS_SQL, {"trace": trace_id, "top": int(top)})
 
 
-def bound(store, trace_id: str, bins: int = DEFAULT_BINS, top: int = 20) -> Result:
-    """The ``bound`` analysis of one trace (definitions: module docstring, docs/metrics.md)."""
+TABLES = ("devices", "idle_causes", "idle_operators", "segments", "queue_depth")
+_SCALAR_ORDER = ("gpu_span_ns", "busy_ns", "idle_ns", "host_wait_ns", "dependency_wait_ns", "host_wait_share",
+                 "dependency_wait_share", "gaps", "cpu_bound_ns", "gpu_bound_ns", "comm_bound_ns", "comm_only_ns",
+                 "comm_only_share", "queued_ns", "bin_ns", "devices_count")
+
+
+def bound(store, trace_id: str, bins: int = DEFAULT_BINS, top: int = 20,
+          _tables: Collection[str] | None = None) -> Result:
+    """The ``bound`` analysis of one trace (definitions: module docstring, docs/metrics.md).
+
+    ``_tables`` (callers that need part of the result, e.g. recommend): the binned tables ``segments`` and
+    ``queue_depth`` are computed only when named here (default: all); without them their scalars
+    (cpu/gpu/comm_bound_ns; queued_ns, bin_ns) are left out. The other tables are always there."""
+    want = set(TABLES if _tables is None else _tables)
     n = _bins(bins)
     devices = idle_split(store, trace_id)
     if devices.empty:
@@ -323,7 +336,7 @@ def bound(store, trace_id: str, bins: int = DEFAULT_BINS, top: int = 20) -> Resu
                       warnings=["the trace has no GPU activity: nothing to split."])
     causes = idle_causes(store, trace_id)
     ops = idle_operators(store, trace_id, top)
-    queue = queue_depth(store, trace_id, n)
+    queue = queue_depth(store, trace_id, n) if "queue_depth" in want else None
     comm_sql, params = _comm_sub(store, trace_id), {"trace": trace_id, "n": n}
     table = None
     try:
@@ -331,7 +344,8 @@ def bound(store, trace_id: str, bins: int = DEFAULT_BINS, top: int = 20) -> Resu
             table = f"bound_comm_{uuid.uuid4().hex}"
             store.query(f"CREATE TEMP TABLE {table} AS " + comm_sql, {"trace": trace_id})
             comm_sql = f"SELECT * FROM {table}"
-        segments = store.query(_SEGMENTS_SQL.replace("{comm}", comm_sql), params)
+        segments = (store.query(_SEGMENTS_SQL.replace("{comm}", comm_sql), params) if "segments" in want
+                    else None)
         comm_dev = store.query(f"SELECT device, CAST(sum(end_ns - start_ns) AS BIGINT) AS ns FROM ({comm_sql}) "
                                "GROUP BY device")
     finally:
@@ -344,8 +358,6 @@ def bound(store, trace_id: str, bins: int = DEFAULT_BINS, top: int = 20) -> Resu
     causes["share_of_host_wait"] = causes["idle_ns"] / host if host else float("nan")
     causes["share_of_span"] = causes["idle_ns"] / span if span else float("nan")
     ops["share_of_host_wait"] = ops["idle_ns"] / host if host else float("nan")
-    cpu_ns = int(segments.loc[segments.regime == "cpu_bound", "dur_ns"].sum())
-    comm_bound = int(segments.loc[segments.regime == "comm_bound", "dur_ns"].sum())
     per_dev = dict(zip(comm_dev["device"].astype(int), comm_dev["ns"].astype(int)))
     devices["comm_only_ns"] = [per_dev.get(int(d), 0) for d in devices["device"]]
     devices["comm_only_share"] = [x / sp if sp else None for x, sp in zip(devices["comm_only_ns"], devices["gpu_span_ns"])]
@@ -359,15 +371,23 @@ def bound(store, trace_id: str, bins: int = DEFAULT_BINS, top: int = 20) -> Resu
         "host_wait_share": host / span if span else None,
         "dependency_wait_share": dep / span if span else None,
         "gaps": int(devices["gaps"].sum()),
-        "cpu_bound_ns": cpu_ns,
-        "gpu_bound_ns": int(segments["dur_ns"].sum()) - cpu_ns - comm_bound,
-        "comm_bound_ns": comm_bound,
         "comm_only_ns": comm_only,
         "comm_only_share": comm_only / span if span else None,
-        "queued_ns": int(queue["queued_ns"].sum()),
-        "bin_ns": int(queue["bin_end_ns"].iloc[0] - queue["bin_start_ns"].iloc[0]) if len(queue) else None,
         "devices_count": len(devices),
     }
+    tables = {"devices": devices, "idle_causes": causes, "idle_operators": ops}
+    if segments is not None:
+        cpu_ns = int(segments.loc[segments.regime == "cpu_bound", "dur_ns"].sum())
+        comm_bound = int(segments.loc[segments.regime == "comm_bound", "dur_ns"].sum())
+        scalars.update({"cpu_bound_ns": cpu_ns, "gpu_bound_ns": int(segments["dur_ns"].sum()) - cpu_ns - comm_bound,
+                        "comm_bound_ns": comm_bound})
+        tables["segments"] = segments
+    if queue is not None:
+        scalars.update({"queued_ns": int(queue["queued_ns"].sum()),
+                        "bin_ns": int(queue["bin_end_ns"].iloc[0] - queue["bin_start_ns"].iloc[0]) if len(queue)
+                        else None})
+        tables["queue_depth"] = queue
+    scalars = {k: scalars[k] for k in _SCALAR_ORDER if k in scalars}
     unknown = int(causes.loc[causes.category == "unknown", "idle_ns"].sum())
     trust = {"host_wait_unknown_thread_ns": unknown,
              "multi_device": "totals are sums over devices; shares are of the summed spans"
@@ -378,6 +398,4 @@ def bound(store, trace_id: str, bins: int = DEFAULT_BINS, top: int = 20) -> Resu
                         "'unknown'.")
     return Result(
         name="bound", definition=DEFINITION.strip(), scalars=scalars,
-        tables={"devices": devices, "idle_causes": causes, "idle_operators": ops, "segments": segments,
-                "queue_depth": queue},
-        warnings=warnings, trust=trust)
+        tables=tables, warnings=warnings, trust=trust)

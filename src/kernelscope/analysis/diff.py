@@ -70,8 +70,8 @@ def _groups_sql() -> tuple[str, dict]:
       SELECT {side} AS side, a.name, o.name AS op_name, o.input_dims, o.input_types,
              count(*) AS n, sum(a.dur_ns) AS t
       FROM gpu_activities a
-      LEFT JOIN (SELECT op_id, name, input_dims, input_types FROM cpu_ops WHERE trace_id = {tid}) o
-        ON o.op_id = a.leaf_op_id
+      LEFT JOIN (SELECT sig_id, name, input_dims, input_types FROM op_signatures WHERE trace_id = {tid}) o
+        ON o.sig_id = a.leaf_sig_id
       WHERE a.trace_id = {tid} AND a.kind = 'kernel'
       GROUP BY ALL"""
     # Names are normalised and categorised once per distinct (kernel name, leaf operator name), not per row.

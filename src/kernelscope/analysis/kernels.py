@@ -97,7 +97,7 @@ WITH k AS (
          sum(a.dur_ns) FILTER (WHERE a.est_occupancy_pct > 0) AS occ_t,
          count(*) FILTER (WHERE a.est_occupancy_pct = 0) AS occ_zero
   FROM gpu_activities a
-  LEFT JOIN (SELECT op_id, name FROM cpu_ops WHERE trace_id = $t) o ON o.op_id = a.leaf_op_id
+  LEFT JOIN (SELECT sig_id, name FROM op_signatures WHERE trace_id = $t) o ON o.sig_id = a.leaf_sig_id
   WHERE a.trace_id = $t AND a.kind = 'kernel'
   GROUP BY ALL
 ), d AS (

@@ -33,7 +33,7 @@ Activities without a matched launch call are left out of every number here and c
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Collection
 
 import pandas as pd
 
@@ -105,7 +105,8 @@ SELECT
   (SELECT count(*) FROM gpu_activities WHERE trace_id = $t) AS activities,
   (SELECT count(*) FROM gpu_activities WHERE trace_id = $t AND launch_id IS NULL) AS without_launch,
   (SELECT count(*) FROM gpu_activities WHERE trace_id = $t AND kind = 'kernel' AND launch_id IS NULL)
-     AS kernels_without_launch
+     AS kernels_without_launch,
+  (SELECT count(DISTINCT device) FROM gpu_activities WHERE trace_id = $t) AS devices
 """
 
 # memcpy/memset launches apart; graph launches as one row each (their first node's split).
@@ -210,16 +211,23 @@ def _one(store, sql: str, t: str) -> dict[str, Any]:
     return {c: _py(df[c].iloc[0]) for c in df.columns} if len(df) else {}
 
 
-def launch(store, trace_id: str) -> Result:
+TABLES = ("by_kind", "distribution", "per_op", "per_leaf_op", "per_phase", "launch_bound", "devices")
+
+
+def launch(store, trace_id: str, _tables: Collection[str] | None = None) -> Result:
     """Launch overhead of one stored trace (definitions in this module's docstring and docs/metrics.md).
 
     The per-activity split and its per-operator-instance sums are computed once at ingest
     (storage/derive.py: tables activity_splits and op_launch, schema 003, the same definitions as
-    ``activity_splits`` here); every scalar and table is aggregated from them in SQL."""
-    return _launch(store, trace_id, "(SELECT * FROM activity_splits WHERE trace_id = $t)")
+    ``activity_splits`` here); every scalar and table is aggregated from them in SQL.
+
+    ``_tables`` (callers that need part of the result, e.g. recommend): compute only these tables; the
+    scalars are all there except ``launch_bound_ops`` when neither per_op nor launch_bound is asked for."""
+    return _launch(store, trace_id, "(SELECT * FROM activity_splits WHERE trace_id = $t)",
+                   set(TABLES if _tables is None else _tables))
 
 
-def _launch(store, t: str, x: str) -> Result:
+def _launch(store, t: str, x: str, want: set[str]) -> Result:
     def sq(sql: str, **fmt) -> pd.DataFrame:
         sql = sql.format(x=x, **fmt)
         return store.query(sql, {"t": t} if "$t" in sql else None)
@@ -247,18 +255,29 @@ def _launch(store, t: str, x: str) -> Result:
         "launch_delay_ns": int(tot["launch_delay_ns"]),
         "negative_lq": int(tot["negative_lq"]),
     }
-    by_kind = sq(_BY_KIND_SQL)
-    dist = _distribution(sq(_DIST_SQL))
-    per_op = sq(_PER_OP_SQL, link="top")
-    per_leaf = sq(_PER_OP_SQL, link="leaf")
-    for df in (per_op, per_leaf):
-        df["kernels_per_call"] = (df["kernels"] + df["graph_kernels"]) / df["calls"].where(df["calls"] > 0)
-    per_phase = sq(_PER_PHASE_SQL)
-    devices = sq(_DEVICES_SQL)
-    devices["mean_queue_depth"] = devices["tklqt_ns"] / devices["gpu_span_ns"].where(devices["gpu_span_ns"] > 0)
-    launch_bound = per_op.loc[per_op["launch_bound_calls"] > 0, ["name", "calls", "launch_bound_calls",
-                                                                  "launch_api_ns", "gpu_union_ns"]]
-    scalars["launch_bound_ops"] = int(per_op["launch_bound_calls"].sum()) if len(per_op) else 0
+    tables: dict[str, pd.DataFrame] = {}
+    if "by_kind" in want:
+        tables["by_kind"] = sq(_BY_KIND_SQL)
+    if "distribution" in want:
+        tables["distribution"] = _distribution(sq(_DIST_SQL))
+    for name, link in (("per_op", "top"), ("per_leaf_op", "leaf")):
+        if name in want or (name == "per_op" and "launch_bound" in want):
+            df = tables[name] = sq(_PER_OP_SQL, link=link)
+            df["kernels_per_call"] = (df["kernels"] + df["graph_kernels"]) / df["calls"].where(df["calls"] > 0)
+    if "per_phase" in want:
+        tables["per_phase"] = sq(_PER_PHASE_SQL)
+    if "devices" in want:
+        devices = tables["devices"] = sq(_DEVICES_SQL)
+        devices["mean_queue_depth"] = devices["tklqt_ns"] / devices["gpu_span_ns"].where(devices["gpu_span_ns"] > 0)
+    if "per_op" in tables:
+        per_op = tables["per_op"]
+        if "launch_bound" in want:
+            tables["launch_bound"] = per_op.loc[per_op["launch_bound_calls"] > 0,
+                                                ["name", "calls", "launch_bound_calls", "launch_api_ns",
+                                                 "gpu_union_ns"]].reset_index(drop=True)
+        scalars["launch_bound_ops"] = int(per_op["launch_bound_calls"].sum()) if len(per_op) else 0
+        if "per_op" not in want:
+            del tables["per_op"]
 
     trust = {
         "activities": span.get("activities"),
@@ -279,16 +298,14 @@ def _launch(store, t: str, x: str) -> Result:
                         "node and is not a launch cost.")
     if not gpu_span:
         warnings.append("the trace has no GPU activity: mean_queue_depth is null.")
-    if len(devices) > 1:
+    if span.get("devices", 0) > 1:
         scalars["totals"] = "tklqt_ns sums all devices; mean_queue_depth divides by the overall GPU span"
 
     return Result(
         name="launch",
         definition=DEFINITION,
         scalars=scalars,
-        tables={"by_kind": by_kind, "distribution": dist, "per_op": per_op, "per_leaf_op": per_leaf,
-                "per_phase": per_phase, "launch_bound": launch_bound.reset_index(drop=True),
-                "devices": devices},
+        tables={k: tables[k] for k in TABLES if k in tables},
         warnings=warnings,
         trust=trust,
     )

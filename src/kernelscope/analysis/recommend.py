@@ -1,6 +1,6 @@
 """Recommendations: rules over the other analyses' results, each finding citing the numbers it rests on.
 
-recommend runs bound, launch, whatif, kernels and bandwidth on one trace and checks six rules. A finding
+recommend reads bound, launch, kernels, bandwidth and whatif on one trace and checks six rules. A finding
 has a ``rule`` id, a ``severity`` (from the rule's main share: >= 0.5 high, >= 0.2 medium, else low), a
 ``message`` with the numbers, ``evidence`` (a list of ``{"analysis", "key", "value"}`` plus ``"row"`` for
 a table cell: the cited analysis' own output, unchanged) and ``saving_ns`` (estimated time saved, null
@@ -59,10 +59,48 @@ NEEDS = {"host_bound_launch": ("bound", "launch"), "gpu_bound": ("launch", "kern
          "low_tensor_core": ("kernels",)}
 
 
+#: launch's and bound's tables the rules read (launch computes only these; bound skips its binned tables).
+LAUNCH_TABLES = ("per_leaf_op",)
+BOUND_TABLES = ("devices", "idle_causes", "idle_operators")
+
+
 def _sources() -> dict[str, Callable[..., Result]]:
     """The analyses recommend reads, looked up at call time (tests replace them with fakes)."""
-    return {"bound": bound.bound, "launch": launch.launch, "whatif": whatif.whatif,
-            "kernels": kernels.kernels, "bandwidth": bandwidth.bandwidth}
+    return {"bound": lambda s, t: bound.bound(s, t, _tables=BOUND_TABLES),
+            "launch": lambda s, t: launch.launch(s, t, _tables=LAUNCH_TABLES),
+            "whatif": whatif.whatif, "kernels": kernels.kernels, "bandwidth": bandwidth.bandwidth}
+
+
+class _Results(dict):
+    """name -> Result, each analysis run on first use (once): ``res[name]`` runs it, ``name in res`` and
+    ``res.get(name)`` too; a failed one (KernelscopeError) becomes a warning and reads as missing. So an
+    analysis runs only when a rule reaches it: whatif only for a host_bound_launch finding's saving."""
+
+    def __init__(self, store, trace_id: str, given: dict[str, Result], warnings: list[str]):
+        super().__init__(given)
+        self._store, self._trace, self._warnings, self._failed = store, trace_id, warnings, set()
+        self._fns = _sources()
+
+    def __missing__(self, name: str) -> Result:
+        if name in self._failed or name not in self._fns:
+            raise KeyError(name)
+        try:
+            self[name] = self._fns[name](self._store, self._trace)
+        except KernelscopeError as e:
+            self._failed.add(name)
+            self._warnings.append(f"analysis '{name}' failed, its rules are skipped: {e}")
+            raise KeyError(name) from None
+        return dict.__getitem__(self, name)
+
+    def __contains__(self, name) -> bool:
+        try:
+            self[name]
+        except KeyError:
+            return False
+        return True
+
+    def get(self, name, default=None):
+        return self[name] if name in self else default
 
 
 def severity(share: float) -> str:
@@ -244,18 +282,10 @@ def recommend(store, trace_id: str, results: dict[str, Result] | None = None) ->
     fails (a KernelscopeError) becomes a warning and the rules needing it are skipped.
 
     ``results``: analyses already run on this trace by the caller (name -> Result, e.g. the report's or
-    the dashboard's), reused as they are; only the missing ones are run, each once."""
-    res: dict[str, Result] = {}
+    the dashboard's), reused as they are; a missing one is run once, when a rule first needs it (launch
+    with only the tables the rules read; whatif only for a host_bound_launch finding's saving)."""
     warnings: list[str] = []
-    given = results or {}
-    for name, fn in _sources().items():
-        if name in given:
-            res[name] = given[name]
-            continue
-        try:
-            res[name] = fn(store, trace_id)
-        except KernelscopeError as e:
-            warnings.append(f"analysis '{name}' failed, its rules are skipped: {e}")
+    res = _Results(store, trace_id, dict(results or {}), warnings)
     findings, skipped = evaluate(res)
     order = {"high": 0, "medium": 1, "low": 2}
     findings.sort(key=lambda f: (order[f["severity"]], -(f["saving_ns"] or 0)))
@@ -273,5 +303,5 @@ def recommend(store, trace_id: str, results: dict[str, Result] | None = None) ->
                  "rules_fired": sorted({f["rule"] for f in findings})},
         tables={"findings": table, "evidence": evidence},
         warnings=warnings,
-        trust={"analyses_run": sorted(res), "rules_skipped": skipped},
+        trust={"analyses_run": sorted(dict.keys(res)), "rules_skipped": skipped},
     )

@@ -25,7 +25,8 @@ The final inserts run inside the ingest transaction. Definitions (DESIGN.md "Dat
   time and GPU union; op_kernels: kernels and kernel time per operator instance (summary, power).
   ``launch_splits_sql`` is the one text of all three; 003_launch_splits.sql holds it
   rendered for every stored trace (a test keeps the two equal).
-- idle_gaps, idle_pieces, queued_intervals (schema 005): storage/idle.py, filled last.
+- idle_gaps, idle_pieces, queued_intervals (schema 005): storage/idle.py; op_signatures and
+  gpu_activities.leaf_sig_id (schema 006): storage/signatures.py; both filled last.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from importlib import resources
 import pyarrow as pa
 
 from ..errors import ParseError
-from . import idle
+from . import idle, signatures
 
 GPU_KINDS_SQL = "('kernel', 'memcpy', 'memset')"
 LAUNCH_KINDS_SQL = "('runtime', 'driver')"
@@ -403,7 +404,7 @@ def insert_events(con, trace_id: str, base: int) -> None:
                coalesce(l.launch_type = 'graph', false) OR coalesce(k.kernels, 0) > 1,
                a.grid_x, a.grid_y, a.grid_z, a.block_x, a.block_y, a.block_z,
                a.registers_per_thread, a.shared_memory_bytes, a.blocks_per_sm, a.warps_per_sm,
-               a.est_occupancy_pct, a.bytes
+               a.est_occupancy_pct, a.bytes, NULL
         FROM ks_raw a
         LEFT JOIN ks_launch l ON l.correlation = a.correlation
         LEFT JOIN (SELECT correlation, count(*) AS kernels FROM ks_raw
@@ -485,6 +486,7 @@ def insert_events(con, trace_id: str, base: int) -> None:
     )
     insert_launch_splits(con, trace_id)
     idle.insert_idle(con, trace_id)
+    signatures.insert_signatures(con, trace_id)
 
 
 _CLOCK_RE = re.compile(r"^kernelscope::clock_sync\s+(-?\d+)\s*$")
