@@ -428,9 +428,11 @@ def bandwidth(store, trace_id: str, *, peaks: str | Path | None = None, device: 
     gi = inst_tab.column("grp").to_numpy().astype("int64") if inst_tab.num_rows else np.zeros(0, "int64")
     flat = {c: np.asarray(inst_tab.column(c).to_numpy(zero_copy_only=False), dtype="int64")
             for c in ("op_id", "activities", "gpu_ns")}
-    op_ids, acts, ns = flat["op_id"], flat["activities"], flat["gpu_ns"]
-    starts = np.zeros(int(gi.max()) + 1 if len(gi) else 0, dtype="int64")  # a row of each group
-    starts[gi] = np.arange(len(gi))
+    # by group (a stable sort: radix on 16-bit ints when there are fewer than 32767 groups, the usual case)
+    order = np.argsort(gi.astype(np.int16) if len(gi) and gi.max() < 32767 else gi, kind="stable")
+    gi, op_ids, acts, ns = gi[order], flat["op_id"][order], flat["activities"][order], flat["gpu_ns"][order]
+    starts = np.flatnonzero(np.r_[True, gi[1:] != gi[:-1]]) if len(gi) else np.zeros(0, "int64")
+    starts = order[starts]  # a row of each group in the fetched table
     heads = inst_tab.select(["sig_id", "hint", "kdtype", "device"]).take(starts)
     sigs = store.query_arrow(_SQL_SIGNATURES, {"t": t})  # sig_id = row number (0, 1, ...)
     sigs = sigs.take(np.asarray(heads.column("sig_id").to_numpy(), dtype="int64")) if len(starts) else sigs.slice(0, 0)
