@@ -86,23 +86,27 @@ def _in_scope(store, t: str) -> pd.DataFrame:
     node and for non-graph activities)."""
     tab = store.query_arrow(_ACTS_SQL, {"t": t})
     col = {c: tab.column(c).to_numpy(zero_copy_only=False) for c in tab.column_names}
-    dev = tab.column("device").fill_null(-1).to_numpy().astype(np.int64)
-    stream = tab.column("stream").fill_null(-1).to_numpy().astype(np.int64)
+    dev, stream = (np.asarray((c.fill_null(-1) if c.null_count else c).to_numpy(), dtype=np.int64)
+                   for c in (tab.column("device"), tab.column("stream")))
     isl = store.query(_ISLANDS_SQL, {"t": t})
-    keep = np.ones(len(dev), dtype=bool)
     if len(isl):  # the island starting at or before the launch start must end after it
         s, e = isl["s"].to_numpy(np.int64), isl["e"].to_numpy(np.int64)
         k = np.searchsorted(s, col["launch_start_ns"], side="right") - 1
         keep = (k >= 0) & (col["launch_start_ns"] < e[np.maximum(k, 0)])
-    aid, start = col["activity_id"][keep], col["start_ns"][keep]
-    dev, stream = dev[keep], stream[keep]
+        if not keep.all():  # (copies of a million rows cost more than this test, in a fresh process most)
+            col = {c: v[keep] for c, v in col.items()}
+            dev, stream = dev[keep], stream[keep]
+    aid, start = col["activity_id"], col["start_ns"]
     # activity_splits is stored in this order; sort only when a scan did not return it that way
     ordered = bool(np.all((dev[1:] > dev[:-1]) | ((dev[1:] == dev[:-1]) & (
         (stream[1:] > stream[:-1]) | ((stream[1:] == stream[:-1]) & (
             (start[1:] > start[:-1]) | ((start[1:] == start[:-1]) & (aid[1:] > aid[:-1])))))))) if len(aid) else True
-    order = slice(None) if ordered else np.lexsort((aid, start, stream, dev))
-    acts = pd.DataFrame({c: col[c][keep][order] for c in tab.column_names})
-    dev, stream, end = dev[order], stream[order], acts["end_ns"].to_numpy(np.int64)
+    if not ordered:
+        order = np.lexsort((aid, start, stream, dev))
+        col = {c: v[order] for c, v in col.items()}
+        dev, stream = dev[order], stream[order]
+    acts = pd.DataFrame(col, copy=False)  # one block per column: no consolidating copy
+    end = acts["end_ns"].to_numpy(np.int64)
     same = np.zeros(len(acts), dtype=bool)
     same[1:] = (dev[1:] == dev[:-1]) & (stream[1:] == stream[:-1])
     acts["dur_ns"] = end - acts["start_ns"].to_numpy(np.int64)
@@ -272,18 +276,22 @@ def _residual(store, t: str, acts: pd.DataFrame, twin: str | None) -> tuple[np.n
         info = {"residual_gap_ns": found["gap_ns"], "residual_source": source,
                 "residual_samples": found["samples"], "residual_traces": found["traces"]}
     else:
-        b2b = (~acts["is_graph"]) & acts["prev_end_ns"].notna() & (acts["launch_end_ns"] <= acts["prev_end_ns"])
-        g = (acts["start_ns"] - acts["prev_end_ns"]).where(b2b).clip(lower=0)
-        key = acts["device"].astype("int64") * (1 << 40) + acts["stream"].astype("int64")
-        per_stream = g.groupby(key).median()
-        overall = g.median()
-        if g.notna().any():
-            med = key.map(per_stream).fillna(overall)
-            gap[:] = med.round().astype("int64").to_numpy()
+        prev = acts["prev_end_ns"].array
+        pv = prev.to_numpy(dtype=np.int64, na_value=0)
+        b2b = ~acts["is_graph"].to_numpy(bool) & ~prev.isna() & (acts["launch_end_ns"].to_numpy(np.int64) <= pv)
+        g = np.maximum(acts["start_ns"].to_numpy(np.int64) - pv, 0)[b2b].astype(float)
+        key = acts["device"].to_numpy(np.int64) * (1 << 40) + acts["stream"].to_numpy(np.int64)
+        streams, sid = np.unique(key, return_inverse=True)
+        if len(g):
+            overall = float(np.median(g))
+            gs = sid[b2b]
+            per_stream = np.array([np.median(g[gs == i]) if (gs == i).any() else overall
+                                   for i in range(len(streams))])
+            gap[:] = np.round(per_stream[sid]).astype("int64")
             info = {"residual_gap_ns": int(round(overall)),
                     "residual_source": "back-to-back gaps in this trace (median per stream, no graph replay "
                                        "measured on this GPU model)",
-                    "residual_samples": int(g.notna().sum()), "residual_traces": [t]}
+                    "residual_samples": int(len(g)), "residual_traces": [t]}
         else:
             info = {"residual_gap_ns": 0, "residual_source": "none measured (0)", "residual_samples": 0,
                     "residual_traces": []}

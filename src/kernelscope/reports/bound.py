@@ -15,6 +15,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from . import cache
+from ..analysis import bound as analysis_bound
 from ..analysis.recommend import recommend
 from ..errors import KernelscopeError
 from ..units import NS_PER_MS, ms_text
@@ -50,6 +51,14 @@ NO_GPU = ("This trace has no GPU activity (a CPU-only trace): there is no idle t
 
 def bound_result(store, trace_id: str):
     return cache.analysis(store, "bound", trace_id)
+
+
+def binned(store, trace_id: str, bins: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """bound's two binned tables for ``bins`` (queue_depth, segments), cached: what a new bin count redraws
+    (the rest of bound does not depend on it)."""
+    def run(s, t, bins):
+        return analysis_bound.queue_depth(s, t, bins), analysis_bound.regime_segments(s, t, bins)
+    return cache.call(store, trace_id, "bound:binned", run, bins=bins)
 
 
 def idle_split_figure(devices: pd.DataFrame) -> go.Figure:

@@ -96,11 +96,9 @@ def _segments(segments) -> list:
 def rebin(db_path, trace_id: str, bins: int) -> tuple:
     """The bins dropdown callback as a plain function: (queue figure, segments, URL search)."""
     bins = bins if bins in BIN_CHOICES else DEFAULT_BINS
-    with open_store(db_path, read_only=True) as store:
-        r = cache.analysis(store, "bound", trace_id, bins=bins)
-    t = r.tables
-    return (rb.queue_depth_figure(t["queue_depth"], t["segments"]), _segments(t["segments"]),
-            "?" + urlencode({"bins": bins}))
+    with open_store(db_path, read_only=True) as store:  # only the binned tables depend on the bin count
+        queue, segments = rb.binned(store, trace_id, bins)
+    return rb.queue_depth_figure(queue, segments), _segments(segments), "?" + urlencode({"bins": bins})
 
 
 def register(app, db_path) -> None:
