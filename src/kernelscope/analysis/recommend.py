@@ -24,6 +24,8 @@ Rules (thresholds below):
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 import pandas as pd
@@ -91,6 +93,30 @@ class _Results(dict):
             self._warnings.append(f"analysis '{name}' failed, its rules are skipped: {e}")
             raise KeyError(name) from None
         return dict.__getitem__(self, name)
+
+    def prefetch(self, names) -> None:
+        """Run the named analyses that every evaluation needs at once, each in a thread on its own connection
+        (DuckDB runs queries outside the GIL, so the SQL of one overlaps the Python of another)."""
+        todo = [n for n in names if n in self._fns and n not in self._failed and not dict.__contains__(self, n)]
+        if len(todo) < 2 or (os.cpu_count() or 1) < 2 or not hasattr(self._store, "cursor"):
+            return
+
+        def run(name):
+            sub = self._store.cursor()
+            try:
+                return self._fns[name](sub, self._trace), None
+            except KernelscopeError as e:
+                return None, e
+            finally:
+                sub.close()
+        with ThreadPoolExecutor(max_workers=min(len(todo), os.cpu_count() or 1)) as pool:
+            done = list(pool.map(run, todo))
+        for name, (res, err) in zip(todo, done):  # in name order: warnings do not depend on timing
+            if err is None:
+                self[name] = res
+            else:
+                self._failed.add(name)
+                self._warnings.append(f"analysis '{name}' failed, its rules are skipped: {err}")
 
     def __contains__(self, name) -> bool:
         try:
@@ -286,6 +312,7 @@ def recommend(store, trace_id: str, results: dict[str, Result] | None = None) ->
     with only the tables the rules read; whatif only for a host_bound_launch finding's saving)."""
     warnings: list[str] = []
     res = _Results(store, trace_id, dict(results or {}), warnings)
+    res.prefetch(sorted({n for rule in RULES for n in NEEDS[rule]}))  # whatif stays lazy
     findings, skipped = evaluate(res)
     order = {"high": 0, "medium": 1, "low": 2}
     findings.sort(key=lambda f: (order[f["severity"]], -(f["saving_ns"] or 0)))

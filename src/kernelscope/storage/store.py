@@ -112,6 +112,11 @@ class Store:
         self.con = con
         self.read_only = read_only
 
+    def cursor(self) -> Store:
+        """Another connection to the same open database (DuckDB's cursor: its own transaction and temp tables,
+        the same settings), for running queries in another thread; close it when done."""
+        return Store(self.path, self.con.cursor(), self.read_only)
+
     def query(self, sql: str, params=None):
         """Run SQL and return a pandas DataFrame."""
         return self.con.execute(sql, params or []).df()
