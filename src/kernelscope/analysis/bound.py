@@ -93,13 +93,15 @@ DEFAULT_BINS = 200
 # One time grid for the binned tables: origin = earliest queued-interval start or activity start,
 # end = last activity end, bin width w = ceil((end - origin) / n) (>= 1 ns). The queued intervals (what TKLQT
 # sums, each with its stream's depth just after it opened) are stored at ingest (storage/idle.py).
+_GRID_SQL = """
+SELECT origin, greatest(1, CAST(ceil((last - origin) / $n) AS BIGINT)) AS w
+FROM (SELECT least((SELECT min(start_ns) FROM queued_intervals WHERE trace_id = $trace),
+                   (SELECT min(start_ns) FROM gpu_activities WHERE trace_id = $trace)) AS origin,
+             (SELECT max(end_ns) FROM gpu_activities WHERE trace_id = $trace) AS last)
+"""
+# The grid computed once (grid()) and passed to each binned query.
 _GRID_CTE = """
-grid AS (
-    SELECT origin, greatest(1, CAST(ceil((last - origin) / $n) AS BIGINT)) AS w
-    FROM (SELECT least((SELECT min(start_ns) FROM queued_intervals WHERE trace_id = $trace),
-                       (SELECT min(start_ns) FROM gpu_activities WHERE trace_id = $trace)) AS origin,
-                 (SELECT max(end_ns) FROM gpu_activities WHERE trace_id = $trace) AS last)
-)"""
+grid AS (SELECT CAST($origin AS BIGINT) AS origin, CAST($w AS BIGINT) AS w)"""
 
 # Per bin: queued_ns = the overlap of every queued interval with the bin (area under the depth); max_depth =
 # the larger of the depth at each interval start in the bin and the intervals open at the bin's start (those
@@ -262,7 +264,15 @@ def _bins(bins) -> int:
     return n
 
 
-def queue_depth(store, trace_id: str, bins: int = DEFAULT_BINS) -> pd.DataFrame:
+def grid(store, trace_id: str, bins: int = DEFAULT_BINS) -> dict:
+    """The time grid of the binned tables for ``bins``: {"origin": ns, "w": bin width ns} (None without
+    GPU activity)."""
+    row = store.query(_GRID_SQL, {"trace": trace_id, "n": _bins(bins)})
+    o, w = row["origin"].iloc[0], row["w"].iloc[0]
+    return {"origin": None if pd.isna(o) else int(o), "w": None if pd.isna(w) else int(w)}
+
+
+def queue_depth(store, trace_id: str, bins: int = DEFAULT_BINS, *, _grid: dict | None = None) -> pd.DataFrame:
     """Launched-but-not-started kernels per (device, stream) over time, in at most ``bins`` bins.
 
     A kernel not launched by a graph is queued from its launch call's start to its own start; a graph
@@ -271,13 +281,15 @@ def queue_depth(store, trace_id: str, bins: int = DEFAULT_BINS) -> pd.DataFrame:
     mean_depth (= queued_ns / bin width), max_depth. Bins with nothing queued are left out. Summed over
     all rows, queued_ns is TKLQT less any negative launch-and-queue times.
     """
-    df = store.query(_QUEUE_SQL, {"trace": trace_id, "n": _bins(bins)})
+    g = _grid or grid(store, trace_id, bins)
+    df = store.query(_QUEUE_SQL, {"trace": trace_id, **g})
     width = (df["bin_end_ns"] - df["bin_start_ns"]) if len(df) else 1
     df.insert(len(df.columns) - 1, "mean_depth", df["queued_ns"] / width if len(df) else [])
     return df
 
 
-def regime_segments(store, trace_id: str, bins: int = DEFAULT_BINS) -> pd.DataFrame:
+def regime_segments(store, trace_id: str, bins: int = DEFAULT_BINS, *, _grid: dict | None = None,
+                    _comm: str | None = None) -> pd.DataFrame:
     """CPU-bound, communication-bound and GPU-bound stretches of each device's GPU span.
 
     The span is cut into the same bins as ``queue_depth``; a bin is ``cpu_bound`` when host-wait idle
@@ -287,8 +299,16 @@ def regime_segments(store, trace_id: str, bins: int = DEFAULT_BINS) -> pd.DataFr
     device, regime, start_ns, end_ns, dur_ns, busy_ns, host_wait_ns, dependency_wait_ns, bins,
     comm_only_ns. Per device the dur_ns add up to gpu_span_ns.
     """
-    sql = _SEGMENTS_SQL.replace("{comm}", _comm_sub(store, trace_id))  # text replacement: the SQL has no braces
-    return store.query(sql, {"trace": trace_id, "n": _bins(bins)})
+    g = _grid or grid(store, trace_id, bins)
+    # text replacement (the SQL has no other braces); _comm: the comm-only intervals bound() made a table of
+    sql = _SEGMENTS_SQL.replace("{comm}", _comm or _comm_sub(store, trace_id))
+    return store.query(sql, {"trace": trace_id, **g})
+
+
+def binned(store, trace_id: str, bins: int = DEFAULT_BINS) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(queue_depth, regime_segments) for ``bins`` on one grid: what a new bin count changes."""
+    g = grid(store, trace_id, bins)
+    return queue_depth(store, trace_id, bins, _grid=g), regime_segments(store, trace_id, bins, _grid=g)
 
 
 def idle_causes(store, trace_id: str) -> pd.DataFrame:
@@ -336,16 +356,16 @@ def bound(store, trace_id: str, bins: int = DEFAULT_BINS, top: int = 20,
                       warnings=["the trace has no GPU activity: nothing to split."])
     causes = idle_causes(store, trace_id)
     ops = idle_operators(store, trace_id, top)
-    queue = queue_depth(store, trace_id, n) if "queue_depth" in want else None
-    comm_sql, params = _comm_sub(store, trace_id), {"trace": trace_id, "n": n}
+    g = grid(store, trace_id, n) if want & {"queue_depth", "segments"} else None
+    queue = queue_depth(store, trace_id, n, _grid=g) if "queue_depth" in want else None
+    comm_sql = _comm_sub(store, trace_id)
     table = None
     try:
         if comm_sql != _NO_COMM:  # the comm-only sweep once, for the segments and the per-device totals
             table = f"bound_comm_{uuid.uuid4().hex}"
             store.query(f"CREATE TEMP TABLE {table} AS " + comm_sql, {"trace": trace_id})
             comm_sql = f"SELECT * FROM {table}"
-        segments = (store.query(_SEGMENTS_SQL.replace("{comm}", comm_sql), params) if "segments" in want
-                    else None)
+        segments = regime_segments(store, trace_id, n, _grid=g, _comm=comm_sql) if "segments" in want else None
         comm_dev = store.query(f"SELECT device, CAST(sum(end_ns - start_ns) AS BIGINT) AS ns FROM ({comm_sql}) "
                                "GROUP BY device")
     finally:

@@ -56,9 +56,7 @@ def bound_result(store, trace_id: str):
 def binned(store, trace_id: str, bins: int) -> tuple[pd.DataFrame, pd.DataFrame]:
     """bound's two binned tables for ``bins`` (queue_depth, segments), cached: what a new bin count redraws
     (the rest of bound does not depend on it)."""
-    def run(s, t, bins):
-        return analysis_bound.queue_depth(s, t, bins), analysis_bound.regime_segments(s, t, bins)
-    return cache.call(store, trace_id, "bound:binned", run, bins=bins)
+    return cache.call(store, trace_id, "bound:binned", analysis_bound.binned, bins=bins)
 
 
 def idle_split_figure(devices: pd.DataFrame) -> go.Figure:
@@ -99,9 +97,12 @@ def queue_depth_figure(queue: pd.DataFrame, segments: pd.DataFrame | None = None
                                  + " stream " + str(stream) + "</extra>"))
     if segments is not None and not segments.empty:
         colors = regime_colors(list(dict.fromkeys(segments["regime"])))
-        for seg in segments.itertuples(index=False):
-            fig.add_vrect(x0=(seg.start_ns - t0) / NS_PER_MS, x1=(seg.end_ns - t0) / NS_PER_MS,
-                          fillcolor=colors[seg.regime], line_width=0, layer="below")
+        # one list of shapes set once (add_vrect per segment re-validates the layout each time: seconds for
+        # a trace of hundreds of segments)
+        fig.update_layout(shapes=[{"type": "rect", "xref": "x", "yref": "y domain", "y0": 0, "y1": 1,
+                                   "x0": (seg.start_ns - t0) / NS_PER_MS, "x1": (seg.end_ns - t0) / NS_PER_MS,
+                                   "fillcolor": colors[seg.regime], "line": {"width": 0}, "layer": "below"}
+                                  for seg in segments.itertuples(index=False)])
         for regime, color in colors.items():  # a legend entry per regime shown (shapes have none)
             fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=f"regime: {regime}",
                                      legendgroup="regime", hoverinfo="skip",
