@@ -16,9 +16,10 @@ kernelscope.analysis.registry.ANALYSES:
   beyond start-up (it includes import of the analysis modules, opening the store and writing JSON).
 
 Multi-trace analyses: diff runs on the 1M trace against itself (both sides full size; the matching and
-deltas do the same work as for two different traces of that size); transition is skipped (it needs a
-sweep of traces labelled with a numeric label, one point each; a sweep of 1M-kernel traces costs one
-ingest per point).
+deltas do the same work as for two different traces of that size); transition runs on a copy of the
+store (``<db>-sweep.duckdb``) where the 1M-kernel trace is one more point of the samples' llama_prefill
+sweep (the 8 sample traces ingested beside it; it is labelled batch=100480, 785 steps of batch 128), so the
+sweep holds ~1.01M kernels; comm needs a run of several ranks and is timed by benchmarks/ranks.py.
 
 Usage: python3 benchmarks/analyses.py [--quick] [--kernels N] [--sample PATH] [--only A,B] [--db STORE] [--tag T]
 (--quick: 20 tiles, its own store, prints the table, writes nothing to benchmarks/results/;
@@ -34,6 +35,7 @@ import datetime
 import json
 import os
 import pathlib
+import shutil
 import statistics
 import subprocess
 import sys
@@ -46,8 +48,11 @@ VENV_KS = ROOT / ".venv" / "bin" / "kernelscope"
 DEFAULT_SAMPLE = ROOT / "sample_traces" / "llama_prefill_b128" / "trace.json.gz"
 BAR_S = 1.0
 
+SWEEP = "llama_prefill"
+SWEEP_BATCH = 100480  # the tiled trace: 785 steps of batch 128, labelled as one point past the samples' 1..128
+
 # Runs in a fresh process: open the store read-only, time the analysis calls, print JSON.
-CHILD = r"""
+CHILD = f"SWEEP = {SWEEP!r}\n" + r"""
 import json, resource, statistics, sys, time
 from kernelscope.analysis.registry import ANALYSES
 from kernelscope.storage.store import open_store
@@ -58,7 +63,10 @@ t = time.perf_counter()
 store = open_store(db, read_only=True)
 tid = resolve_trace(store, ref)
 open_s = time.perf_counter() - t
-call = (lambda: a.fn(store, [tid, tid])) if a.multi else (lambda: a.fn(store, tid))
+if name == "transition":  # over the sweep the benchmark labelled (sweep_store)
+    call = lambda: a.fn(store, None, by="batch", sweep=SWEEP)
+else:
+    call = (lambda: a.fn(store, [tid, tid])) if a.multi else (lambda: a.fn(store, tid))
 def cpu():
     u = resource.getrusage(resource.RUSAGE_SELF)
     return u.ru_utime + u.ru_stime
@@ -158,6 +166,21 @@ def ingest(db: pathlib.Path, trace: pathlib.Path, kernels: int) -> str:
     return found[0]
 
 
+def sweep_store(db: pathlib.Path, trace_id: str) -> pathlib.Path:
+    """A copy of ``db`` where the 1M-kernel trace is one point of the samples' llama_prefill sweep (the 8
+    sample traces ingested beside it with their own labels; the tiled trace labelled sweep=llama_prefill,
+    batch=SWEEP_BATCH): the store transition runs on. Rebuilt when ``db`` is newer."""
+    out = db.with_name(db.stem + "-sweep.duckdb")
+    if out.exists() and out.stat().st_mtime >= db.stat().st_mtime:
+        return out
+    shutil.copyfile(db, out)
+    dirs = sorted(str(p) for p in (ROOT / "sample_traces").glob("llama_prefill_b*") if p.is_dir())
+    subprocess.run([str(VENV_KS), "ingest", *dirs, "--db", str(out)], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([str(VENV_KS), "label", trace_id, f"sweep={SWEEP}", f"batch={SWEEP_BATCH}", "--db", str(out)],
+                   check=True, stdout=subprocess.DEVNULL)
+    return out
+
+
 def wall(cmd: list[str]) -> tuple[float, subprocess.CompletedProcess]:
     t = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True)
@@ -233,12 +256,14 @@ def main(argv=None) -> int:
 
     rows, loads = [], []
     for name in names:
-        if multi[name] and name != "diff":
-            rows.append({"name": name, "skip": "multi-trace: needs a labelled sweep of traces (see docstring)"})
+        if multi[name] and name not in ("diff", "transition"):
+            rows.append({"name": name, "skip": "multi-rank: needs a run of several ranks (benchmarks/ranks.py "
+                                               "times it on 64 ranks)"})
             log(f"{name}: skipped")
             continue
         loads.append(os.getloadavg()[0])
-        _, p = wall([str(VENV_PY), "-c", CHILD, str(db), name, trace_id, str(a.warm)])
+        run_db = sweep_store(db, trace_id) if name == "transition" else db
+        _, p = wall([str(VENV_PY), "-c", CHILD, str(run_db), name, trace_id, str(a.warm)])
         if p.returncode != 0:
             err = (p.stderr.strip().splitlines() or ["?"])[-1]
             rows.append({"name": name, "skip": f"error: {err}"})
@@ -249,8 +274,9 @@ def main(argv=None) -> int:
         cold, warm = out["times"][0], statistics.median(out["times"][1:])
         cold_cpu, warm_cpu = out["cpus"][0], statistics.median(out["cpus"][1:])
         cmd = ([str(VENV_KS), "diff", trace_id, trace_id] if name == "diff"
+               else [str(VENV_KS), "analyze", name, "--by", "batch", "--sweep", SWEEP] if name == "transition"
                else [str(VENV_KS), "analyze", name, trace_id])
-        cli_s, q = wall(cmd + ["--format", "json", "--db", str(db)])
+        cli_s, q = wall(cmd + ["--format", "json", "--db", str(run_db)])
         cli = cli_s - startup if q.returncode == 0 else None
         row = {"name": name, "cold": cold, "warm": warm, "warm_all": out["times"][1:], "open": out["open_s"],
                "cli": cli, "cli_rc": q.returncode, "load": loads[-1], "rows": out["rows"],
@@ -287,7 +313,9 @@ def main(argv=None) -> int:
         ok = "yes" if max(r["cold"], r["warm"]) <= BAR_S else "**NO**"
         cli = f"{r['cli']:.2f}" if r["cli"] is not None else f"failed (rc {r['cli_rc']})"
         tabs = ", ".join(f"{k} {v}" for k, v in r["rows"].items())
-        label = r["name"] + (" (A = B = this trace)" if r["name"] == "diff" else "")
+        label = r["name"] + (" (A = B = this trace)" if r["name"] == "diff" else
+                             f" (sweep {SWEEP}: the 8 samples + this trace, in a copy of the store)"
+                             if r["name"] == "transition" else "")
         body.append(f"| {label} | {r['cold']:.3f} | {r['warm']:.3f} | {ok} | {r['cold_cpu']:.2f} | "
                     f"{r['warm_cpu']:.2f} | {cli} | {tabs} |")
     misses = [r["name"] for r in rows if "skip" not in r and max(r["cold"], r["warm"]) > BAR_S]

@@ -177,7 +177,7 @@ def transition(store, trace_ids: list[str] | None = None, by: str = "batch", swe
     for p in pts.itertuples(index=False):
         t = p.trace_id
         m = met.loc[t]
-        lr = launch_mod.launch(store, t).scalars
+        lr = launch_mod.launch(store, t, _tables=()).scalars  # only its scalars are read
         split = bound_mod.idle_split(store, t)
         span = _int(m["gpu_span_ns"])
         busy = int(m["busy_ns"])
