@@ -133,9 +133,17 @@ def rank_breakdown(store, trace_ids) -> pd.DataFrame:
 
 def comm_only_busy(store, trace_ids) -> pd.DataFrame:
     """Per (trace_id, device): ``comm_only_ns`` = time when only collective kernels are busy on the device
-    (no compute kernel, no memcpy/memset on any stream): the communication-bound time, ns."""
-    df = rank_breakdown(store, trace_ids)
-    return df[["trace_id", "device", "comm_only_ns"]].reset_index(drop=True)
+    (no compute kernel, no memcpy/memset on any stream): the communication-bound time, ns. A trace without
+    collective kernels has none: its devices get 0 without the sweep over its activities."""
+    ids = list(trace_ids)
+    with_coll = set(store.con.execute(f"SELECT DISTINCT trace_id FROM collectives WHERE trace_id IN {_ids_sql()}",
+                                      {"ids": ids}).df()["trace_id"])
+    swept = rank_breakdown(store, [t for t in ids if t in with_coll])[["trace_id", "device", "comm_only_ns"]]
+    rest = store.con.execute(f"SELECT DISTINCT trace_id, device FROM gpu_activities WHERE trace_id IN {_ids_sql()} "
+                             "AND device IS NOT NULL AND end_ns > start_ns", {"ids": [t for t in ids if t not in with_coll]}).df()
+    rest["comm_only_ns"] = 0
+    df = pd.concat([swept, rest.astype({"comm_only_ns": "int64"})], ignore_index=True) if len(rest) else swept
+    return df.sort_values(["trace_id", "device"], kind="stable").reset_index(drop=True)
 
 
 def _instances(store, ids) -> tuple[pd.DataFrame, pd.DataFrame]:

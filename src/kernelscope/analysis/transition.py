@@ -88,26 +88,29 @@ FROM ids i
 _STEP_BUSY_SQL = """
 WITH st AS (SELECT trace_id, start_ns, end_ns FROM annotations
             WHERE kind = 'step' AND trace_id IN (SELECT unnest($ids))),
-sel AS (
-    SELECT a.trace_id, a.device, a.start_ns, a.end_ns
-    FROM gpu_activities a JOIN launches l ON l.trace_id = a.trace_id AND l.launch_id = a.launch_id
-    WHERE a.trace_id IN (SELECT unnest($ids))
-      AND EXISTS (SELECT 1 FROM st WHERE st.trace_id = a.trace_id
-                  AND l.start_ns >= st.start_ns AND l.start_ns < st.end_ns)
+isl AS (  -- the steps of each trace merged into islands: inside a step = inside an island
+    SELECT trace_id, min(start_ns) AS s, max(end_ns) AS e FROM (
+        SELECT *, sum(CASE WHEN start_ns > coalesce(run_end, start_ns - 1) THEN 1 ELSE 0 END)
+                      OVER (PARTITION BY trace_id ORDER BY start_ns, end_ns ROWS UNBOUNDED PRECEDING) AS grp
+        FROM (SELECT trace_id, start_ns, end_ns,
+                     max(end_ns) OVER (PARTITION BY trace_id ORDER BY start_ns, end_ns
+                                       ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS run_end
+              FROM st))
+    GROUP BY trace_id, grp
 ),
-o AS (
-    SELECT *, max(end_ns) OVER (PARTITION BY trace_id, device ORDER BY start_ns, end_ns
-                                ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
+sel AS (  -- activities whose launch call starts inside a step (the island starting at or before it)
+    SELECT x.trace_id, x.device, x.start_ns, x.end_ns
+    FROM activity_splits x ASOF JOIN isl ON x.trace_id = isl.trace_id AND x.launch_start_ns >= isl.s
+    WHERE x.trace_id IN (SELECT unnest($ids)) AND x.launch_start_ns < isl.e
+),
+o AS (  -- the union's length: by start (ties in any order), each activity adds its part after every
+         -- earlier one's end
+    SELECT trace_id, greatest(0, end_ns - greatest(start_ns, coalesce(
+               max(end_ns) OVER (PARTITION BY trace_id, device ORDER BY start_ns
+                                 ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), start_ns))) AS add_ns
     FROM sel
-),
-g AS (
-    SELECT *, sum(CASE WHEN prev_end IS NULL OR start_ns > prev_end THEN 1 ELSE 0 END)
-                OVER (PARTITION BY trace_id, device ORDER BY start_ns, end_ns ROWS UNBOUNDED PRECEDING) AS island
-    FROM o
 )
-SELECT trace_id, CAST(sum(e - s) AS BIGINT) AS step_busy_ns
-FROM (SELECT trace_id, device, island, min(start_ns) AS s, max(end_ns) AS e FROM g GROUP BY ALL)
-GROUP BY trace_id
+SELECT trace_id, CAST(sum(add_ns) AS BIGINT) AS step_busy_ns FROM o GROUP BY trace_id
 """
 
 
@@ -177,7 +180,7 @@ def transition(store, trace_ids: list[str] | None = None, by: str = "batch", swe
     for p in pts.itertuples(index=False):
         t = p.trace_id
         m = met.loc[t]
-        lr = launch_mod.launch(store, t, _tables=()).scalars  # only its scalars are read
+        lr = launch_mod.tklqt(store, t)  # launch's tklqt_ns and mean_queue_depth alone
         split = bound_mod.idle_split(store, t)
         span = _int(m["gpu_span_ns"])
         busy = int(m["busy_ns"])
