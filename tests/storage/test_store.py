@@ -217,3 +217,26 @@ def test_schema_6_backfill_equals_ingest(tmp_path):
     with open_store(p) as store:
         pd.testing.assert_frame_equal(store.query("SELECT * FROM op_signatures ORDER BY trace_id, sig_id"), sigs)
         pd.testing.assert_frame_equal(store.query(sig_sql), by_sig)
+
+
+def test_schema_7_backfill_equals_ingest(tmp_path):
+    """device_time is filled for stored traces by the migration as ingest fills it (ranks.insert_device_time),
+    on a two-rank run with collectives; compute + exposed comm + exposed memcpy = busy on every device."""
+    from pathlib import Path
+
+    from kernelscope.storage.ingest import ingest_paths
+
+    p = tmp_path / "s.duckdb"
+    run = Path(__file__).resolve().parents[2] / "sample_traces" / "ddp2"
+    with open_store(p) as store:
+        res = ingest_paths(store, [run], progress=False)
+        assert all(r.status == "ingested" for r in res)
+        before = store.query("SELECT * FROM device_time ORDER BY trace_id, device")
+    assert len(before) == 2 and (before["comm_only_ns"] > 0).all()
+    assert (before.compute_ns + before.exposed_comm_ns + before.exposed_memcpy_ns == before.busy_ns).all()
+    con = duckdb.connect(str(p))
+    con.execute("DROP TABLE device_time")
+    con.execute("DELETE FROM schema_version WHERE version = 7")
+    con.close()
+    with open_store(p) as store:
+        pd.testing.assert_frame_equal(store.query("SELECT * FROM device_time ORDER BY trace_id, device"), before)

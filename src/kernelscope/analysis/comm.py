@@ -93,57 +93,22 @@ def _ids_sql() -> str:
 
 
 def rank_breakdown(store, trace_ids) -> pd.DataFrame:
-    """Per (trace, device): compute, comm, exposed comm, comm-only, memcpy, exposed memcpy, busy, span (ns);
-    one sweep over every activity boundary (see the module docstring)."""
+    """Per (trace, device): compute, comm, exposed comm, comm-only, memcpy, exposed memcpy, busy, span (ns): one
+    sweep over every activity boundary (see the module docstring), run at ingest (storage/ranks.py,
+    table device_time)."""
     return store.con.execute(
-        f"""
-        WITH acts AS (
-            SELECT a.trace_id, a.device, a.start_ns AS s, a.end_ns AS e,
-                   CASE WHEN c.activity_id IS NOT NULL THEN 2 WHEN a.kind = 'kernel' THEN 1 ELSE 3 END AS cls
-            FROM gpu_activities a
-            LEFT JOIN collectives c ON c.trace_id = a.trace_id AND c.activity_id = a.activity_id
-            WHERE a.trace_id IN {_ids_sql()} AND a.device IS NOT NULL AND a.end_ns > a.start_ns
-        ), ev AS (
-            SELECT trace_id, device, s AS t, (cls = 1)::INT AS dk, (cls = 2)::INT AS dc, (cls = 3)::INT AS dm
-            FROM acts
-            UNION ALL
-            SELECT trace_id, device, e, -(cls = 1)::INT, -(cls = 2)::INT, -(cls = 3)::INT FROM acts
-        ), g AS (
-            SELECT trace_id, device, t, sum(dk) AS dk, sum(dc) AS dc, sum(dm) AS dm FROM ev GROUP BY ALL
-        ), w AS (
-            SELECT trace_id, device, t,
-                   sum(dk) OVER o AS k, sum(dc) OVER o AS c, sum(dm) OVER o AS m,
-                   lead(t) OVER (PARTITION BY trace_id, device ORDER BY t) - t AS len
-            FROM g WINDOW o AS (PARTITION BY trace_id, device ORDER BY t ROWS UNBOUNDED PRECEDING)
-        )
-        SELECT trace_id, device,
-               coalesce(sum(len) FILTER (WHERE k > 0), 0)::BIGINT AS compute_ns,
-               coalesce(sum(len) FILTER (WHERE c > 0), 0)::BIGINT AS comm_ns,
-               coalesce(sum(len) FILTER (WHERE c > 0 AND k = 0), 0)::BIGINT AS exposed_comm_ns,
-               coalesce(sum(len) FILTER (WHERE c > 0 AND k = 0 AND m = 0), 0)::BIGINT AS comm_only_ns,
-               coalesce(sum(len) FILTER (WHERE m > 0), 0)::BIGINT AS memcpy_ns,
-               coalesce(sum(len) FILTER (WHERE m > 0 AND k = 0 AND c = 0), 0)::BIGINT AS exposed_memcpy_ns,
-               coalesce(sum(len) FILTER (WHERE k > 0 OR c > 0 OR m > 0), 0)::BIGINT AS busy_ns,
-               (max(t) - min(t))::BIGINT AS gpu_span_ns
-        FROM w GROUP BY trace_id, device ORDER BY trace_id, device
-        """,
+        f"""SELECT trace_id, device, compute_ns, comm_ns, exposed_comm_ns, comm_only_ns, memcpy_ns,
+                   exposed_memcpy_ns, busy_ns, gpu_span_ns
+            FROM device_time WHERE trace_id IN {_ids_sql()} ORDER BY trace_id, device""",
         {"ids": list(trace_ids)},
     ).df()
 
 
 def comm_only_busy(store, trace_ids) -> pd.DataFrame:
     """Per (trace_id, device): ``comm_only_ns`` = time when only collective kernels are busy on the device
-    (no compute kernel, no memcpy/memset on any stream): the communication-bound time, ns. A trace without
-    collective kernels has none: its devices get 0 without the sweep over its activities."""
-    ids = list(trace_ids)
-    with_coll = set(store.con.execute(f"SELECT DISTINCT trace_id FROM collectives WHERE trace_id IN {_ids_sql()}",
-                                      {"ids": ids}).df()["trace_id"])
-    swept = rank_breakdown(store, [t for t in ids if t in with_coll])[["trace_id", "device", "comm_only_ns"]]
-    rest = store.con.execute(f"SELECT DISTINCT trace_id, device FROM gpu_activities WHERE trace_id IN {_ids_sql()} "
-                             "AND device IS NOT NULL AND end_ns > start_ns", {"ids": [t for t in ids if t not in with_coll]}).df()
-    rest["comm_only_ns"] = 0
-    df = pd.concat([swept, rest.astype({"comm_only_ns": "int64"})], ignore_index=True) if len(rest) else swept
-    return df.sort_values(["trace_id", "device"], kind="stable").reset_index(drop=True)
+    (no compute kernel, no memcpy/memset on any stream): the communication-bound time, ns."""
+    df = rank_breakdown(store, trace_ids)
+    return df[["trace_id", "device", "comm_only_ns"]].reset_index(drop=True)
 
 
 def _instances(store, ids) -> tuple[pd.DataFrame, pd.DataFrame]:

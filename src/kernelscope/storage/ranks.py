@@ -109,7 +109,48 @@ def insert_collectives(con, trace_id: str) -> int:
         """,
         {"tid": trace_id},
     )
+    insert_device_time(con, trace_id)
     return con.execute("SELECT count(*) FROM collectives WHERE trace_id = ?", [trace_id]).fetchall()[0][0]
+
+
+# Per device: one sweep over every activity boundary with running counts of the three classes (compute kernel,
+# collective kernel, memcpy/memset); each stretch between two boundaries is attributed by which counts are > 0.
+_DEVICE_TIME_SQL = """
+INSERT INTO device_time
+WITH acts AS (
+    SELECT a.device, a.start_ns AS s, a.end_ns AS e,
+           CASE WHEN c.activity_id IS NOT NULL THEN 2 WHEN a.kind = 'kernel' THEN 1 ELSE 3 END AS cls
+    FROM gpu_activities a
+    LEFT JOIN (SELECT activity_id FROM collectives WHERE trace_id = $tid) c ON c.activity_id = a.activity_id
+    WHERE a.trace_id = $tid AND a.device IS NOT NULL AND a.end_ns > a.start_ns
+), ev AS (
+    SELECT device, s AS t, (cls = 1)::INT AS dk, (cls = 2)::INT AS dc, (cls = 3)::INT AS dm FROM acts
+    UNION ALL
+    SELECT device, e, -(cls = 1)::INT, -(cls = 2)::INT, -(cls = 3)::INT FROM acts
+), g AS (
+    SELECT device, t, sum(dk) AS dk, sum(dc) AS dc, sum(dm) AS dm FROM ev GROUP BY ALL
+), w AS (
+    SELECT device, t, sum(dk) OVER o AS k, sum(dc) OVER o AS c, sum(dm) OVER o AS m,
+           lead(t) OVER (PARTITION BY device ORDER BY t) - t AS len
+    FROM g WINDOW o AS (PARTITION BY device ORDER BY t ROWS UNBOUNDED PRECEDING)
+)
+SELECT $tid, device,
+       coalesce(sum(len) FILTER (WHERE k > 0), 0)::BIGINT,
+       coalesce(sum(len) FILTER (WHERE c > 0), 0)::BIGINT,
+       coalesce(sum(len) FILTER (WHERE c > 0 AND k = 0), 0)::BIGINT,
+       coalesce(sum(len) FILTER (WHERE c > 0 AND k = 0 AND m = 0), 0)::BIGINT,
+       coalesce(sum(len) FILTER (WHERE m > 0), 0)::BIGINT,
+       coalesce(sum(len) FILTER (WHERE m > 0 AND k = 0 AND c = 0), 0)::BIGINT,
+       coalesce(sum(len) FILTER (WHERE k > 0 OR c > 0 OR m > 0), 0)::BIGINT,
+       (max(t) - min(t))::BIGINT
+FROM w GROUP BY device ORDER BY device
+"""
+
+
+def insert_device_time(con, trace_id: str) -> None:
+    """Fill device_time (schema 007) for one trace whose activities and collectives are stored: per device, the
+    time some compute kernel, some collective, some memcpy/memset runs, and their exposed/only parts."""
+    con.execute(_DEVICE_TIME_SQL, {"tid": trace_id})
 
 
 # ------------------------------------------------------------------------------------------- membership

@@ -18,7 +18,7 @@ import time
 from importlib import resources
 
 from ..errors import StoreError, StoreLockedError
-from . import idle, signatures
+from . import idle, ranks, signatures
 
 #: Seconds a writer keeps retrying while another process holds the lock (must stay well under 5 s).
 LOCK_WAIT_S = 2.0
@@ -166,7 +166,7 @@ def _applied_versions(con, path) -> set[int] | None:
 
 
 #: Migrations whose new tables are filled for already stored traces by the function ingest uses.
-_BACKFILL = {5: idle.insert_idle, 6: signatures.insert_signatures}
+_BACKFILL = {5: idle.insert_idle, 6: signatures.insert_signatures, 7: ranks.insert_device_time}
 
 
 def _migrate(con, path, applied: set[int] | None) -> None:
