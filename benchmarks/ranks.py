@@ -63,14 +63,28 @@ def rank_copy(text: str, rank: int, world: int) -> str:
     return re.sub(r'"Rank": \d+', f'"Rank": {rank}', out)
 
 
-def build(out: pathlib.Path, world: int) -> pathlib.Path:
+def build(out: pathlib.Path, world: int, tiles: int = 1) -> pathlib.Path:
+    """Rank k's file = ddp_rank{k % 2} with its rank set rewritten; with ``tiles`` > 1, that trace tiled
+    ``tiles`` times along time (benchmarks/tile.py; one period for every rank, the longest sample's, so the
+    k-th collective of each rank stays in the same tile), written as plain .json (no gzip: GBs)."""
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
     texts = [gzip.open(p, "rt", encoding="utf-8").read() for p in SAMPLES]
-    for k in range(world):
-        data = rank_copy(texts[k % 2], k, world).encode()
-        (out / f"trace_rank{k}.json.gz").write_bytes(gzip.compress(data, 6))
+    if tiles <= 1:
+        for k in range(world):
+            data = rank_copy(texts[k % 2], k, world).encode()
+            (out / f"trace_rank{k}.json.gz").write_bytes(gzip.compress(data, 6))
+        return out
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from tile import Tiler
+
+    tilers = [Tiler(json.loads(rank_copy(texts[k % 2], k, world))) for k in range(world)]
+    period = max(t.period for t in tilers)
+    for k, t in enumerate(tilers):
+        t.period = period
+        t.template, t.vars = t._template()
+        t.write(str(out / f"trace_rank{k}.json"), tiles)
     return out
 
 
@@ -100,6 +114,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ranks", type=int, default=64)
     ap.add_argument("--out", type=pathlib.Path, default=ROOT / ".bench" / "ranks64")
+    ap.add_argument("--tiles", type=int, default=1,
+                    help="tile each rank trace this many times along time (e.g. --ranks 2 --tiles 683: 1M kernels)")
+    ap.add_argument("--once", action="store_true", help="ingest once (default worker bound), not three ways")
     ap.add_argument("--write", action="store_true", help="write benchmarks/results/ranks-<date><suffix>.md")
     ap.add_argument("--suffix", default="", help="appended to the results file name (e.g. -16core)")
     a = ap.parse_args(argv)
@@ -108,15 +125,16 @@ def main(argv=None) -> int:
     from kernelscope.storage.export import export_parquet, open_parquet_store
     from kernelscope.storage.store import open_store
 
-    traces = build(a.out / "traces", a.ranks)
+    traces = build(a.out / "traces", a.ranks, a.tiles)
     rows = []
     db = a.out / "s.duckdb"
     cores = len(os.sched_getaffinity(0))
-    t_ser, w_ser = ingest(traces, db, "1")
-    t_par, w_par = ingest(traces, db, str(cores))
+    if not a.once:
+        t_ser, w_ser = ingest(traces, db, "1")
+        t_par, w_par = ingest(traces, db, str(cores))
+        rows.append(("ingest, parse in-process", f"{t_ser:.1f} s", w_ser))
+        rows.append((f"ingest, parse in {cores} processes", f"{t_par:.1f} s", w_par))
     t_def, w_def = ingest(traces, db, None)
-    rows.append(("ingest, parse in-process", f"{t_ser:.1f} s", w_ser))
-    rows.append((f"ingest, parse in {cores} processes", f"{t_par:.1f} s", w_par))
     rows.append(("ingest, default bound", f"{t_def:.1f} s", w_def + " (bound: free cores, memory, in-process "
                  "below 8 MiB of files)"))
     with open_store(db, read_only=True) as store:
@@ -142,7 +160,7 @@ def main(argv=None) -> int:
     ps.close()
     same = rp.scalars == r.scalars
     rows += [
-        ("input", f"{size(traces) / 1e6:.1f} MB gz", f"{a.ranks} rank files"),
+        ("input", f"{size(traces) / 1e6:.1f} MB" + (" gz" if a.tiles <= 1 else " .json"), f"{a.ranks} rank files"),
         ("store size", f"{size(db) / 1e6:.1f} MB", f"{kernels:,} kernels, {colls:,} collective kernels"),
         ("Parquet export", f"{info.bytes / 1e6:.1f} MB", f"{t_exp:.2f} s, {info.rows:,} rows"),
         ("comm on the store", f"{times[0]:.2f} s", f"then {min(times[1:]):.2f} s; "
@@ -166,8 +184,11 @@ def main(argv=None) -> int:
         text = (f"# ranks.py: {a.ranks} synthetic ranks ({date}, git {commit or 'working tree'})\n\n"
                 f"Machine: {os.cpu_count()} cores ({cpu}), load average {load[0]:.1f} at the end; duckdb "
                 f"{duckdb.__version__}, pyarrow {pyarrow.__version__}, python {sys.version.split()[0]}.\n"
-                f"Command: `python benchmarks/ranks.py --ranks {a.ranks} --write`. Ranks tiled from "
-                "sample_traces/ddp2 (rank k = ddp_rank{k % 2} with its rank set rewritten).\n\n"
+                f"Command: `python benchmarks/ranks.py --ranks {a.ranks}"
+                + (f" --tiles {a.tiles}" if a.tiles > 1 else "") + (" --once" if a.once else "")
+                + f" --write{' --suffix ' + a.suffix if a.suffix else ''}`. Ranks made from "
+                "sample_traces/ddp2 (rank k = ddp_rank{k % 2} with its rank set rewritten"
+                + (f", tiled {a.tiles} times along time" if a.tiles > 1 else "") + ").\n\n"
                 + "\n".join(table) + "\n")
         path = ROOT / "benchmarks" / "results" / f"ranks-{date}{a.suffix}.md"
         path.write_text(text, encoding="utf-8")
