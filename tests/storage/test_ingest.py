@@ -334,3 +334,26 @@ def test_plain_trace_name_drops_json_and_gz(store, tmp_path):
     b = ingest_paths(store, [write_trace(tmp_path / "other.json", [op("aten::y", 0, 10, 1)])])
     names = dict(store.con.execute("SELECT trace_id, name FROM traces").fetchall())
     assert names[a[0].trace_id] == "step.7" and names[b[0].trace_id] == "other"
+
+
+def test_duckdb_out_of_memory_is_one_line_and_nothing_is_stored(tmp_path, monkeypatch):
+    """A memory limit too small for DuckDB: one 'failed' line naming the file and the setting to raise, exit
+    code 1, no trace stored (one file and a run of rank files alike)."""
+    from click.testing import CliRunner
+
+    from kernelscope.cli import cli
+
+    root = Path(__file__).resolve().parents[2] / "sample_traces"
+    db = tmp_path / "s.duckdb"
+    monkeypatch.setenv("KERNELSCOPE_MEMORY_LIMIT", "3MB")
+    for path, hint in ((root / "llama_decode" / "trace.json.gz", False), (root / "ddp2", True)):
+        res = CliRunner().invoke(cli, ["ingest", str(path), "--db", str(db)])
+        assert res.exit_code == 1, res.output
+        err = res.stderr.strip().splitlines()
+        assert len(err) == 1 and "Out of Memory" in err[0] and "KERNELSCOPE_MEMORY_LIMIT" in err[0], err
+        assert ("KERNELSCOPE_INGEST_WORKERS" in err[0]) == hint
+        assert "Traceback" not in res.output
+    monkeypatch.delenv("KERNELSCOPE_MEMORY_LIMIT")
+    with open_store(db, read_only=True) as store:
+        assert store.query("SELECT count(*) AS n FROM traces")["n"].iloc[0] == 0
+        assert store.query("SELECT count(*) AS n FROM gpu_activities")["n"].iloc[0] == 0

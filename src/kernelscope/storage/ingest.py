@@ -434,6 +434,17 @@ def _insert_trace_row(
     )
 
 
+def _db_error(path, exc: BaseException, rank_files: bool = False) -> StoreError:
+    """A DuckDB error while deriving or inserting a trace, as one line (out of memory: what to change)."""
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    msg = f"{path}: DuckDB failed while deriving the trace's tables: {first}"
+    if "Out of Memory" in first or type(exc).__name__ == "OutOfMemoryException":
+        limit = os.environ.get("KERNELSCOPE_MEMORY_LIMIT", DEFAULT_MEMORY_LIMIT)
+        msg += (f"; give ingest more memory (KERNELSCOPE_MEMORY_LIMIT, now {limit}, e.g. KERNELSCOPE_MEMORY_LIMIT=2GB)"
+                + (" or parse fewer rank files at once (KERNELSCOPE_INGEST_WORKERS=1)" if rank_files else ""))
+    return StoreError(msg)
+
+
 def _fail(path, exc: BaseException, t0: float) -> IngestResult:
     msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     src = str(path)
@@ -476,6 +487,10 @@ def ingest_file(
         except OSError as exc:
             reason = exc.strerror or str(exc)
             return _fail(path, ParseError(f"cannot read the file: {reason}"), t0)
+        except Exception as exc:  # noqa: BLE001 -- DuckDB's own errors (e.g. out of memory): one line, not a traceback
+            if type(exc).__module__.split(".")[0] not in ("duckdb", "_duckdb"):
+                raise
+            return _fail(path, _db_error(path, exc), t0)
 
 
 def _trace_suffixes() -> tuple[str, ...]:
@@ -785,6 +800,7 @@ def _parse_and_derive(path: str, out: str, python_functions: bool, threads: int 
         con.execute(f"SET threads = {max(1, int(threads))}")
         limit = os.environ.get("KERNELSCOPE_MEMORY_LIMIT", DEFAULT_MEMORY_LIMIT)
         con.execute(f"SET memory_limit = '{_safe_setting(limit)}'")
+        con.execute("SET preserve_insertion_order = false")  # as the one-file path derives (bounded memory)
         for _version, _name, sql in migrations():
             con.execute(sql)
         con.execute(f"CREATE TEMP VIEW ks_raw AS SELECT * FROM read_parquet({_sql_path(folder / 'raw.parquet')})")
@@ -804,7 +820,8 @@ def _parse_and_derive(path: str, out: str, python_functions: bool, threads: int 
                WHERE c.table_schema = 'main' AND t.table_type = 'BASE TABLE' AND c.column_name = 'trace_id'
                ORDER BY 1""").fetchall()
             if con.execute(f'SELECT count(*) FROM "{t}"').fetchone()[0]]
-        for table in filled:  # preserve_insertion_order is on: the files keep each table's sort
+        con.execute("SET preserve_insertion_order = true")  # the files keep each table's stored order
+        for table in filled:
             con.execute(f"COPY \"{table}\" TO {_sql_path(folder / f't_{table}.parquet')} "
                         "(FORMAT parquet, COMPRESSION lz4)")
     finally:
@@ -828,6 +845,10 @@ def _parse_all(jobs, python_functions: bool, workers: int) -> list:
                 out.append(_parse_and_derive(str(p), str(o), python_functions, threads, i))
             except KernelscopeError as exc:
                 raise named(p, exc) from None
+            except Exception as exc:  # noqa: BLE001 -- DuckDB's errors: one line
+                if type(exc).__module__.split(".")[0] not in ("duckdb", "_duckdb"):
+                    raise
+                raise _db_error(p, exc, rank_files=True) from None
         return out
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
@@ -843,6 +864,10 @@ def _parse_all(jobs, python_functions: bool, workers: int) -> list:
                 out.append(f.result())
             except KernelscopeError as exc:
                 raise named(p, exc) from None
+            except Exception as exc:  # noqa: BLE001 -- DuckDB's errors from a worker: one line
+                if type(exc).__module__.split(".")[0] not in ("duckdb", "_duckdb"):
+                    raise
+                raise _db_error(p, exc, rank_files=True) from None
         return out
 
 
