@@ -81,17 +81,22 @@ _ALLOCATOR = ("regexp_matches({c}, '^(cuda|cu|hip)(Malloc|Free|MemAlloc|MemFree|
 # instant, ends before starts, inner ends before outer ends, outer starts before inner starts; an op's end
 # returns to its parent op, a call's end to its leaf op), then cut at each gap start (the state there
 # found by an ASOF join) and each piece matched to the gap it falls in (another ASOF join).
-_RAW_PIECES_SQL = """WITH gap_rows AS ({gaps}),
-hw AS (
-    SELECT g.device, g.gap_start_ns AS g0, g.gap_end_ns AS g1,
-           arg_min(l.pid, a.activity_id) FILTER (WHERE l.launch_id IS NOT NULL) AS pid,
-           arg_min(l.tid, a.activity_id) FILTER (WHERE l.launch_id IS NOT NULL) AS tid
-    FROM gap_rows g
-    JOIN gpu_activities a ON a.trace_id = $trace AND a.device = g.device AND a.start_ns = g.gap_end_ns
-    LEFT JOIN launches l ON l.trace_id = a.trace_id AND l.launch_id = a.launch_id
-    WHERE g.cause = 'host_wait'
-    GROUP BY g.device, g.gap_start_ns, g.gap_end_ns
-),
+# Pieces of each host-wait gap, in three statements whose results go to temporary tables (each spills on its
+# own; as one statement a trace of a million pieces ran out of a 256 MB memory limit): the host-wait gaps with
+# their launching thread (_HW_SQL), the operators and calls that can change that thread's state inside them
+# (_KEPT_SQL), and the pieces (_PIECES_RAW_SQL).
+_HW_SQL = """WITH gap_rows AS ({gaps})
+SELECT g.device, g.gap_start_ns AS g0, g.gap_end_ns AS g1,
+       arg_min(l.pid, a.activity_id) FILTER (WHERE l.launch_id IS NOT NULL) AS pid,
+       arg_min(l.tid, a.activity_id) FILTER (WHERE l.launch_id IS NOT NULL) AS tid
+FROM gap_rows g
+JOIN gpu_activities a ON a.trace_id = $trace AND a.device = g.device AND a.start_ns = g.gap_end_ns
+LEFT JOIN launches l ON l.trace_id = a.trace_id AND l.launch_id = a.launch_id
+WHERE g.cause = 'host_wait'
+GROUP BY g.device, g.gap_start_ns, g.gap_end_ns
+"""
+
+_KEPT_SQL = """WITH hw AS (SELECT * FROM ks_idle_hw),
 thr AS (SELECT DISTINCT pid, tid FROM hw WHERE pid IS NOT NULL),
 hw_u AS (  -- per thread, the union of its host-wait gaps (gaps of several devices may overlap)
     SELECT pid, tid, min(g0) AS u0, max(g1) AS u1 FROM (
@@ -125,16 +130,20 @@ kept AS (  -- DISTINCT: an interval overlapping several buckets or merged gaps m
     SELECT DISTINCT i.what, i.pid, i.tid, i.start_ns, i.end_ns, i.id, i.up
     FROM ivb i JOIN ub u ON u.pid = i.pid AND u.tid = i.tid AND u.b = i.b
     WHERE i.start_ns < u.u1 AND u.u0 < i.end_ns
-),
+)
+SELECT * FROM kept
+"""
+
+_PIECES_RAW_SQL = """WITH hw AS (SELECT * FROM ks_idle_hw), kept AS (SELECT * FROM ks_idle_kept),
 ev AS (
     SELECT pid, tid, start_ns AS t, 1 AS is_start, -end_ns AS k, what AS kind, id AS ref FROM kept
     UNION ALL
     SELECT pid, tid, end_ns, 0, -start_ns, CASE WHEN up IS NULL THEN 'none' ELSE 'op' END, up FROM kept
 ),
-st AS (  -- per instant, the event that decides the state: greatest (is_start, k) (ordering above)
-    SELECT pid, tid, t, x.kind, x.ref FROM (
-        SELECT pid, tid, t, arg_max({'kind': kind, 'ref': ref}, {'s': is_start, 'k': k}) AS x
-        FROM ev GROUP BY pid, tid, t)
+st AS (  -- per instant, the event that decides the state: greatest (is_start, k) (ordering above); a window
+         -- (sorts spill to disk) rather than a grouped arg_max over millions of instants (its states do not)
+    SELECT pid, tid, t, kind, ref FROM ev
+    QUALIFY row_number() OVER (PARTITION BY pid, tid, t ORDER BY is_start DESC, k DESC, kind, ref) = 1
 ),
 tl AS (  -- the thread's state changes and the gap starts in one ordered stream per (device, thread)
     SELECT d.device, s.pid, s.tid, s.t, 0 AS is_gap, s.kind, s.ref, NULL::BIGINT AS g1
@@ -162,7 +171,8 @@ pieces AS (
 SELECT * FROM pieces
 """
 
-# The pieces named: cause category, call name, operator ({raw}: _RAW_PIECES_SQL).
+
+# The pieces named: cause category, call name, operator ({raw}: the pieces of _PIECES_RAW_SQL).
 _NAME_SQL = """WITH pieces AS ({raw}),
 d2h_ops AS (
     SELECT leaf_op_id AS op_id FROM gpu_activities
@@ -212,12 +222,28 @@ FROM named n LEFT JOIN po o ON o.op_id = n.op_id
 """
 
 _PIECES_INSERT = ("INSERT INTO idle_pieces SELECT $trace, * FROM ("
-                  + _NAME_SQL.replace("{raw}", _RAW_PIECES_SQL).replace("{gaps}", "SELECT device, gap_start_ns, gap_end_ns, cause FROM idle_gaps WHERE trace_id = $trace")
-                  + ") ORDER BY device, gap_start_ns")
+                  + _NAME_SQL.replace("{raw}", "SELECT * FROM ks_idle_pieces") + ") ORDER BY device, gap_start_ns")
+_STAGES = (
+    ("ks_idle_hw", _HW_SQL.replace("{gaps}", "SELECT device, gap_start_ns, gap_end_ns, cause FROM idle_gaps "
+                                             "WHERE trace_id = $trace")),
+    ("ks_idle_kept", _KEPT_SQL),
+    ("ks_idle_pieces", _PIECES_RAW_SQL),
+)
 
 
 def insert_idle(con, trace_id: str) -> None:
     """Fill idle_gaps, queued_intervals and idle_pieces for one trace whose events, busy intervals and
-    activity_splits are stored (the pieces read the gaps just inserted)."""
-    for sql in (_GAPS_INSERT, _QUEUED_INSERT, _PIECES_INSERT):
+    activity_splits are stored (the pieces read the gaps just inserted, through three temporary tables)."""
+    for sql in (_GAPS_INSERT, _QUEUED_INSERT):
         con.execute(sql, {"trace": trace_id})
+    try:
+        for name, sql in _STAGES:
+            con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS " + sql,
+                        {"trace": trace_id} if "$trace" in sql else None)
+        con.execute(_PIECES_INSERT, {"trace": trace_id})
+    finally:
+        for name, _sql in _STAGES:
+            try:
+                con.execute(f"DROP TABLE IF EXISTS {name}")
+            except Exception:  # noqa: BLE001 -- an aborted transaction: the error above is the one to see
+                pass
