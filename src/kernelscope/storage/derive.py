@@ -333,13 +333,18 @@ LEFT JOIN (SELECT trace_id, op_id, name FROM cpu_ops WHERE {where}) o
   ON o.trace_id = i.trace_id AND o.op_id = i.op_id"""
 
 
+_LINKS = (("top", "top_op_id"), ("leaf", "leaf_op_id"))
+
+
+def _op_launch_sql(where: str, links=_LINKS) -> str:
+    return ("INSERT INTO op_launch\nWITH x AS (SELECT * FROM activity_splits WHERE " + where + ")"
+            + "\nUNION ALL".join(_OP_LAUNCH_LINK_SQL.format(name=n, link=c, where=where) for n, c in links))
+
+
 def launch_splits_sql(where: str) -> list[str]:
     """The INSERT statements filling activity_splits, op_launch and op_kernels for the traces ``where`` selects
     (a SQL condition on trace_id: ``trace_id = $tid`` at ingest, ``TRUE`` in the 003 migration)."""
-    links = [_OP_LAUNCH_LINK_SQL.format(name=n, link=c, where=where)
-             for n, c in (("top", "top_op_id"), ("leaf", "leaf_op_id"))]
-    op_sql = ("INSERT INTO op_launch\nWITH x AS (SELECT * FROM activity_splits WHERE " + where + ")"
-              + "\nUNION ALL".join(links))
+    op_sql = _op_launch_sql(where)
     splits = _SPLITS_SQL.format(where=where, where_g=where.replace("trace_id", "g.trace_id"))
     kern_sql = "INSERT INTO op_kernels" + "\nUNION ALL".join(
         _OP_KERNELS_LINK_SQL.format(name=n, link=c, where=where) for n, c in (("top", "top_op_id"), ("leaf", "leaf_op_id")))
@@ -347,8 +352,11 @@ def launch_splits_sql(where: str) -> list[str]:
 
 
 def insert_launch_splits(con, trace_id: str) -> None:
-    """Fill activity_splits, op_launch and op_kernels for one trace whose events are already inserted."""
-    for sql in launch_splits_sql("trace_id = $tid"):
+    """Fill activity_splits, op_launch and op_kernels for one trace whose events are already inserted: the
+    statements of ``launch_splits_sql``, op_launch one link at a time (the two links in one statement ran out
+    of a 256 MB memory limit on a 0.5M-kernel DDP rank; the rows are the same)."""
+    splits, _op_sql, kern_sql = launch_splits_sql("trace_id = $tid")
+    for sql in [splits] + [_op_launch_sql("trace_id = $tid", (link,)) for link in _LINKS] + [kern_sql]:
         con.execute(sql, {"tid": trace_id})
 
 
