@@ -77,13 +77,13 @@ def test_rows_have_schema_and_device_values(fake, mode):
                                               "mem_used_bytes", "temperature_c", "throttle_reasons"]
     assert first == list(range(first[0], first[0] + 6))  # consecutive ticks
     assert d["mem_util_pct"][first[2]] == 40 and d["throttle_reasons"][first[5]] == 4
-    # Scheduling on a shared machine only ever stretches intervals, so the bounds below are the ones
-    # a busy CI box cannot break: no burst after a stall (never shorter than the period, give or take
-    # timer slack, so never more rows than 300 ms allows) and the statistics equal a recount.
+    # Ticks are due every period from the first (_loop); a late tick shortens the next interval (its deadline
+    # stays put) but a stall never brings a burst (a deadline already passed moves to now). So on a busy
+    # CI box single intervals can be short or long; what it cannot break: the mean interval is not below the
+    # period (never more rows than the span allows) and the statistics equal a recount.
     gaps = _gaps_ms(t)
     span_ms = (max(d["ts_ns"]) - min(d["ts_ns"])) / 1e6
     assert 5 <= t.num_rows <= span_ms / 5 * 1.1 + 2 and span_ms < 2000
-    assert sorted(gaps)[len(gaps) // 10] >= 4.5  # 90% of intervals are not shorter than the period
     st = s.period_stats()
     n = len(gaps)
     assert st["intervals"] == t.num_rows - 1 == n and st["max_ms"] == gaps[-1]
@@ -158,7 +158,8 @@ def test_one_second_stall_keeps_sampling_with_real_timestamps(fake, mode, tmp_pa
     assert ts[-1] <= t_stopped  # nothing stamped after stop() returned (a child may tick while stopping)
     assert s.max_gap_ms >= 1000
     st = s.period_stats()
-    assert 9 <= st["median_ms"] < 100 and st["max_ms"] == s.max_gap_ms  # one 1 s stall does not move the median
+    # one 1 s stall does not move the median (late ticks on a loaded box shorten the next interval: >= 5, not 9)
+    assert 5 <= st["median_ms"] < 100 and st["max_ms"] == s.max_gap_ms
     # over a window that holds the stall only the straddling interval counts
     win = s.period_stats(window=(stall_end_ns - 500_000_000, stall_end_ns - 400_000_000))
     assert win["intervals"] == 1 and win["samples"] == 0 and win["max_ms"] == s.max_gap_ms

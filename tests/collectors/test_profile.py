@@ -232,7 +232,9 @@ def test_telemetry_written_as_parquet_when_sampler_has_rows(tmp_path, monkeypatc
     run = json.loads((tmp_path / "r" / "run.json").read_text())
     assert run["sampler"]["kind"] == mode
     assert run["sampler"]["samples"] == t.num_rows
-    assert run["sampler"]["achieved_period_ms"] == nvml.interval_stats(t)["median_ms"] >= 4.5
+    assert run["sampler"]["achieved_period_ms"] == nvml.interval_stats(t)["median_ms"]
+    ts = t.column("ts_ns").to_pylist()  # no burst: the mean interval is not below the 5 ms period (a late tick
+    assert (max(ts) - min(ts)) / 1e6 / (len(ts) - 1) >= 4.5  # may shorten the next one, so not the median)
     in_trace = sorted(int(e["name"].split()[1]) for e in _events(tmp_path / "r")
                       if e.get("name", "").startswith(CLOCK_MARKER + " "))
     assert run["clock"]["traced_markers_epoch_ns"] == in_trace and len(in_trace) >= 3
