@@ -204,6 +204,16 @@ def _observed(store, t: str) -> tuple[int | None, str, int, dict[str, Any]]:
     return None, "traced", iterations, sc
 
 
+def _stream_ids(key: np.ndarray) -> np.ndarray:
+    """0, 1, ... per (device, stream) key of rows sorted by it (a change of key starts the next id): the ids
+    np.unique would give, without its sort of a million rows."""
+    if not len(key):
+        return np.zeros(0, dtype=np.int64)
+    if len(key) > 1 and bool((key[1:] < key[:-1]).any()):  # not sorted: fall back to the sort
+        return np.unique(key, return_inverse=True)[1]
+    return np.concatenate(([0], np.cumsum(key[1:] != key[:-1])))
+
+
 def simulate(acts: pd.DataFrame, syncs: pd.DataFrame, gap: np.ndarray) -> np.ndarray:
     """Predicted end (ns from 0) of each activity; ``acts`` in (device, stream, start) order.
 
@@ -215,7 +225,7 @@ def simulate(acts: pd.DataFrame, syncs: pd.DataFrame, gap: np.ndarray) -> np.nda
     if n == 0:
         return np.zeros(0, dtype=np.int64)
     key = acts["device"].astype("int64").to_numpy() * (1 << 40) + acts["stream"].astype("int64").to_numpy()
-    _, sid = np.unique(key, return_inverse=True)
+    sid = _stream_ids(key)
     nstreams = int(sid.max()) + 1
     lstart = acts["launch_start_ns"].to_numpy(dtype=np.int64)
     oend = acts["end_ns"].to_numpy(dtype=np.int64)
@@ -281,7 +291,8 @@ def _residual(store, t: str, acts: pd.DataFrame, twin: str | None) -> tuple[np.n
         b2b = ~acts["is_graph"].to_numpy(bool) & ~prev.isna() & (acts["launch_end_ns"].to_numpy(np.int64) <= pv)
         g = np.maximum(acts["start_ns"].to_numpy(np.int64) - pv, 0)[b2b].astype(float)
         key = acts["device"].to_numpy(np.int64) * (1 << 40) + acts["stream"].to_numpy(np.int64)
-        streams, sid = np.unique(key, return_inverse=True)
+        sid = _stream_ids(key)
+        streams = np.arange(int(sid[-1]) + 1 if len(sid) else 0)
         if len(g):
             overall = float(np.median(g))
             gs = sid[b2b]
