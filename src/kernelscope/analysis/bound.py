@@ -23,7 +23,6 @@ derived once at ingest by these rules (storage/idle.py, schema 005); this module
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Collection
 
 import pandas as pd
@@ -288,8 +287,7 @@ def queue_depth(store, trace_id: str, bins: int = DEFAULT_BINS, *, _grid: dict |
     return df
 
 
-def regime_segments(store, trace_id: str, bins: int = DEFAULT_BINS, *, _grid: dict | None = None,
-                    _comm: str | None = None) -> pd.DataFrame:
+def regime_segments(store, trace_id: str, bins: int = DEFAULT_BINS, *, _grid: dict | None = None) -> pd.DataFrame:
     """CPU-bound, communication-bound and GPU-bound stretches of each device's GPU span.
 
     The span is cut into the same bins as ``queue_depth``; a bin is ``cpu_bound`` when host-wait idle
@@ -300,8 +298,7 @@ def regime_segments(store, trace_id: str, bins: int = DEFAULT_BINS, *, _grid: di
     comm_only_ns. Per device the dur_ns add up to gpu_span_ns.
     """
     g = _grid or grid(store, trace_id, bins)
-    # text replacement (the SQL has no other braces); _comm: the comm-only intervals bound() made a table of
-    sql = _SEGMENTS_SQL.replace("{comm}", _comm or _comm_sub(store, trace_id))
+    sql = _SEGMENTS_SQL.replace("{comm}", _comm_sub(store, trace_id))  # text replacement: no other braces
     return store.query(sql, {"trace": trace_id, **g})
 
 
@@ -358,19 +355,10 @@ def bound(store, trace_id: str, bins: int = DEFAULT_BINS, top: int = 20,
     ops = idle_operators(store, trace_id, top)
     g = grid(store, trace_id, n) if want & {"queue_depth", "segments"} else None
     queue = queue_depth(store, trace_id, n, _grid=g) if "queue_depth" in want else None
-    comm_sql = _comm_sub(store, trace_id)
-    table = None
-    try:
-        if comm_sql != _NO_COMM:  # the comm-only sweep once, for the segments and the per-device totals
-            table = f"bound_comm_{uuid.uuid4().hex}"
-            store.query(f"CREATE TEMP TABLE {table} AS " + comm_sql, {"trace": trace_id})
-            comm_sql = f"SELECT * FROM {table}"
-        segments = regime_segments(store, trace_id, n, _grid=g, _comm=comm_sql) if "segments" in want else None
-        comm_dev = store.query(f"SELECT device, CAST(sum(end_ns - start_ns) AS BIGINT) AS ns FROM ({comm_sql}) "
-                               "GROUP BY device")
-    finally:
-        if table:
-            store.query(f"DROP TABLE IF EXISTS {table}")
+    segments = regime_segments(store, trace_id, n, _grid=g) if "segments" in want else None
+    # per device, the comm-only total the ingest sweep stored (device_time: the same rule as the intervals)
+    comm_dev = store.query("SELECT device, comm_only_ns AS ns FROM device_time WHERE trace_id = $trace",
+                           {"trace": trace_id})
     span = int(devices["gpu_span_ns"].sum())
     busy = int(devices["busy_ns"].sum())
     host = int(devices["host_wait_ns"].sum())
