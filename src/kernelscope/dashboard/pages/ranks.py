@@ -31,7 +31,7 @@ from ...reports import timeline_data as td
 from ...storage.store import open_store
 from ...units import NS_PER_MS
 from .common import message, ms_text, table
-from .timeline import _RANGE, _ZOOM_JS, zoom_relayout
+from .timeline import _ZOOM_JS, window_params, zoom_relayout
 
 TITLE = "Ranks"
 GRAPH_ID = "ranks-tl-graph"
@@ -251,21 +251,8 @@ def update_timeline(db_path, search: str | None, relayout: dict | None) -> tuple
     search) for the new window, or None when the relayout changes no x range."""
     from ..app import url_params
 
-    params = url_params(search)
-    new = dict(params)
-    if not relayout:
-        return None
-    rng = {}
-    for k, v in relayout.items():
-        m = _RANGE.match(k)
-        if m:
-            rng[int(m.group(1))] = v
-    if any(k.endswith("autorange") for k in relayout):
-        new.pop("t0", None)
-        new.pop("t1", None)
-    elif len(rng) == 2:
-        new["t0"], new["t1"] = f"{float(rng[0]):.6f}", f"{float(rng[1]):.6f}"
-    else:
+    new = window_params(url_params(search), relayout) if relayout else None
+    if new is None:
         return None
     with open_store(db_path, read_only=True) as store:
         view = render_run(store, new)

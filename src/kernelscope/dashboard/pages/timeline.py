@@ -28,6 +28,27 @@ GRAPH_ID = "timeline-graph"
 _RANGE = re.compile(r"^xaxis\d*\.range\[([01])\]$")
 
 
+def window_params(params: dict, relayout: dict) -> dict | None:
+    """``params`` with the x window a Plotly relayout sets (``t0``/``t1``, ms) or resets (autorange: both
+    removed); None when the relayout changes no x range (a y zoom, a legend click)."""
+    rng = {}
+    for k, v in relayout.items():
+        m = _RANGE.match(k)
+        if m:
+            rng[int(m.group(1))] = v
+        elif re.match(r"^xaxis\d*\.range$", k) and isinstance(v, list) and len(v) == 2:
+            rng = {0: v[0], 1: v[1]}
+    new = dict(params)
+    if any(re.match(r"^xaxis\d*\.autorange$", k) for k in relayout):
+        new.pop("t0", None)
+        new.pop("t1", None)
+    elif len(rng) == 2:
+        new["t0"], new["t1"] = f"{float(rng[0]):.6f}", f"{float(rng[1]):.6f}"
+    else:
+        return None
+    return new
+
+
 def parse_window(params: dict, info: dict) -> tuple[int, int, str]:
     """The window ``[a, b)`` in epoch ns from ``t0``/``t1`` (ms since the trace start), clamped to the
     trace; the whole trace when absent. Returns (a, b, note); note says what was wrong with the URL."""
@@ -197,19 +218,8 @@ def update(db_path, trace_id: str, search: str | None, relayout: dict | None = N
             return None
         new["op"] = str(int(cd))
     elif relayout is not None:
-        rng = {}
-        for k, v in relayout.items():
-            m = _RANGE.match(k)
-            if m:
-                rng[int(m.group(1))] = v
-            elif re.match(r"^xaxis\d*\.range$", k) and isinstance(v, list) and len(v) == 2:
-                rng = {0: v[0], 1: v[1]}
-        if any(re.match(r"^xaxis\d*\.autorange$", k) for k in relayout):
-            new.pop("t0", None)
-            new.pop("t1", None)
-        elif len(rng) == 2:
-            new["t0"], new["t1"] = f"{float(rng[0]):.6f}", f"{float(rng[1]):.6f}"
-        else:
+        new = window_params(params, relayout)
+        if new is None:
             return None
     else:
         return None
