@@ -161,6 +161,14 @@ def test_every_connection_turns_off_compressed_materialization(tmp_path):
     assert "compressed_materialization" in str(df["v"].iloc[0])
 
 
+def _undo_migration(path, version: int, drop_sql: str) -> None:
+    """Make ``path`` a store from before schema ``version``: drop what it added and forget it was applied."""
+    con = duckdb.connect(str(path))
+    con.execute(drop_sql)
+    con.execute("DELETE FROM schema_version WHERE version = ?", [version])
+    con.close()
+
+
 def test_schema_5_backfill_equals_ingest(tmp_path):
     """A store from before schema 5 gets idle_gaps, idle_pieces and queued_intervals for its traces when opened
     writable, row for row what ingest writes (the migration runs the ingest code, storage/idle.py)."""
@@ -179,10 +187,7 @@ def test_schema_5_backfill_equals_ingest(tmp_path):
         before = {t: store.query(f"SELECT * FROM {t} ORDER BY trace_id, {k}") for t, k in tables.items()}
     assert all(len(df) > 0 for df in before.values())
     assert before["idle_pieces"]["category"].nunique() >= 3
-    con = duckdb.connect(str(p))
-    con.execute("DROP TABLE idle_gaps; DROP TABLE idle_pieces; DROP TABLE queued_intervals")
-    con.execute("DELETE FROM schema_version WHERE version = 5")
-    con.close()
+    _undo_migration(p, 5, "DROP TABLE idle_gaps; DROP TABLE idle_pieces; DROP TABLE queued_intervals")
     with open_store(p) as store:
         for t, k in tables.items():
             pd.testing.assert_frame_equal(store.query(f"SELECT * FROM {t} ORDER BY trace_id, {k}"), before[t])
@@ -210,10 +215,7 @@ def test_schema_6_backfill_equals_ingest(tmp_path):
                                                                                    "s.op_id = a.leaf_op_id"))
     pd.testing.assert_frame_equal(by_sig, by_op)  # the signature id stands for the leaf operator's columns
     assert by_sig["name"].notna().sum() > 1000 and 10 < len(sigs) < 200
-    con = duckdb.connect(str(p))
-    con.execute("DROP TABLE op_signatures; ALTER TABLE gpu_activities DROP COLUMN leaf_sig_id")
-    con.execute("DELETE FROM schema_version WHERE version = 6")
-    con.close()
+    _undo_migration(p, 6, "DROP TABLE op_signatures; ALTER TABLE gpu_activities DROP COLUMN leaf_sig_id")
     with open_store(p) as store:
         pd.testing.assert_frame_equal(store.query("SELECT * FROM op_signatures ORDER BY trace_id, sig_id"), sigs)
         pd.testing.assert_frame_equal(store.query(sig_sql), by_sig)
@@ -234,9 +236,6 @@ def test_schema_7_backfill_equals_ingest(tmp_path):
         before = store.query("SELECT * FROM device_time ORDER BY trace_id, device")
     assert len(before) == 2 and (before["comm_only_ns"] > 0).all()
     assert (before.compute_ns + before.exposed_comm_ns + before.exposed_memcpy_ns == before.busy_ns).all()
-    con = duckdb.connect(str(p))
-    con.execute("DROP TABLE device_time")
-    con.execute("DELETE FROM schema_version WHERE version = 7")
-    con.close()
+    _undo_migration(p, 7, "DROP TABLE device_time")
     with open_store(p) as store:
         pd.testing.assert_frame_equal(store.query("SELECT * FROM device_time ORDER BY trace_id, device"), before)
