@@ -18,9 +18,10 @@ Definitions (docs/metrics.md "What-if" is the canonical text; every time is inte
 - Residual gap per activity ``gap_k``: a graph node keeps its observed gap to the previous node of the
   same graph launch (clamped at 0). Every other activity gets the median node-to-node gap of CUDA-graph
   replays measured on this GPU model: from this trace's own graph launches, else from the ``twin`` trace,
-  else from the other stored traces whose first device has the same name (``residual_source`` says
-  which). Reason: with launches free (graphs/fusion) what remains between kernels is the GPU's own
-  node-to-node gap, which a graph replay measures. Without any graph replay, the median gap between
+  else from the other stored traces whose first device has the same name, else from the shipped prior
+  of the device's GPU family (``data/graph_gap_prior.csv``: the same median over kernelscope's own graph
+  captures, with their provenance; ``residual_source`` says which). Reason: with launches free (graphs/fusion) what remains between kernels is the GPU's own
+  node-to-node gap, which a graph replay measures. Without any graph replay or prior (an unknown GPU family), the median gap between
   back-to-back kernels on the stream (the launch had returned before the previous activity ended, so the
   gap is GPU-side) is used, else that median over the trace, else 0 (the prediction is then a lower bound
   and a warning says so).
@@ -183,13 +184,39 @@ def _resolve_trace(store, ref: Any) -> str:
     return str(df["trace_id"].iloc[0])
 
 
-def _graph_gap(store, ids: list[str]) -> dict[str, Any] | None:
+def graph_gap(store, ids: list[str]) -> dict[str, Any] | None:
+    """Median node-to-node gap pooled over the graph replays of traces ``ids``: {gap_ns, samples, traces}."""
     if not ids:
         return None
     row = _one(store, _GRAPH_GAPS_SQL, ids=ids)
     if not row.get("samples"):
         return None
     return {"gap_ns": int(row["gap_ns"]), "samples": int(row["samples"]), "traces": str(row["traces"]).split(",")}
+
+
+_PRIOR_COLUMNS = ("family", "match", "gap_ns", "samples", "captures", "source")
+
+
+def graph_gap_priors() -> list[dict[str, Any]]:
+    """The shipped per-GPU-family priors (data/graph_gap_prior.csv, made by sample_traces/make_graph_prior.py)."""
+    import csv
+    import io
+    from importlib import resources
+
+    text = resources.files("kernelscope").joinpath("data", "graph_gap_prior.csv").read_text("utf-8")
+    rows = list(csv.DictReader(io.StringIO(text)))
+    return [{**r, "gap_ns": int(r["gap_ns"]), "samples": int(r["samples"])} for r in rows]
+
+
+def _prior(store, t: str) -> dict[str, Any] | None:
+    """The shipped prior whose ``match`` fits the name of the trace's first device, else None."""
+    import re
+
+    name = _one(store, "SELECT json_extract_string(device_properties, '$[0].name') AS n FROM traces "
+                       "WHERE trace_id = $t", t=t).get("n")
+    if not name:
+        return None
+    return next((p for p in graph_gap_priors() if re.search(p["match"], str(name), re.IGNORECASE)), None)
 
 
 def _observed(store, t: str) -> tuple[int | None, str, int, dict[str, Any]]:
@@ -272,20 +299,31 @@ def _residual(store, t: str, acts: pd.DataFrame, twin: str | None) -> tuple[np.n
     """Per-activity residual gap (ns) and a record of where it came from."""
     warnings: list[str] = []
     info: dict[str, Any] = {}
-    found = _graph_gap(store, [t])
+    found = graph_gap(store, [t])
     source = "graph replays in this trace"
     if found is None and twin:
-        found, source = _graph_gap(store, [twin]), f"graph replays in the twin trace {twin}"
+        found, source = graph_gap(store, [twin]), f"graph replays in the twin trace {twin}"
     if found is None:
         same = [str(x) for x in store.query(_SAME_DEVICE_SQL, {"t": t})["trace_id"]]
-        found = _graph_gap(store, same)
+        found = graph_gap(store, same)
         source = "graph replays in other stored traces on the same GPU model"
+    if found is None:
+        prior = _prior(store, t)
+        if prior is not None:
+            found = {"gap_ns": prior["gap_ns"], "samples": prior["samples"], "traces": []}
+            source = (f"shipped prior for {prior['family']}: median node-to-node gap of {prior['samples']} "
+                      f"graph-replay gaps in kernelscope's own captures (data/graph_gap_prior.csv; "
+                      f"no graph replay of this GPU model in the store)")
     gap = np.zeros(len(acts), dtype=np.int64)
     if found is not None:
         gap[:] = found["gap_ns"]
         info = {"residual_gap_ns": found["gap_ns"], "residual_source": source,
                 "residual_samples": found["samples"], "residual_traces": found["traces"]}
     else:
+        warnings.append("no graph replay of this GPU model in the store and no shipped prior for it: the residual "
+                        "gap is the median back-to-back gap of this trace, which still holds launch and queue "
+                        "time (on an H100 capture it predicted 49% above the measured graph replay); store a CUDA "
+                        "graph replay of this GPU (or pass twin=) for a better prediction.")
         prev = acts["prev_end_ns"].array
         pv = prev.to_numpy(dtype=np.int64, na_value=0)
         b2b = ~acts["is_graph"].to_numpy(bool) & ~prev.isna() & (acts["launch_end_ns"].to_numpy(np.int64) <= pv)
