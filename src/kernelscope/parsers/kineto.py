@@ -25,6 +25,7 @@ import gzip
 import hashlib
 import math
 import re
+import sys
 import zlib
 from collections import Counter
 from collections.abc import Iterator
@@ -46,6 +47,11 @@ BLOCK_BYTES = 4 << 20
 HEAD_LIMIT = 64 << 20
 #: How many boundary pieces one event may span before the tolerant path gives up on it.
 MAX_MERGE = 64
+#: The largest one event (or the text after the last event) may be, in decompressed bytes: a trace whose
+#: text runs past it without an event boundary is refused, so memory stays a small multiple of this cap
+#: (plus BLOCK_BYTES) whatever the file holds (a 1 GiB name grew the reader to 8 GB before). Real events are
+#: KBs (the largest seen: shapes of foreach ops, a few hundred KB). Env KERNELSCOPE_MAX_EVENT_MB overrides.
+MAX_EVENT_BYTES = 16 << 20
 
 _Raw = msgspec.Raw
 
@@ -182,6 +188,39 @@ _BAD_NUMBER_TEXT = {"", "inf", "-inf", "+inf", "infinity", "-infinity", "nan", "
 # --------------------------------------------------------------------------------------------- reading
 
 
+def max_event_bytes() -> int:
+    """MAX_EVENT_BYTES, or ``$KERNELSCOPE_MAX_EVENT_MB`` MB when set to a positive number."""
+    import os
+
+    env = os.environ.get("KERNELSCOPE_MAX_EVENT_MB", "").strip()
+    try:
+        mb = float(env) if env else 0.0
+    except ValueError:
+        mb = 0.0
+    return int(mb * (1 << 20)) if mb > 0 and math.isfinite(mb) else MAX_EVENT_BYTES
+
+
+def check_regular_file(path: Path) -> None:
+    """ParseError unless ``path`` is a regular file (or a link to one): a FIFO would block ``open`` forever,
+    a device (/dev/zero) never ends, a symlink loop cannot be opened."""
+    import errno
+    import os
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise ParseError("a symlink loop (too many levels of symbolic links); point it at a trace file") from None
+        raise ParseError(f"cannot open the file ({exc.strerror}); check the path and permissions") from None
+    if stat.S_ISDIR(mode):
+        raise ParseError("this is a directory, not a trace file")
+    if not stat.S_ISREG(mode):
+        what = ("a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+                else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file")
+        raise ParseError(f"{what}, not a regular file; give a trace file (copy the data into a file first)")
+
+
 class _Source:
     """Decompressed byte blocks of a file (gzip detected by magic bytes), hashing as it reads."""
 
@@ -189,6 +228,7 @@ class _Source:
         self.path = path
         self.sha = hashlib.sha256()
         self.offset = 0  # decompressed bytes handed out so far
+        check_regular_file(path)
         try:
             raw = open(path, "rb")  # noqa: SIM115 - closed in close()
         except OSError as exc:
@@ -482,6 +522,7 @@ class KinetoReader:
         self._skipped_python = 0
         self._missing_dur = 0
         self._started = False
+        self._top_seen: dict[str, Any] = {}  # top-level keys met so far (head, then tail)
 
     # -- public
 
@@ -492,6 +533,11 @@ class KinetoReader:
         src = _Source(self.path)
         try:
             yield from self._read(src)
+        except RecursionError:  # msgspec's depth guard: JSON nested past Python's recursion limit
+            raise ParseError(
+                f"JSON nested too deeply (over {sys.getrecursionlimit()} levels) near byte {src.offset}; "
+                "no trace nests like this, re-export the trace"
+            ) from None
         finally:
             src.close()
 
@@ -545,7 +591,7 @@ class KinetoReader:
         while not buf.lstrip() and not eof:
             block = src.read()
             eof = not block
-            buf += block
+            buf = buf.lstrip() + block  # whitespace is dropped as it comes: memory stays one block
         body = buf.lstrip()
         if not body.startswith(b"["):
             if not body:
@@ -556,12 +602,19 @@ class KinetoReader:
             raise ParseError('"traceEvents" is not an array; this is not a torch.profiler trace')
         base = src.offset - len(buf) + (len(buf) - len(body)) + 1  # absolute offset of buf[0]
         buf = body[1:]
+        cap = max_event_bytes()
         while True:
             if not eof:
                 block = src.read()
                 if not block:
                     eof = True
                 buf += block
+            if len(buf) > cap + BLOCK_BYTES:  # no event ends within the cap: refuse before memory grows
+                raise ParseError(
+                    f"event {self._seq} at byte {base} runs past {cap / (1 << 20):g} MB without ending (the "
+                    "limit for one event; set KERNELSCOPE_MAX_EVENT_MB to raise it); a trace event this large "
+                    "is damaged or not a trace"
+                )
             if eof:
                 yield from self._finish(buf, base, src)
                 break
@@ -631,9 +684,13 @@ class KinetoReader:
         if not isinstance(obj, dict):
             raise ParseError(f"the keys {where} are not a JSON object; re-export the trace")
         meta = self.meta
+        self._check_top_keys(text, obj, where)
         for key, value in obj.items():
             if key == "traceEvents":
-                continue
+                raise ParseError(
+                    'the top-level object has a second "traceEvents" key (after the event array); a trace '
+                    "has one, re-export the trace"
+                )
             if key == "baseTimeNanoseconds":
                 try:
                     meta.base_time_ns = int(value) if not isinstance(value, str) else int(value.strip())
@@ -652,6 +709,23 @@ class KinetoReader:
                 meta.extra[key] = value
                 if _DROPPED.search(key.encode()):
                     meta.dropped_notes.append(f"{key}: {msgspec.json.encode(value).decode()}")
+
+    def _check_top_keys(self, text: bytes, obj: dict, where: str) -> None:
+        """Duplicate top-level keys (JSON decoders keep the last one silently): a key kernelscope reads
+        (``_READ_TOP_KEYS``) given twice with different values is refused; any other repeat is a warning."""
+        repeated = [(k, None) for k in _duplicate_keys(text)]
+        repeated += [(k, obj[k]) for k in obj if k in self._top_seen]
+        for key, value in repeated:
+            first = self._top_seen.get(key, value)
+            if key in _READ_TOP_KEYS and (value is None or first != value):
+                raise ParseError(
+                    f"the top-level key {key!r} appears twice ({where}) with values that differ or cannot be "
+                    "compared; kernelscope cannot tell which is right, remove one"
+                )
+            note = f"the top-level key {key!r} appears more than once; the last value is kept"
+            if note not in self.meta.warnings:
+                self.meta.warnings.append(note)
+        self._top_seen.update(obj)
 
     def _last_boundary(self, buf: bytes) -> int | None:
         """Index of the '}' of the last ``} , {`` in buf, or None."""
@@ -1033,6 +1107,29 @@ class KinetoReader:
             w.append(f"{self._missing_dur} complete ('X') events without dur read as dur 0")
         if self._skipped_python:
             w.append(f"skipped {self._skipped_python} python_function events (python_functions=False)")
+
+
+#: Top-level keys whose value kernelscope uses: given twice with different values, the trace is refused.
+_READ_TOP_KEYS = frozenset({"traceEvents", "baseTimeNanoseconds", "deviceProperties", "distributedInfo"})
+
+
+def _duplicate_keys(text: bytes) -> list[str]:
+    """Keys that appear more than once in the outermost JSON object of ``text`` ([] when it does not parse
+    strictly: the caller has decoded it already, perhaps after repairs)."""
+    import json
+
+    last: list = []
+
+    def hook(pairs):
+        last[:] = [pairs]  # called innermost first: the last call is the outermost object
+        return dict(pairs)
+
+    try:
+        json.loads(text, object_pairs_hook=hook)
+    except (ValueError, RecursionError):
+        return []
+    counts = Counter(k for k, _ in (last[0] if last else []))
+    return [k for k, n in counts.items() if n > 1]
 
 
 def _positions(buf: bytes, ch: bytes) -> Iterator[int]:
