@@ -513,16 +513,57 @@ def is_run_dir(folder) -> bool:
     return (folder / RUN_RECORD).is_file() and any((folder / n).is_file() for n in RUN_TRACES)
 
 
-def collect_paths(paths) -> list[tuple[str, pathlib.Path]]:
-    """What to ingest, as ('run', folder) or ('file', path), in the order given (walks sorted).
+def path_problem(path) -> str | None:
+    """Why a path given to ingest cannot be read, in words, or None for a regular file or a directory:
+    missing, a symlink loop, or not a regular file (a FIFO would block the reader forever, a device never
+    ends)."""
+    import errno
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "a symlink loop (too many levels of symbolic links); point it at a trace file"
+        if exc.errno == errno.ENOENT:
+            return "no such file or directory" + (" (a dangling symlink)" if os.path.islink(path) else "")
+        return f"cannot read it ({exc.strerror})"
+    if stat.S_ISDIR(mode) or stat.S_ISREG(mode):
+        return None
+    what = ("a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file")
+    return f"{what}, not a regular file; give a trace file (copy the data into a file first)"
+
+
+def _is_ncu_csv(path: pathlib.Path) -> bool:
+    """A ``.csv``/``.csv.gz`` whose first bytes are an Nsight Compute export (other CSVs are not traces)."""
+    from ..errors import KernelscopeError
+    from ..parsers import NCU_SUFFIXES, _peek
+    from ..parsers.ncu import looks_like_ncu
+
+    if not path.name.endswith(NCU_SUFFIXES):
+        return False
+    try:
+        return looks_like_ncu(_peek(path)) is True
+    except (KernelscopeError, OSError):
+        return False
+
+
+def collect_paths(paths, empty: list | None = None) -> list[tuple[str, pathlib.Path]]:
+    """What to ingest, as ('run', folder), ('file', path), ('export', folder) or ('ncu', csv), in the
+    order given (walks sorted).
 
     A directory is walked recursively: a run directory in it (``is_run_dir``) is one 'run'; its
     run.json and trace.json(.gz) are never ingested on their own; any other file whose name ends in a
-    trace suffix is a 'file' (a stray run.json is not a trace and is left out). A given run
-    directory, or a given file inside one that is its run.json or trace, is that 'run'. An Nsight
-    Systems Parquet export (``parsers.parquet_dir_kind`` 'nsys'; given, or met in a walk) is one
-    ('export', folder), read by ``ingest_file``; a given folder of Parquet files only is one too (its
-    reader says it is not an nsys export). Each item appears once.
+    trace suffix is a 'file' (a stray run.json is not a trace and is left out); a ``.csv``/``.csv.gz``
+    whose content is an Nsight Compute export is an 'ncu' (as ``ingest FILE`` takes it; other CSVs,
+    e.g. ``nsys stats`` output, are left out). Only regular files are taken in a walk (FIFOs, devices,
+    dangling links and symlink loops are left out). A given run directory, or a given file inside one
+    that is its run.json or trace, is that 'run'. An Nsight Systems Parquet export
+    (``parsers.parquet_dir_kind`` 'nsys'; given, or met in a walk) is one ('export', folder), read by
+    ``ingest_file``; a given folder of Parquet files only is one too (its reader says it is not an nsys
+    export). Each item appears once. ``empty``, when given, receives each given directory in which
+    nothing was found.
     """
     from ..parsers import parquet_dir_kind
 
@@ -531,7 +572,7 @@ def collect_paths(paths) -> list[tuple[str, pathlib.Path]]:
     seen: set[tuple[str, pathlib.Path]] = set()
 
     def add(kind: str, path: pathlib.Path) -> None:
-        key = (kind, path.resolve())
+        key = (kind, pathlib.Path(os.path.realpath(path)))  # realpath: no error on a symlink loop
         if key not in seen:
             seen.add(key)
             out.append((kind, path))
@@ -549,7 +590,11 @@ def collect_paths(paths) -> list[tuple[str, pathlib.Path]]:
                 if f.is_dir() and parquet_dir_kind(f) == "nsys":
                     found.append(("export", f))
                     continue
-                if not f.is_file() or not f.name.endswith(suffixes):
+                if not f.is_file():
+                    continue
+                if not f.name.endswith(suffixes):
+                    if _is_ncu_csv(f):
+                        found.append(("ncu", f))
                     continue
                 if is_run_dir(f.parent):
                     if f.name == RUN_RECORD or f.name in RUN_TRACES:
@@ -558,6 +603,8 @@ def collect_paths(paths) -> list[tuple[str, pathlib.Path]]:
                 elif f.name == RUN_RECORD:
                     continue
                 found.append(("file", f))
+            if not found and empty is not None:
+                empty.append(p)
             for kind, f in sorted(set(found), key=lambda kf: (str(kf[1]), kf[0])):
                 add(kind, f)
         elif (p.name == RUN_RECORD or p.name in RUN_TRACES) and is_run_dir(p.parent):
@@ -584,19 +631,37 @@ def ingest_paths(
     """
     items = []
     results: list[IngestResult] = []
-    for kind, p in collect_paths(paths):
-        if not p.exists():
-            results.append(IngestResult(str(p), "failed", None, "no such file or directory"))
+    readable = []
+    for p in map(pathlib.Path, paths):  # missing, symlink loops, FIFOs, devices: one line each, never opened
+        problem = path_problem(p)
+        if problem:
+            results.append(IngestResult(str(p), "failed", None, problem))
+        else:
+            readable.append(p)
+    empty: list[pathlib.Path] = []
+    ncu_items = []  # Nsight Compute CSVs go last: they match the traces ingested before them
+    for kind, p in collect_paths(readable, empty):
+        problem = path_problem(p)
+        if problem:
+            results.append(IngestResult(str(p), "failed", None, problem))
         elif kind == "file" and p.is_dir():
             continue
+        elif kind == "ncu" or (kind == "file" and p.name.endswith((".csv", ".csv.gz"))):
+            ncu_items.append(("file", p))
         else:
             items.append((kind, p))
-    if name is not None and len(items) > 1:
+    for d in empty:
+        results.append(IngestResult(
+            str(d), "failed", None,
+            f"no traces found in {d} (looked for {', '.join('*' + s for s in _trace_suffixes())}, Nsight "
+            "Compute CSVs and run directories, in every subfolder)"))
+    if name is not None and len(items) + len(ncu_items) > 1:
         raise UsageError("--name applies to one trace; give one file or leave --name out")
-    given_dirs = [p for p in map(pathlib.Path, paths) if p.is_dir()]
+    given_dirs = [p for p in readable if p.is_dir()]
     runs = []
     if given_dirs and name is None:  # rank traces sharing a folder become one run (storage/ranks.py)
         runs, items = ranks.plan_runs(items, given_dirs)
+    items += ncu_items
     bar = _Progress(progress, len(items) + len(runs))
     try:
         for folder, members in runs:
@@ -639,6 +704,9 @@ _TELEMETRY_COLUMNS = {
 def _read_telemetry(path: pathlib.Path) -> pa.Table:
     import pyarrow.parquet as pq
 
+    problem = path_problem(path)
+    if problem:  # a FIFO would block the Parquet reader forever
+        raise ParseError(f"{path}: {problem}")
     try:
         table = pq.read_table(path)
     except Exception as exc:
@@ -657,30 +725,82 @@ def _read_telemetry(path: pathlib.Path) -> pa.Table:
     return pa.table(cols)
 
 
+#: A run.json larger than this is not a collector's run record (ours are a few KB to a few MB).
+RUN_JSON_MAX_BYTES = 64 << 20
+
+
 def _read_run_json(path: pathlib.Path) -> dict:
-    if not path.exists():
+    """run.json as a dict, its fields checked (``_check_run_json``); ParseError naming the file for a
+    FIFO, an oversized file, invalid JSON or a field of the wrong type."""
+    if not path.exists() and not path.is_symlink():
         return {}
+    problem = path_problem(path)
+    if problem:
+        raise ParseError(f"{path}: {problem}")
+    if path.stat().st_size > RUN_JSON_MAX_BYTES:
+        raise ParseError(f"{path}: run.json is larger than {RUN_JSON_MAX_BYTES >> 20} MB; it is not a run record")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:
-        raise ParseError(f"{path}: not valid JSON ({exc}); fix or remove run.json") from None
+        raise ParseError(f"{path}: not valid JSON ({str(exc).splitlines()[0]}); fix or remove run.json") from None
+    except RecursionError:
+        raise ParseError(f"{path}: run.json is nested too deeply to read; fix or remove it") from None
+    except OSError as exc:
+        raise ParseError(f"{path}: cannot read run.json ({exc.strerror or exc})") from None
     if not isinstance(data, dict):
-        raise ParseError(f"{path}: run.json must hold a JSON object")
+        raise ParseError(f"{path}: run.json must hold a JSON object, not {_json_type(data)}")
+    _check_run_json(path, data)
     return data
 
 
+def _json_type(value) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "a number",
+            float: "a number", type(None): "null"}.get(type(value), type(value).__name__)
+
+
+def _check_run_json(path, data: dict) -> None:
+    """The fields ingest reads, by type: name/run_id strings, labels and provenance objects, timings a
+    list of objects (``_timing_rows`` checks each). Absent or null is fine."""
+    want = {"name": (str,), "run_id": (str,), "labels": (dict,), "provenance": (dict,), "timings": (list,)}
+    for key, types in want.items():
+        value = data.get(key)
+        if value is not None and (not isinstance(value, types) or isinstance(value, bool)):
+            what = {str: "a string", dict: "an object", list: "a list"}[types[0]]
+            raise ParseError(f"{path}: run.json's {key!r} must be {what}, not {_json_type(value)}; fix run.json")
+    for key in ("labels", "provenance"):
+        try:
+            json.dumps(data.get(key), allow_nan=False)
+        except ValueError:
+            raise ParseError(f"{path}: run.json's {key!r} holds NaN or Infinity; fix run.json") from None
+    for k in data.get("labels") or {}:
+        if not str(k).strip():
+            raise ParseError(f"{path}: run.json's 'labels' has an empty key; fix run.json")
+    _timing_rows("", data.get("timings"), path)  # checked before the trace is parsed, not inside its transaction
+
+
 def _timing_rows(trace_id: str, timings, path) -> list[tuple]:
+    def number(t: dict, key: str, kind, lo: float, hi: float):
+        v = t.get(key)
+        if v is None:
+            return None
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and lo <= v < hi
+        if not ok or (kind is int and not float(v).is_integer()):
+            raise ParseError(
+                f"{path}: timings entry {i}: {key!r} must be {'an integer' if kind is int else 'a number'} "
+                f"in range, not {json.dumps(v, default=str)[:40]}; fix run.json")
+        return kind(v)
+
     rows = []
-    for t in timings or []:
+    for i, t in enumerate(timings or []):
         if not isinstance(t, dict) or "kind" not in t:
             raise ParseError(f"{path}: each timings entry needs a 'kind'")
         rows.append(
             (
                 trace_id,
                 str(t["kind"]),
-                None if t.get("iteration") is None else int(t["iteration"]),
-                None if t.get("dur_ns") is None else int(t["dur_ns"]),
-                None if t.get("energy_mj") is None else float(t["energy_mj"]),
+                number(t, "iteration", int, -(2**31), 2**31),
+                number(t, "dur_ns", int, -(2**63), 2**63),
+                number(t, "energy_mj", float, -math.inf, math.inf),
             )
         )
     return rows
