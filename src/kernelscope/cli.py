@@ -31,6 +31,14 @@ class _Group(click.Group):
         except KernelscopeError as exc:
             click.echo(f"kernelscope: {exc}", err=True)
             ctx.exit(exc.exit_code)
+        except Exception as exc:  # a store that fails while read (DuckDB reads blocks lazily): one line
+            from .storage.store import damaged_store_error
+
+            err = damaged_store_error(exc)
+            if err is None:
+                raise
+            click.echo(f"kernelscope: {err}", err=True)
+            ctx.exit(err.exit_code)
 
 
 # --------------------------------------------------------------------------------------------- options
@@ -40,7 +48,7 @@ def _db_option(fn):
     return click.option(
         "--db",
         "db",
-        type=click.Path(dir_okay=False),
+        type=click.Path(),  # a directory is refused by open_store in one line (click's error is three)
         envvar="KERNELSCOPE_DB",
         show_envvar=True,
         help="Store file. Default: $KERNELSCOPE_DB, else ./kernelscope.duckdb.",

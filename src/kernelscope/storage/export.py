@@ -134,11 +134,11 @@ def open_parquet_store(path):
     store's columns and types, partition columns restored from the paths) and ``schema_version``."""
     import duckdb
 
-    from .store import Store, disable_bad_optimizers
+    from .store import Store, connect_config, disable_bad_optimizers
 
     folder = pathlib.Path(path).expanduser().resolve()
     manifest = read_manifest(folder)
-    con = duckdb.connect(":memory:")
+    con = duckdb.connect(":memory:", config=connect_config())
     con.execute("SET enable_progress_bar = false")
     disable_bad_optimizers(con)
     for table, info in manifest["tables"].items():

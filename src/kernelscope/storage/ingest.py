@@ -905,7 +905,7 @@ def _parse_and_derive(path: str, out: str, python_functions: bool, threads: int 
     import duckdb
 
     from ..parsers import open_trace
-    from .store import disable_bad_optimizers, migrations
+    from .store import connect_config, disable_bad_optimizers, migrations
 
     folder = pathlib.Path(out)
     reader = open_trace(pathlib.Path(path), python_functions=python_functions)
@@ -913,7 +913,7 @@ def _parse_and_derive(path: str, out: str, python_functions: bool, threads: int 
     meta = reader.meta
     # a small rank stays in memory (creating the schema in a file costs ~3x more); a large one spills to a file
     small = pathlib.Path(path).stat().st_size < WORKER_IN_MEMORY_BYTES
-    con = duckdb.connect(":memory:" if small else str(folder / "w.duckdb"))
+    con = duckdb.connect(":memory:" if small else str(folder / "w.duckdb"), config=connect_config())
     try:
         con.execute("SET enable_progress_bar = false")
         disable_bad_optimizers(con)

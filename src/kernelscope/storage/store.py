@@ -70,14 +70,68 @@ def disable_bad_optimizers(con) -> None:
     con.execute("SET disabled_optimizers = 'compressed_materialization'")
 
 
+#: Settings every DuckDB connection of kernelscope gets: never download or load an extension on its own
+#: (given an SQLite file DuckDB otherwise fetched sqlite_scanner from the network to open it).
+SAFE_CONFIG = {"autoinstall_known_extensions": "false", "autoload_known_extensions": "false"}
+
+#: The first bytes of files that are not DuckDB stores but that DuckDB would try to open through an extension.
+_FOREIGN_MAGIC = {b"SQLite format 3\x00": "an SQLite database"}
+
+#: Stores opened by this process, newest last (``damaged_store_error`` names the one a failure came from).
+_OPENED: list[pathlib.Path] = []
+
+#: DuckDB's words for a store file it cannot read back (a checksum mismatch, a short read, a bad header).
+_DAMAGE_RE = re.compile(
+    r"Corrupt database file|checksum .*does not match|Could not read enough bytes|not a valid DuckDB database|"
+    r"replaying WAL|WAL file",
+    re.I)
+
+
+def connect_config(config: dict | None = None) -> dict:
+    """``config`` with SAFE_CONFIG forced on (for every ``duckdb.connect`` of kernelscope)."""
+    return {**(config or {}), **SAFE_CONFIG}
+
+
+def _foreign_file(path: pathlib.Path) -> str | None:
+    """What a non-DuckDB file is, by its magic bytes (None: empty, missing, or not one we know)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(16)
+    except OSError:
+        return None
+    for magic, what in _FOREIGN_MAGIC.items():
+        if head.startswith(magic):
+            return what
+    return None
+
+
+def damaged_store_error(exc: BaseException, path=None) -> StoreError | None:
+    """A StoreError saying the store is damaged, for a DuckDB error that says it could not read the file
+    back (raised by any query, since DuckDB reads blocks lazily); None for any other error."""
+    if type(exc).__module__.split(".")[0] not in ("duckdb", "_duckdb"):
+        return None
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else type(exc).__name__
+    if not _DAMAGE_RE.search(text):
+        return None
+    where = path if path is not None else (_OPENED[-1] if _OPENED else "file")
+    return StoreError(
+        f"the store {where} is damaged or not readable: {first[:200]}; restore it from a copy, or ingest "
+        "the traces again into a new --db"
+    )
+
+
 def _connect(path: pathlib.Path, read_only: bool, config: dict | None = None):
     import duckdb
 
+    foreign = _foreign_file(path)
+    if foreign:
+        raise StoreError(f"{path} is {foreign}, not a kernelscope store (a DuckDB file); choose another --db")
     deadline = time.monotonic() + LOCK_WAIT_S
     delay = 0.05
     while True:
         try:
-            config = dict(config or {})
+            config = connect_config(config)
             lock = config.pop("lock_configuration", None)
             con = duckdb.connect(str(path), read_only=read_only, config=config)
             # No progress bar: DuckDB draws it on stdout for slow queries, corrupting --format json output.
@@ -101,6 +155,9 @@ def _connect(path: pathlib.Path, read_only: bool, config: dict | None = None):
                 raise StoreError(
                     f"{path} is not a kernelscope store (not a DuckDB file); choose another --db"
                 ) from None
+            damaged = damaged_store_error(exc, path)
+            if damaged is not None:
+                raise damaged from None
             raise StoreError(f"cannot open store {path}: {first}") from None
 
 
@@ -210,6 +267,8 @@ def open_store(path=None, read_only: bool = False) -> Store:
     if not read_only and not path.parent.exists():
         raise StoreError(f"cannot create store {path}: folder {path.parent} does not exist")
     con = _connect(path, read_only)
+    _OPENED.append(path)
+    del _OPENED[:-8]
     try:
         applied = _applied_versions(con, path)
         current = max(applied, default=0) if applied is not None else None
@@ -227,7 +286,10 @@ def open_store(path=None, read_only: bool = False) -> Store:
                     "without read-only (e.g. `kernelscope ingest` or `kernelscope dashboard`) to migrate it"
                 )
             _migrate(con, path, applied)
-    except BaseException:
+    except BaseException as exc:
         con.close()
+        damaged = damaged_store_error(exc, path)
+        if damaged is not None:
+            raise damaged from None
         raise
     return Store(path, con, read_only)
