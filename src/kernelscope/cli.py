@@ -351,22 +351,171 @@ def rm(traces_, db):
         click.echo(f"removed   {trace_id}")
 
 
+class _Seconds(click.ParamType):
+    """A finite number of seconds above 0 (at most a day): ``0``, ``-1``, ``nan`` and ``inf`` are refused."""
+
+    name = "seconds"
+
+    def convert(self, value, param, ctx):
+        from .storage.queries import check_sql_timeout
+
+        try:
+            return check_sql_timeout(value)
+        except UsageError as exc:
+            self.fail(f"{exc}.", param, ctx)
+
+
+def _sql_text(query: str | None, query_file: str | None) -> str:
+    """The query from the argument, a file (``--file PATH``) or standard input (``-``)."""
+    import os
+    import stat
+
+    from .storage.queries import MAX_SQL_TEXT_BYTES
+
+    if query is not None and query_file is not None:
+        raise UsageError("give the query either as QUERY or with --file, not both")
+    if query is None and query_file is None:
+        raise UsageError("give a query: QUERY, --file PATH, or --file - to read standard input")
+    source = query_file if query_file is not None else ("-" if query == "-" else None)
+    if source is None:
+        return query
+    where = "standard input" if source == "-" else source
+    try:
+        if source == "-":
+            data = sys.stdin.buffer.read(MAX_SQL_TEXT_BYTES + 1)
+        else:
+            if not stat.S_ISREG(os.stat(source).st_mode):
+                raise UsageError(f"{source}: not a regular file; pipe a query with --file -")
+            with open(source, "rb") as fh:
+                data = fh.read(MAX_SQL_TEXT_BYTES + 1)
+    except OSError as exc:
+        raise UsageError(f"{where}: cannot read the query: {exc.strerror or exc}") from None
+    if len(data) > MAX_SQL_TEXT_BYTES:
+        raise UsageError(f"{where}: the query is longer than {MAX_SQL_TEXT_BYTES >> 20} MB")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise UsageError(f"{where}: the query is not UTF-8 text") from None
+
+
+def _sql_rows(batch):
+    """Rows of an Arrow batch as tuples of plain Python values (lists stay whole lists)."""
+    return zip(*[col.to_pylist() for col in batch.columns]) if batch.num_columns else iter(())
+
+
+def _sql_cell_text(value: Any) -> str:
+    """A table cell (a json_safe value) in full: lists and structs as JSON text, others as tables show them."""
+    import json
+
+    if isinstance(value, (list, dict)):
+        return json.dumps(value, ensure_ascii=False)
+    return _cell(value, width=sys.maxsize)
+
+
+def _sql_csv_value(value: Any) -> Any:
+    import json
+    import math
+
+    from .analysis.result import json_safe
+
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    if isinstance(value, (list, tuple, dict)):  # the whole list, as JSON text
+        return json.dumps(json_safe(value), ensure_ascii=False)
+    return value
+
+
+def _emit_sql(q, fmt: str, block_rows: int = 2000) -> None:
+    """Stream a query's result: JSON (a list of row objects), CSV with a header, or an aligned table whose
+    column widths come from its first ``block_rows`` rows. Every value is printed in full."""
+    import csv
+    import io
+    import json
+
+    from .analysis.result import json_safe
+
+    cols = q.columns
+    out = sys.stdout
+    if fmt == "json":
+        n = 0
+        for batch in q.batches():
+            for row in _sql_rows(batch):
+                text = json.dumps({c: json_safe(v) for c, v in zip(cols, row)}, indent=2, allow_nan=False,
+                                  ensure_ascii=False)
+                out.write(("[\n" if n == 0 else ",\n") + "\n".join("  " + line for line in text.split("\n")))
+                n += 1
+        out.write("\n]\n" if n else "[]\n")
+        return
+    if fmt == "csv":
+        buf = io.StringIO()
+        writer = csv.writer(buf, lineterminator="\n")
+        if cols:
+            writer.writerow(cols)
+        for batch in q.batches():
+            for row in _sql_rows(batch):
+                writer.writerow([_sql_csv_value(v) for v in row])
+            out.write(buf.getvalue())
+            buf.seek(0)
+            buf.truncate()
+        out.write(buf.getvalue())
+        return
+    widths: list[int] | None = None
+    numeric: list[bool] = []
+    block: list[tuple] = []
+
+    def flush(rows):
+        nonlocal widths, numeric
+        cells = [[_sql_cell_text(v) for v in row] for row in rows]
+        if widths is None:
+            widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(cols)]
+            numeric = [all(isinstance(r[i], (int, float)) or r[i] is None for r in rows)
+                       for i in range(len(cols))]
+            out.write(_line(cols) + "\n" + _line(["-" * w for w in widths]) + "\n")
+        for r in cells:
+            out.write(_line(r) + "\n")
+
+    def _line(vals):
+        return "  ".join(v.rjust(w) if num else v.ljust(w)
+                         for v, w, num in zip(vals, widths, numeric)).rstrip()
+
+    for batch in q.batches():
+        for row in _sql_rows(batch):
+            block.append(tuple(json_safe(v) for v in row))
+            if len(block) >= block_rows:
+                flush(block)
+                block = []
+    if block:
+        flush(block)
+    if widths is None:
+        out.write("(no rows)\n")
+
+
 @cli.command()
-@click.argument("query")
-@click.option("--timeout", "timeout_s", type=float, default=30.0, show_default=True,
-              help="Cancel the query after this many seconds.")
+@click.argument("query", required=False)
+@click.option("--file", "-f", "query_file", default=None, metavar="PATH",
+              help="Read the query from this file ('-': standard input) instead of QUERY.")
+@click.option("--timeout", "timeout_s", type=_Seconds(), default=30.0, show_default=True,
+              help="Cancel the query after this many seconds (above 0, at most 86400).")
 @_format_options
 @_db_option
-def sql(query, timeout_s, fmt, as_json, db):
+def sql(query, query_file, timeout_s, fmt, as_json, db):
     """Run one read-only SQL query on the store.
 
-    No writes, no file or network access, no extensions, no configuration changes, and a time limit.
+    QUERY is the statement; `-` (or --file -) reads it from standard input. No writes, no file or
+    network access, no extensions, no configuration changes, a time limit, and a memory bound: the
+    query and its printing may add at most $KERNELSCOPE_SQL_MEMORY_LIMIT (default 1GB) to this process
+    (DuckDB gets three quarters of it and never spills to disk); a query that needs more stops with one
+    line. Rows stream out as they come; every value (lists too) prints in full.
     """
-    from .storage.queries import run_readonly_sql
+    from .storage.queries import ReadonlySql
 
-    df = run_readonly_sql(_db_path(db), query, timeout_s=timeout_s)
+    text = _sql_text(query, query_file)
     fmt = _fmt(fmt, as_json)
-    _emit_frame(df, fmt)
+    with ReadonlySql(_db_path(db), text, timeout_s=timeout_s, bound_process=True) as q:
+        try:
+            _emit_sql(q, fmt)
+        except MemoryError as exc:  # printing ran out of the bound
+            raise q.error(exc) from None
 
 
 @cli.command()

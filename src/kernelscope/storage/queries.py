@@ -3,7 +3,11 @@ and user SQL in a locked-down read-only connection."""
 
 from __future__ import annotations
 
+import contextlib
+import math
+import os
 import pathlib
+import re
 import threading
 
 from ..errors import KernelscopeError, StoreError, TraceNotFound, UsageError
@@ -148,60 +152,233 @@ READONLY_CONFIG = {
     "autoinstall_known_extensions": "false",
     "autoload_known_extensions": "false",
     "lock_configuration": "true",
+    "max_temp_directory_size": "0GB",  # never spill to disk: memory_limit is a hard bound
 }
+
+#: The memory one ``kernelscope sql`` query may add to its process (env KERNELSCOPE_SQL_MEMORY_LIMIT).
+SQL_MEMORY_ENV = "KERNELSCOPE_SQL_MEMORY_LIMIT"
+DEFAULT_SQL_MEMORY = "1GB"
+#: Longest ``--timeout`` (seconds): one day.
+MAX_SQL_TIMEOUT_S = 86_400.0
+#: Largest query text read from a file or stdin.
+MAX_SQL_TEXT_BYTES = 1 << 20
+
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
+
+
+def sql_memory_bound() -> int:
+    """Bytes a ``kernelscope sql`` query may add to its process: ``$KERNELSCOPE_SQL_MEMORY_LIMIT`` (e.g.
+    ``512MB``, ``2GB``, ``1GiB``) or 1GB. DuckDB gets three quarters of it as its ``memory_limit`` (no
+    spilling to disk), the rows being printed the rest."""
+    text = os.environ.get(SQL_MEMORY_ENV) or DEFAULT_SQL_MEMORY
+    m = _SIZE_RE.match(text)
+    factor = _UNITS.get(m.group(2).lower()) if m else None
+    if factor is None:
+        raise UsageError(f"{SQL_MEMORY_ENV}={text!r} is not a memory size (e.g. 512MB or 2GB)")
+    n = int(float(m.group(1)) * factor)
+    if n < 64 * 10**6:
+        raise UsageError(f"{SQL_MEMORY_ENV}={text!r} is below the 64MB a query needs at least")
+    return n
+
+
+def _size_text(n: int) -> str:
+    return f"{n / 1e9:g}GB" if n >= 10**9 else f"{n / 1e6:g}MB"
+
+
+def check_sql_timeout(timeout_s) -> float:
+    """``timeout_s`` as a float when it is a finite number of seconds in (0, MAX_SQL_TIMEOUT_S]."""
+    try:
+        t = float(timeout_s)
+    except (TypeError, ValueError):
+        t = math.nan
+    if not (0 < t <= MAX_SQL_TIMEOUT_S):  # also refuses nan and inf
+        raise UsageError(f"the time limit must be a number of seconds above 0 and at most "
+                         f"{MAX_SQL_TIMEOUT_S:g} (one day), not {timeout_s!r}")
+    return t
+
+
+def _vm_data_bytes() -> int | None:
+    """This process's data segment size (Linux: VmData of /proc/self/status), what RLIMIT_DATA bounds."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmData:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+@contextlib.contextmanager
+def _process_memory_bound(extra: int):
+    """Cap the data this process may still allocate at ``extra`` bytes (Linux RLIMIT_DATA, soft limit;
+    restored on exit). DuckDB's memory_limit does not cover every allocation (strings built by a function,
+    Arrow result buffers), so this is the backstop: past it, allocations fail and come back as errors."""
+    try:
+        import resource
+    except ImportError:  # not POSIX
+        yield
+        return
+    now = _vm_data_bytes()
+    if now is None:  # no /proc (macOS and others): DuckDB's memory_limit only
+        yield
+        return
+    old_soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    soft = now + extra
+    if old_soft != resource.RLIM_INFINITY:
+        soft = min(soft, old_soft)
+    if hard != resource.RLIM_INFINITY:
+        soft = min(soft, hard)
+    resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_DATA, (old_soft, hard))
+
+
+def _is_out_of_memory(exc: BaseException) -> bool:
+    text = str(exc)
+    return isinstance(exc, MemoryError) or "Out of Memory" in text or "failed to allocate" in text \
+        or "bad_alloc" in text
+
+
+class ReadonlySql:
+    """One user query on a locked-down read-only connection, as a context manager.
+
+    ``with ReadonlySql(path, sql, timeout_s=30) as q:`` then ``q.columns`` (names) and ``q.batches()``
+    (pyarrow RecordBatches of at most ``slice_bytes`` each, or one row) stream the result. While it is
+    open the query is interrupted after ``timeout_s`` seconds, DuckDB may use three quarters of
+    ``memory`` (default ``sql_memory_bound()``) and never spills to disk, and with ``bound_process`` the
+    whole process may allocate at most ``memory`` more (Linux; the CLI sets it, a library caller may
+    not want its process capped). More than one statement, an empty query, a write, file or network
+    access, an extension or a setting change are refused. Every failure is a KernelscopeError of one line.
+    """
+
+    def __init__(self, path, sql: str, *, timeout_s: float = 30.0, memory: int | None = None,
+                 bound_process: bool = False, batch_rows: int = 2048, slice_bytes: int = 4 << 20):
+        self.path = pathlib.Path(path)
+        self.sql = sql
+        self.timeout_s = check_sql_timeout(timeout_s)
+        self.memory = sql_memory_bound() if memory is None else int(memory)
+        self.bound_process = bound_process
+        self.batch_rows = batch_rows
+        self.slice_bytes = slice_bytes
+        self.columns: list[str] = []
+        self.schema = None  # pyarrow schema of the result; None for a statement without rows
+        self._stack = contextlib.ExitStack()
+        self._timed_out = threading.Event()
+
+    # errors ---------------------------------------------------------------------------------------
+    def error(self, exc: BaseException) -> KernelscopeError:
+        """The one-line error for anything the query, its fetching or its printing raised."""
+        if self._timed_out.is_set():
+            return KernelscopeError(
+                f"query stopped after the {self.timeout_s:g} s time limit; narrow it or raise --timeout")
+        if _is_out_of_memory(exc):
+            return KernelscopeError(
+                f"query needs more than the {_size_text(self.memory)} of memory kernelscope sql allows; "
+                f"narrow it (filter, aggregate, LIMIT) or raise {SQL_MEMORY_ENV}")
+        text = str(exc).strip()
+        first = text.splitlines()[0] if text else type(exc).__name__
+        return KernelscopeError(f"SQL error: {first}")
+
+    # lifecycle ------------------------------------------------------------------------------------
+    def __enter__(self):
+        import duckdb
+        import pyarrow  # noqa: F401  (imported before the process bound is measured)
+
+        from .store import _connect
+
+        if not self.path.exists():
+            raise StoreError(f"no store at {self.path}; run `kernelscope ingest` first")
+        config = dict(READONLY_CONFIG, memory_limit=f"{max(self.memory * 3 // 4 // 2**20, 32)}MiB")
+        con = _connect(self.path, True, config)
+        self._stack.callback(con.close)
+        self._con = con
+        try:
+            try:
+                statements = con.extract_statements(self.sql)
+            except duckdb.Error as exc:
+                raise self.error(exc) from None
+            if not statements:
+                raise UsageError("the query is empty; give one SQL statement")
+            if len(statements) > 1:
+                raise UsageError(f"the query holds {len(statements)} statements; kernelscope sql runs one "
+                                 "at a time")
+            timer = threading.Timer(self.timeout_s, self._stop)
+            timer.daemon = True
+            timer.start()
+            self._stack.callback(timer.cancel)
+            if self.bound_process:
+                self._stack.enter_context(_process_memory_bound(self.memory))
+            try:
+                rel = con.sql(self.sql)
+                if rel is None:  # a statement without a result (e.g. CHECKPOINT is refused earlier)
+                    self._reader = None
+                else:
+                    self._reader = rel.to_arrow_reader(self.batch_rows)
+                    self.schema = self._reader.schema
+                    self.columns = list(self.schema.names)
+            except (duckdb.Error, MemoryError, OSError) as exc:
+                raise self.error(exc) from None
+        except BaseException:
+            self._stack.close()
+            raise
+        return self
+
+    def _stop(self) -> None:
+        self._timed_out.set()
+        self._con.interrupt()
+
+    def __exit__(self, *exc) -> None:
+        self._stack.close()
+
+    # rows -----------------------------------------------------------------------------------------
+    def batches(self):
+        """The result as pyarrow RecordBatches, each at most ``slice_bytes`` (or a single row)."""
+        import duckdb
+        import pyarrow as pa
+
+        if self._reader is None:
+            return
+        try:
+            for batch in self._reader:
+                yield from _slices(batch, self.slice_bytes)
+        except (duckdb.Error, MemoryError, OSError, pa.ArrowException) as exc:
+            raise self.error(exc) from None
+
+
+def _slices(batch, limit: int):
+    """``batch`` cut into row ranges of at most ``limit`` bytes (a single larger row stays whole)."""
+    if batch.num_rows <= 1 or batch.nbytes <= limit:
+        yield batch
+        return
+    half = batch.num_rows // 2
+    yield from _slices(batch.slice(0, half), limit)
+    yield from _slices(batch.slice(half), limit)
 
 
 def run_readonly_sql(path, sql: str, *, timeout_s: float = 30.0, max_rows: int | None = None):
-    """Run user SQL on a separate read-only connection with external access, extension install/load
-    and configuration changes disabled; interrupted after ``timeout_s`` seconds.
+    """Run user SQL (one statement) on a separate read-only connection with external access, extension
+    install/load, spilling and configuration changes disabled; interrupted after ``timeout_s`` seconds;
+    DuckDB memory bounded by ``sql_memory_bound()``.
 
     Returns a pandas DataFrame (at most ``max_rows`` rows when given). Errors -> KernelscopeError
     carrying DuckDB's first line.
     """
-    import duckdb
     import pandas as pd
     import pyarrow as pa
 
-    from .store import _connect
-
-    path = pathlib.Path(path)
-    if not path.exists():
-        raise StoreError(f"no store at {path}; run `kernelscope ingest` first")
-    con = _connect(path, True, READONLY_CONFIG)
-    timed_out = threading.Event()
-
-    def _stop():
-        timed_out.set()
-        con.interrupt()
-
-    timer = threading.Timer(timeout_s, _stop)
-    timer.daemon = True
-    timer.start()
-    try:
-        try:
-            rel = con.sql(sql)
-            if rel is None:
-                return pd.DataFrame()
-            reader = rel.to_arrow_reader(65_536)
-            batches = []
-            rows = 0
-            for b in reader:
-                if max_rows is not None and rows + b.num_rows >= max_rows:
-                    batches.append(b.slice(0, max_rows - rows))
-                    rows = max_rows
-                    break
-                batches.append(b)
-                rows += b.num_rows
-            table = pa.Table.from_batches(batches, schema=reader.schema)
-            return table.to_pandas()
-        except duckdb.Error as exc:
-            if timed_out.is_set():
-                raise KernelscopeError(
-                    f"query stopped after the {timeout_s:g} s time limit; narrow it or raise --timeout"
-                ) from None
-            text = str(exc).strip()
-            first = text.splitlines()[0] if text else type(exc).__name__
-            raise KernelscopeError(f"SQL error: {first}") from None
-    finally:
-        timer.cancel()
-        con.close()
+    with ReadonlySql(path, sql, timeout_s=timeout_s) as q:
+        batches, rows = [], 0
+        for b in q.batches():
+            if max_rows is not None and rows + b.num_rows >= max_rows:
+                batches.append(b.slice(0, max_rows - rows))
+                break
+            batches.append(b)
+            rows += b.num_rows
+        if q.schema is None:
+            return pd.DataFrame()
+        return pa.Table.from_batches(batches, schema=q.schema).to_pandas()
