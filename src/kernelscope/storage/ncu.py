@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from ..errors import KernelscopeError, ParseError, StoreError, TraceNotFound
 from ..parsers.ncu import (
     DEFAULT_CACHE_CONTROL,
+    GUESS_WARNINGS,
     DEFAULT_CLOCK_CONTROL,
     DEFAULT_SETTINGS_NOTE,
     NcuKernel,
@@ -145,6 +146,7 @@ def ingest_ncu(
     cache = cache_control or DEFAULT_CACHE_CONTROL
     clock = clock_control or DEFAULT_CLOCK_CONTROL
     now = time.time_ns()
+    guessed = [w for w in report.warnings if w.startswith(GUESS_WARNINGS)]  # printed and stored, never silent
     con.execute("BEGIN TRANSACTION")
     try:
         if not pairs:
@@ -159,6 +161,12 @@ def ingest_ncu(
             rows.append(tuple(vals[c] for c in _COLS))
         con.executemany(f"INSERT INTO ncu_kernels ({', '.join(_COLS)}) VALUES ({', '.join('?' * len(_COLS))})",
                         rows)
+        if pairs and guessed:  # the matched trace's warnings say which of its ncu values were left out
+            old = con.execute("SELECT warnings FROM traces WHERE trace_id = ?", [trace_id]).fetchone()
+            have = json.loads(old[0]) if old and old[0] else []
+            have = have if isinstance(have, list) else [have]
+            con.execute("UPDATE traces SET warnings = ? WHERE trace_id = ?",
+                        [json.dumps(have + [f"Nsight Compute CSV {path.name}: {w}" for w in guessed]), trace_id])
         con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")
@@ -167,6 +175,7 @@ def ingest_ncu(
     where = f"matched {m}/{n} kernels ({100.0 * m / n:.1f}%) to trace {trace_id}" if pairs else (
         f"no kernel of {'trace ' + match if match else 'any stored trace'} matched by name, grid and block; "
         f"stored standalone as {trace_id}")
+    where += "".join(f"; warning: {w}" for w in guessed)
     return NcuResult(str(path), "ingested", trace_id, where, n, m)
 
 
