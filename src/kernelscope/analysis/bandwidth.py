@@ -133,7 +133,8 @@ WHERE a.trace_id = $t AND o.input_types IS NULL AND o.input_dims IS NOT NULL
 """
 
 _SQL_UNATTRIBUTED = """
-SELECT CAST(coalesce(sum(dur_ns), 0) AS BIGINT) AS ns, count(*) AS n
+SELECT CAST(coalesce(sum(dur_ns), 0) AS BIGINT) AS ns, count(*) AS n,
+       list(DISTINCT device) FILTER (WHERE device IS NOT NULL) AS devices
 FROM gpu_activities WHERE trace_id = $t AND leaf_op_id IS NULL
 """
 
@@ -460,7 +461,10 @@ def bandwidth(store, trace_id: str, *, peaks: str | Path | None = None, device: 
     g["dtype_source"] = pd.Series(sources, dtype="object")
 
     dev_rows: dict[int, dict[str, Any] | None] = {}
-    for d in sorted(int(x) for x in g["device"].dropna().unique()):
+    # every device with GPU activity, also one whose activities have no operator (a graph-only trace)
+    un_devices = un["devices"] if isinstance(un["devices"], (list, np.ndarray)) else []
+    devices = {int(x) for x in g["device"].dropna().unique()} | {int(x) for x in un_devices}
+    for d in sorted(devices):
         nm = device or names.get(d) or (next(iter(names.values())) if len(names) == 1 else None)
         dev_rows[d] = match_device(nm, table)
         if dev_rows[d] is None:
@@ -792,7 +796,9 @@ def _signatures(g: pd.DataFrame, gi: np.ndarray, ns: np.ndarray, measured: np.nd
         x["m_missing"] = (x["m_calls"].to_numpy() > 0) & np.isnan(nbytes)
         agg.update(measured_calls=("m_calls", "sum"), measured_bytes=("m_bytes", "sum"), m_ns=("m_ns", "sum"),
                    m_model=("m_model", "sum"), m_missing=("m_missing", "any"))
-    sig = x.groupby(key, dropna=False, sort=False).agg(**agg).reset_index()
+    groups = x.groupby(key, dropna=False, sort=False)
+    sig = groups.agg(**agg).reset_index()
+    sig["_group"] = np.arange(len(sig))  # groups.ngroup() numbers the rows of g in this order
     for col in ("flops", "bytes"):
         sig[col] = sig[col].astype("Int64").mask(sig["missing"])
     for col in ("calls", "activities", "gpu_ns"):
@@ -809,6 +815,8 @@ def _signatures(g: pd.DataFrame, gi: np.ndarray, ns: np.ndarray, measured: np.nd
         sig["modelled_over_measured"] = (sig["m_model"] / mb.where(mb > 0)).mask(sig["m_missing"])
     sig = sig.sort_values(["gpu_ns", "name", "input_dims"], ascending=[False, True, True],
                           kind="stable").reset_index(drop=True)
-    index = {k: i for i, k in enumerate(sig[key].itertuples(index=False, name=None))}
-    g["signature"] = [index[k] for k in g[key].itertuples(index=False, name=None)]
+    # by group number, not by key: a trace without shapes has NaN input_dims, and NaN keys never match
+    position = np.empty(len(sig), dtype=np.int64)
+    position[sig["_group"].to_numpy()] = np.arange(len(sig))
+    g["signature"] = position[groups.ngroup().to_numpy()]
     return sig[cols]

@@ -345,14 +345,18 @@ def bound(store, trace_id: str, bins: int = DEFAULT_BINS, top: int = 20,
     want = set(TABLES if _tables is None else _tables)
     n = _bins(bins)
     devices = idle_split(store, trace_id)
-    if devices.empty:
+    causes = idle_causes(store, trace_id)
+    ops = idle_operators(store, trace_id, top)
+    if devices.empty:  # the same tables, empty: readers (recommend, the page, the report) need no special case
+        for df in (causes, ops):
+            df["share_of_host_wait"] = pd.Series(dtype="float64")
+        causes["share_of_span"] = pd.Series(dtype="float64")
         return Result(name="bound", definition=DEFINITION.strip(),
                       scalars={"gpu_span_ns": None, "busy_ns": 0, "idle_ns": None, "host_wait_ns": None,
                                "dependency_wait_ns": None, "host_wait_share": None,
                                "dependency_wait_share": None, "comm_only_ns": 0, "comm_only_share": None},
+                      tables={"devices": devices, "idle_causes": causes, "idle_operators": ops},
                       warnings=["the trace has no GPU activity: nothing to split."])
-    causes = idle_causes(store, trace_id)
-    ops = idle_operators(store, trace_id, top)
     g = grid(store, trace_id, n) if want & {"queue_depth", "segments"} else None
     queue = queue_depth(store, trace_id, n, _grid=g) if "queue_depth" in want else None
     segments = regime_segments(store, trace_id, n, _grid=g) if "segments" in want else None

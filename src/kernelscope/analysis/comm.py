@@ -219,7 +219,8 @@ def comm(store, trace_ids=None, by=None, sweep=None, run: str | None = None, **_
         if len(inst) else None,
         "straggler_rank": None if top is None else int(top["rank"]),
         "straggler_skew_caused_ns": None if top is None else int(top["skew_caused_ns"]),
-        "exposed_comm_ns_max": int(ranks["exposed_comm_ns"].max()) if len(ranks) else None,
+        "exposed_comm_ns_max": int(ranks["exposed_comm_ns"].max()) if ranks["exposed_comm_ns"].notna().any()
+        else None,  # a rank without GPU activity has no exposed time
     }
     trust = {
         "instances_incomplete": int(len(incomplete)),

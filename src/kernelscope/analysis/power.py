@@ -116,7 +116,12 @@ def power(store, trace_id: str) -> Result:
     t = trace_id
     warnings: list[str] = []
     tr = store.query("SELECT start_ns, end_ns, clock_offset_ns FROM traces WHERE trace_id = $t", {"t": t})
-    a, b = int(tr["start_ns"].iloc[0]), int(tr["end_ns"].iloc[0])
+    no_window = pd.isna(tr["start_ns"].iloc[0]) or pd.isna(tr["end_ns"].iloc[0])  # no timed event at all
+    if no_window:
+        a = b = 0  # an empty window: no sample falls in it
+        warnings.append("the trace has no timed events: no trace window, so no trace energy.")
+    else:
+        a, b = int(tr["start_ns"].iloc[0]), int(tr["end_ns"].iloc[0])
     off = tr["clock_offset_ns"].iloc[0]
     if pd.isna(off):
         off = 0
@@ -155,8 +160,8 @@ def power(store, trace_id: str) -> Result:
             return None
         warnings.append("no energy counter or power samples: energies are null.")
 
-    trace_mj = energy(a, b)
-    if source and trace_mj is None:
+    trace_mj = energy(a, b) if not no_window else None
+    if source and trace_mj is None and not no_window:
         warnings.append(f"the trace window ({(b - a) / 1e6:.1f} ms) is shorter than {MIN_STEPS} counter steps "
                         f"({'?' if step is None else f'{step / 1e6:.1f} ms'} each) or not covered by telemetry: "
                         "trace energy is null.")
@@ -192,7 +197,9 @@ def power(store, trace_id: str) -> Result:
     # a window shorter than MIN_STEPS of them holds one or two stale values, not busy vs idle power.
     pcol = "power_instant_mw" if tel["power_instant_mw"].notna().any() else "power_mw"
     pstep = _median_step(store.query(_SQL_CHANGES.format(col=pcol), p).query("device == @dev"))
-    if pstep is None or b - a < MIN_STEPS * pstep:
+    if no_window:
+        p_reason = "the trace has no timed events"
+    elif pstep is None or b - a < MIN_STEPS * pstep:
         p_reason = (f"the trace window ({(b - a) / 1e6:.1f} ms) is shorter than {MIN_STEPS} steps of the "
                     f"{pcol} reading ({'?' if pstep is None else f'{pstep / 1e6:.1f} ms'} each): its samples "
                     "repeat a few stale values")
@@ -233,7 +240,7 @@ def power(store, trace_id: str) -> Result:
     scalars: dict[str, Any] = {
         "energy_source": source,
         "trace_energy_mj": trace_mj,
-        "trace_window_ns": b - a,
+        "trace_window_ns": None if no_window else b - a,
         "mean_power_w": (trace_mj / ((b - a) / 1e9) / 1e3) if trace_mj is not None else None,
         "energy_per_iteration_mj": per_iter,
         "unit": unit,

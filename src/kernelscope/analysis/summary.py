@@ -15,7 +15,8 @@ Definitions (docs/metrics.md is the canonical text; every time is integer ns):
   table has each device's numbers), ``gpu_span_ns`` is the overall first start to last end, and
   ``exposed_host_ns`` subtracts the union of GPU activity over all devices.
 - Span-like numbers (``gpu_span_ns``, ``idle_ns``, ``latency_ns``, ``exposed_host_ns``) are null when the
-  trace has no GPU activity (``latency_ns`` also when it has no CPU operator).
+  trace has no GPU activity (``latency_ns`` also when it has no CPU operator, or when every GPU activity
+  ends before the first top-level operator starts: a warning says so; it is never negative).
 - ``top_kernels``: the 10 kernel names with the most summed duration (``share`` of ``kernel_time_ns``).
   ``top_operators`` / ``top_leaf_operators``: the 10 top-level / leaf operator names whose kernels have
   the most summed kernel duration; ``calls`` counts the operator instances that launched kernels.
@@ -196,6 +197,8 @@ def _core(store, t: str):
     busy = int(devices["busy_ns"].sum()) if has_gpu else 0
     idle = int(devices["idle_ns"].sum()) if has_gpu else None
     latency = c["latency_ns"] if has_gpu else None
+    if latency is not None and latency < 0:  # every GPU activity ended before the first operator started
+        latency = None
     return c, devices, busy, idle, latency
 
 
@@ -292,6 +295,9 @@ def summary(store, trace_id: str) -> Result:
         warnings.append(f"the profiler noted lost records ({len(dropped)} notes): counts may be low.")
     if not has_gpu:
         warnings.append("the trace has no GPU activity: GPU spans and latency are null.")
+    elif c["latency_ns"] is not None and c["latency_ns"] < 0:
+        warnings.append("every GPU activity ends before the first top-level operator starts (work launched "
+                        "before the profiler's window, or clock skew): latency and exposed host time are null.")
 
     return Result(
         name="summary",

@@ -1,0 +1,291 @@
+"""The conformance matrix (issue 11): every registered analysis, report, diff, export, dashboard page and
+dashboard callback over every trace of the corpus (tests/corpus.py). Each either works or says in one sentence
+why it cannot (a one-line ``kernelscope: ...`` and a non-zero exit; a message on the page); none prints a
+traceback or answers 500. Summaries obey invariants.
+
+A new analysis joins by being registered (analysis/registry.py), a new page by being routed
+(dashboard/app.py TRACE_PAGES / STORE_PAGES), a new trace variant by being added to corpus.VARIANTS.
+
+The corpus is ingested once per session into a template store; commands run in-process through click's runner
+against that store (read-only commands) or a copy of it (export).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import corpus
+from kernelscope.analysis.registry import ANALYSES
+from kernelscope.cli import cli
+from kernelscope.errors import KernelscopeError
+
+_LINE = re.compile(r"^(ingested|skipped)\s+(\S+)\s+", re.M)
+SINGLE = sorted(n for n, a in ANALYSES.items() if not a.multi)
+EXIT_CODES = {c.exit_code for c in (KernelscopeError, *KernelscopeError.__subclasses__())} | {
+    s.exit_code for c in KernelscopeError.__subclasses__() for s in c.__subclasses__()}
+
+
+@dataclass
+class Corpus:
+    db: Path
+    ids: dict[str, list[str]] = field(default_factory=dict)  # variant -> trace ids
+    ingest: dict[str, object] = field(default_factory=dict)  # variant -> click Result
+
+
+@pytest.fixture(scope="session")
+def conf(tmp_path_factory) -> Corpus:
+    tmp = tmp_path_factory.mktemp("corpus")
+    out = Corpus(db=tmp / "corpus.duckdb")
+    runner = CliRunner()
+    for v in corpus.VARIANTS:
+        folder = tmp / "src" / v.name
+        folder.mkdir(parents=True)
+        target = v.build(folder)
+        res = runner.invoke(cli, ["ingest", str(target), *v.ingest_args, "--db", str(out.db)])
+        out.ingest[v.name] = res
+        out.ids[v.name] = [m.group(2) for m in _LINE.finditer(res.stdout)]
+    return out
+
+
+def _ok_or_one_line(res, what: str) -> None:
+    """Exit 0, or a user error: one `kernelscope: ` line on stderr and a KernelscopeError exit code."""
+    text = (res.stdout or "") + (res.stderr or "")
+    assert "Traceback" not in text, f"{what}: {text[-2000:]}"
+    if res.exit_code == 0:
+        return
+    assert isinstance(res.exception, SystemExit) or res.exception is None, \
+        f"{what}: {type(res.exception).__name__}: {res.exception}"
+    lines = [ln for ln in res.stderr.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("kernelscope: "), f"{what}: {res.stderr!r}"
+    assert res.exit_code in EXIT_CODES, f"{what}: exit {res.exit_code}"
+
+
+def _first(conf: Corpus, name: str) -> str:
+    ids = conf.ids.get(name) or []
+    if not ids:
+        pytest.fail(f"{name} did not ingest: {conf.ingest[name].stderr or conf.ingest[name].stdout}")
+    return ids[0]
+
+
+def _run(conf: Corpus, *args: str):
+    return CliRunner().invoke(cli, [*args, "--db", str(conf.db)])
+
+
+NAMES = [v.name for v in corpus.VARIANTS]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_variant_ingests(conf, name):
+    res = conf.ingest[name]
+    text = res.stdout + res.stderr
+    assert "Traceback" not in text, text[-2000:]
+    assert res.exit_code == 0, f"{name}: {res.stderr}"
+    assert conf.ids[name], res.stdout
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_summary_invariants(conf, name):
+    tid = _first(conf, name)
+    res = _run(conf, "summary", tid, "--format", "json")
+    _ok_or_one_line(res, f"summary {name}")
+    assert res.exit_code == 0
+    s = json.loads(res.stdout)
+    for key, value in s.items():
+        if key.endswith("_ns") and value is not None:
+            assert value >= 0, f"{name}: {key} = {value}"
+    for key in ("kernels", "memcpys", "memsets", "launches", "cpu_ops"):
+        assert s[key] is None or s[key] >= 0
+    for d in s["devices"]:  # several devices: the top-level busy/idle are sums over devices, the span overall
+        if d.get("busy_ns") is not None and d.get("gpu_span_ns") is not None:
+            assert 0 <= d["busy_ns"] <= d["gpu_span_ns"], f"{name}: device {d}"
+            assert d["idle_ns"] == d["gpu_span_ns"] - d["busy_ns"], f"{name}: device {d}"
+    if s["devices_count"] == 1 and s.get("gpu_span_ns") is not None:
+        assert s["busy_ns"] <= s["gpu_span_ns"] and s["idle_ns"] == s["gpu_span_ns"] - s["busy_ns"]
+    if s.get("latency_ns") is not None and s.get("gpu_span_ns") is not None and s["devices_count"] == 1:
+        assert s["exposed_host_ns"] is None or s["exposed_host_ns"] >= 0
+    if s.get("kernel_time_ns") is not None and s.get("busy_ns") is not None and s["kernels"]:
+        assert s["kernel_time_ns"] >= 0
+    trust = s["trust"]
+    for key, value in trust.items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and key.endswith(("_ns", "kernels")):
+            assert value >= 0, f"{name}: trust.{key} = {value}"
+    matched = (trust.get("kernels_with_launch") or {}).get("count")
+    if matched is not None:
+        assert matched <= s["kernels"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_analysis_works_or_says_why(conf, name, capsys):
+    """Every registered single-trace analysis, computed once in-process and rendered in every CLI format (the
+    CLI path itself is exercised on three variants below)."""
+    from kernelscope.cli import _emit_result
+    from kernelscope.storage.store import open_store
+
+    tid = _first(conf, name)
+    with open_store(conf.db, read_only=True) as store:
+        for analysis in SINGLE:
+            try:
+                result = ANALYSES[analysis].fn(store, tid)
+            except KernelscopeError as exc:  # says why it cannot, in one sentence
+                assert str(exc).strip() and "\n" not in str(exc).strip(), f"{analysis} {name}: {exc!r}"
+                continue
+            doc = json.loads(result.to_json())  # strict JSON: NaN/Infinity would not parse back as numbers
+            assert doc and "NaN" not in json.dumps(doc), f"{analysis} {name}"
+            for fmt in ("table", "csv"):
+                _emit_result(result, fmt, None)
+            for table in result.tables:
+                _emit_result(result, "csv", table)
+            out = capsys.readouterr()
+            assert "Traceback" not in out.out + out.err
+
+
+@pytest.mark.parametrize("analysis", SINGLE)
+@pytest.mark.parametrize("name", ["empty", "cpu_only", "qwen2_defaults"])
+def test_analyze_command(conf, name, analysis):
+    tid = _first(conf, name)
+    for fmt in ("json", "table"):
+        _ok_or_one_line(_run(conf, "analyze", analysis, tid, "--format", fmt), f"analyze {analysis} {name} {fmt}")
+
+
+@pytest.mark.parametrize("fmt", ["html", "md"])
+@pytest.mark.parametrize("name", NAMES)
+def test_report(conf, name, fmt, tmp_path):
+    tid = _first(conf, name)
+    out = tmp_path / f"r.{fmt}"
+    res = _run(conf, "report", tid, "-o", str(out), "--format", fmt)
+    _ok_or_one_line(res, f"report {fmt} {name}")
+    if res.exit_code == 0:
+        text = out.read_text()
+        assert len(text) > 200 and "Traceback" not in text
+        assert "null" not in re.sub(r"<script.*?</script>", "", text, flags=re.S) if fmt == "html" else True
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_diff_against_a_real_trace(conf, name):
+    a = _first(conf, "no_shapes")
+    b = _first(conf, name)
+    for args in (("diff", a, b), ("diff", b, a, "--format", "json")):
+        _ok_or_one_line(_run(conf, *args), f"{' '.join(args[:1])} {name}")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_export(conf, name, tmp_path):
+    tid = _first(conf, name)
+    res = _run(conf, "export", "--parquet", str(tmp_path / "pq"), "--run", tid)
+    _ok_or_one_line(res, f"export {name}")
+
+
+def test_multi_trace_analyses_over_the_whole_corpus(conf):
+    every = [t for ids in conf.ids.values() for t in ids]
+    for args in (("analyze", "transition", *every[:6], "--by", "batch"),
+                 ("analyze", "transition", "--sweep", "nope"),
+                 ("analyze", "comm", *conf.ids["partial_ranks"]),
+                 ("analyze", "comm", _first(conf, "cpu_only")),
+                 ("analyze", "diff", _first(conf, "empty"), _first(conf, "cpu_only")),
+                 ("report", *every[:4], "--by", "batch", "-o", str(conf.db.parent / "multi.html")),
+                 ("traces", "--format", "csv"), ("traces", "--format", "json"), ("traces",)):
+        _ok_or_one_line(_run(conf, *args), " ".join(args[:2]))
+
+
+# -- the dashboard: every page and every callback a page fires, through the Flask client -------------------
+
+@pytest.fixture(scope="module")
+def client(conf):
+    pytest.importorskip("dash")
+    from kernelscope.dashboard.app import create_app
+
+    c = create_app(conf.db).server.test_client()
+    assert c.get("/").status_code == 200
+    return c
+
+
+def _props(tree, out: dict) -> dict:
+    """{component id: props} over a serialised component tree."""
+    if isinstance(tree, dict):
+        props = tree.get("props", {})
+        if isinstance(props.get("id"), str):
+            out[props["id"]] = props
+        for v in props.values():
+            _props(v, out)
+    elif isinstance(tree, list):
+        for c in tree:
+            _props(c, out)
+    return out
+
+
+def _post(client, body: dict):
+    return client.post("/_dash-update-component", data=json.dumps(body), content_type="application/json")
+
+
+def _page(client, pathname: str, search: str = ""):
+    body = {"output": "page.children", "outputs": {"id": "page", "property": "children"},
+            "inputs": [{"id": "url", "property": "pathname", "value": pathname}],
+            "changedPropIds": ["url.pathname"], "state": [{"id": "url", "property": "search", "value": search}]}
+    r = _post(client, body)
+    assert r.status_code == 200, f"{pathname}: {r.status_code} {r.data[:300]!r}"
+    return r.get_json()["response"]["page"]["children"]
+
+
+def _fire_page_callbacks(client, pathname: str, tree) -> int:
+    """Fire every callback whose inputs and states all live on this page (or are the URL), with the page's own
+    values, as the browser does when the page loads. Returns how many fired."""
+    props = _props(tree, {})
+    url = {"pathname": pathname, "search": "", "href": "http://localhost" + pathname, "hash": ""}
+    fired = 0
+    for dep in client.get("/_dash-dependencies").get_json():
+        if dep["output"] == "page.children" or dep.get("clientside_function"):
+            continue  # the router is fired above; clientside callbacks run in the browser
+        deps = dep["inputs"] + dep["state"]
+        if any(not isinstance(d["id"], str) for d in deps):
+            continue  # pattern-matching ids: fired by their own pages' tests
+        if not dep["inputs"] or not all(d["id"] in props or d["id"] == "url" for d in deps):
+            continue
+        if all(d["id"] == "url" for d in dep["inputs"]) and not any(d["id"] in props for d in deps):
+            continue  # a callback of another page listening to the URL alone
+
+        def value(d):
+            return url.get(d["property"]) if d["id"] == "url" else props[d["id"]].get(d["property"])
+
+        outputs = [{"id": o.split(".")[0], "property": o.split(".")[1]} for o in dep["output"].strip(".").split("...")]
+        body = {"output": dep["output"], "outputs": outputs if len(outputs) > 1 else outputs[0],
+                "inputs": [{**d, "value": value(d)} for d in dep["inputs"]],
+                "state": [{**d, "value": value(d)} for d in dep["state"]],
+                "changedPropIds": [f"{dep['inputs'][0]['id']}.{dep['inputs'][0]['property']}"]}
+        r = _post(client, body)
+        assert r.status_code in (200, 204), f"{pathname} -> {dep['output']}: {r.status_code} {r.data[:500]!r}"
+        assert b"Traceback" not in r.data
+        fired += 1
+    return fired
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_trace_page_and_its_callbacks(conf, client, name):
+    from kernelscope.dashboard.app import TRACE_PAGES
+
+    tid = _first(conf, name)
+    fired = 0
+    for page in TRACE_PAGES:
+        path = f"/trace/{tid}/{page}"
+        tree = _page(client, path)
+        assert "Traceback" not in json.dumps(tree)
+        fired += _fire_page_callbacks(client, path, tree)
+    assert fired >= 1
+
+
+def test_store_pages_and_their_callbacks(conf, client):
+    from kernelscope.dashboard.app import STORE_PAGES
+
+    every = [t for ids in conf.ids.values() for t in ids]
+    for page in STORE_PAGES:
+        for search in ("", f"?a={every[0]}&b={every[1]}", f"?by=batch&traces={','.join(every[:5])}",
+                       f"?run={every[0]}"):
+            tree = _page(client, f"/{page}", search)
+            assert "Traceback" not in json.dumps(tree)
+            _fire_page_callbacks(client, f"/{page}", tree)
+    _fire_page_callbacks(client, "/", _page(client, "/"))
