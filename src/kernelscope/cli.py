@@ -208,8 +208,15 @@ def _emit_result(result, fmt: str, table: str | None) -> None:
         return
     width = max((len(k) for k, _ in scalars), default=0)
     click.echo(f"{result.name}")
+    notes = {}
+    if result.name == "launch":  # TKLQT is a sum over kernels: the per-kernel mean and q lead (issue 11)
+        from .reports.launch import tklqt_lead, tklqt_sum_label
+
+        click.echo(f"  {tklqt_lead(result.scalars)}")
+        notes["tklqt_ns"] = tklqt_sum_label(result.scalars)
     for key, value in scalars:
         human = _human_ns(value) if key.endswith("_ns") else ""
+        human = ", ".join(x for x in (human, notes.get(key, "")) if x)
         click.echo(f"  {key.ljust(width)}  {_cell(value, 100)}" + (f"  ({human})" if human else ""))
     for name, df in result.tables.items():
         click.echo(f"\n{name}")
@@ -297,6 +304,12 @@ def traces(fmt, as_json, db):
         df = df.drop(columns=["ingested_ns"])
     else:
         df["labels"] = [{k: typed_label(v) for k, v in lab.items()} for lab in df["labels"]]
+        df["devices"] = [[int(d) for d in devs] for devs in df["devices"]]
+        if fmt == "csv":  # one JSON text per cell (never a Python repr): {"batch": 8}, [0, 1]
+            import json
+
+            df["labels"] = [json.dumps(lab, sort_keys=True) for lab in df["labels"]]
+            df["devices"] = [json.dumps(devs) for devs in df["devices"]]
     _emit_frame(df, fmt)
 
 
@@ -690,7 +703,8 @@ def report(traces_, by, sweep, output, fmt, db):
 @click.option("--name", default=None, help="Trace name (default: the script's name).")
 @click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help="Label the trace (repeatable).")
 @click.option("--run-dir", type=click.Path(file_okay=False), default=None,
-              help="Where the trace and telemetry files go (default: a new folder under ./kernelscope_runs).")
+              help="Where the trace and telemetry files go (default: a new folder ./runs/<name>-<UTC time> "
+                   "under the current directory).")
 @_db_option
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def profile(name, labels, run_dir, db, command):

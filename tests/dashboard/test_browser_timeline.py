@@ -1,7 +1,7 @@
 """Timeline and Operators pages in a real headless Chromium (Debian's /usr/bin/chromium via Playwright):
 the figure drawn with data, a 1 ms window from the URL showing individual kernels, a zoom written to the
 URL and restored from it, an operator selected on the Operators page and highlighted on the Timeline, a
-click on a CPU operator, the empty cases in words, zero console errors."""
+real mouse click on a CPU operator's bar, the empty cases in words, zero console errors."""
 
 from __future__ import annotations
 
@@ -21,6 +21,20 @@ _TRACES = """() => Array.from(document.querySelector('#timeline-graph .js-plotly
   segments: t.type === 'scattergl' ? Array.from(t.x).filter(v => Number.isFinite(v)).length / 2 : 0,
   zmax: t.type === 'heatmap' ? Math.max(...Array.from(t.z).map(r => Math.max(...Array.from(r)))) : 0}))"""
 _RANGE = "() => document.querySelector('#timeline-graph .js-plotly-plot')._fullLayout.xaxis.range"
+
+
+# Page coordinates of a point 3 px into the bar of CPU operator ``op`` (its start vertex carries the id as
+# customdata), on its lane; null when the bar is not drawn wide enough to click.
+_BAR_AT = """(op) => { const gd = document.querySelector('#timeline-graph .js-plotly-plot');
+  const fl = gd._fullLayout, box = gd.querySelector('.nsewdrag').getBoundingClientRect();
+  for (const t of gd._fullData) {
+    if (!t.customdata) continue;
+    const j = Array.from(t.customdata).indexOf(op);
+    if (j < 0) continue;
+    const x0 = fl.xaxis.l2p(t.x[j]), x1 = fl.xaxis.l2p(t.x[j + 1]);
+    if (x1 - x0 < 8 || x0 < 0 || x0 > box.width) return null;
+    return {x: box.left + x0 + 3, y: box.top + fl.yaxis.l2p(t.y[j])}; }
+  return null; }"""
 
 
 def _query(url: str) -> dict:
@@ -79,8 +93,12 @@ def test_zoom_goes_into_the_url_and_back(page, base_url, dash_store):
         op = int(store.query("SELECT op_id FROM cpu_ops WHERE trace_id = $t AND name = 'aten::mm' AND start_ns >= $a "
                              "ORDER BY start_ns LIMIT 1", {"t": tid, "a": info["start_ns"] + 10_000_000})
                  ["op_id"].iloc[0])
-    page.evaluate("(op) => document.querySelector('#timeline-graph .js-plotly-plot')"
-                  ".emit('plotly_click', {points: [{customdata: op, curveNumber: 0, pointNumber: 0}]})", op)
+    # a real mouse click on that operator's bar, where Plotly drew it (issue 11: a synthetic plotly_click
+    # that already carries the id passed while a real click sent no id, customdata being a typed array)
+    xy = page.evaluate(_BAR_AT, op)
+    assert xy is not None, "the operator's bar is not drawn"
+    page.mouse.move(xy["x"], xy["y"])
+    page.mouse.click(xy["x"], xy["y"])
     page.wait_for_function(f"() => location.search.includes('op={op}')")
     expect(page.locator("#timeline-status")).to_contain_text(f"aten::mm (instance {op})")
     traces = page.evaluate(_TRACES)

@@ -279,12 +279,12 @@ def test_power_null_numbers_say_why(client, dash_store):
     # a 38 ms trace under a ~100 ms counter step: the trace window is below 10 steps, so its energy is null
     assert s["trace_energy_mj"] is None and s["trace_window_ns"] < tr["min_window_ns"] == 10 * tr["counter_step_ns"]
     kpi = _find(page, "power-kpi-trace_energy_mj")
-    assert kpi["props"]["data-value"] == "" and _text(kpi) == "null"
+    assert kpi["props"]["data-value"] == "" and _text(kpi) == "n/a"
     why = _text(_find(page, "power-why-trace_energy_mj"))
     assert f"({s['trace_window_ns'] / 1e6:,.1f} ms) is shorter than 10 counter steps" in why
     assert f"{tr['min_window_ns'] / 1e6:,.1f} ms" in why
     phases = _find(page, "power-phases")["props"]["data"]
-    assert len(phases) == len(r.tables["phases"]) and all(p["energy"].startswith("null: ") for p in phases)
+    assert len(phases) == len(r.tables["phases"]) and all(p["energy"].startswith("n/a: ") for p in phases)
 
 
 def test_power_timeline_is_binned_on_the_trace_axis(client, dash_store):

@@ -68,7 +68,7 @@ def test_power_section_numbers_and_nulls(dash_store):
     assert row["energy per batch*seq"] == f"{s['energy_per_unit_mj']:,.3f} mJ"
     # a 160 ms trace under 10 counter steps of ~98 ms: null, with the reason
     assert s["trace_energy_mj"] is None
-    assert row["trace energy"].startswith("null: the window (") and "10 counter steps" in row["trace energy"]
+    assert row["trace energy"].startswith("n/a: the window (") and "10 counter steps" in row["trace energy"]
     figs = [b for b in sec.blocks if isinstance(b, go.Figure)]
     assert len(figs) == 1 and any(t.name == "power (averaged)" and len(t.x) > 10 for t in figs[0].data)
     assert any(isinstance(b, str) and b.startswith("probe_train") and "no telemetry" in b for b in sec.blocks)

@@ -15,11 +15,13 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from . import cache
+from . import launch as rl
 from ..analysis import bound as analysis_bound
 from ..analysis.recommend import recommend
 from ..errors import KernelscopeError
 from ..units import NS_PER_MS, ms_text
 from .blocks import Section, Table
+from .missing import na, shown
 
 _LAYOUT = {"template": "plotly_white", "margin": {"l": 60, "r": 20, "t": 40, "b": 50},
            "legend": {"orientation": "h", "y": 1.02, "x": 1, "xanchor": "right", "yanchor": "bottom"}}
@@ -152,7 +154,7 @@ def bound_sentences(s: dict) -> list[str]:
         return [NO_GPU]
 
     def pct(v):
-        return "—" if v is None else f"{100 * v:.1f}%"
+        return na() if v is None else f"{100 * v:.1f}%"
     return [f"Of the {ms_text(span)} GPU span, {ms_text(s['busy_ns'])} busy, {ms_text(s['host_wait_ns'])} host wait "
             f"({pct(s['host_wait_share'])}: the GPU had nothing queued) and {ms_text(s['dependency_wait_ns'])} "
             f"dependency wait ({pct(s['dependency_wait_share'])}: work was queued but waited), over "
@@ -203,7 +205,7 @@ def bound_section(store, trace_ids: list[str], ctx) -> Section | None:
         for fig in bound_figures(r):
             fig.update_layout(title_text=f"{name}: {fig.layout.title.text}")
             blocks.append(fig)
-        blocks += [f"{name}: warning: {w}" for w in r.warnings]
+        blocks += [f"{name}: warning: {shown(w)}" for w in r.warnings]
     return Section("Bound-ness", "bound", blocks)
 
 
@@ -211,20 +213,32 @@ def bound_section(store, trace_ids: list[str], ctx) -> Section | None:
 
 def energy(power_result) -> tuple[float | None, str, str]:
     """(mJ, which, sentence) from the power analysis: the trace window's energy when known, else the
-    un-profiled loop's energy per iteration, else None with the reason (the analysis' warning)."""
+    un-profiled loop's energy per iteration, else None with the reason (:func:`energy_reason`)."""
     s = power_result.scalars
     if s.get("trace_energy_mj") is not None:
         return (float(s["trace_energy_mj"]), "trace_energy_mj",
                 f"{s['trace_energy_mj'] / 1000:,.3f} J over the trace window ({s.get('energy_source')}; mean "
                 f"{s.get('mean_power_w') or 0:,.1f} W).")
     if s.get("energy_per_iteration_mj") is not None:
-        why = next((w for w in power_result.warnings if "trace energy" in w), "the trace window's energy is null")
         return (float(s["energy_per_iteration_mj"]), "energy_per_iteration_mj",
-                f"{s['energy_per_iteration_mj'] / 1000:,.3f} J per iteration (un-profiled energy loop); {why}")
+                f"{s['energy_per_iteration_mj'] / 1000:,.3f} J per iteration (un-profiled energy loop); "
+                f"trace-window energy {na(energy_reason(power_result))}.")
     if s.get("energy_source") is None:
         return None, "", "No energy: the trace has no telemetry (no energy counter or power samples)."
-    why = "; ".join(power_result.warnings) or "the energy is null"
-    return None, "", f"No energy: {why}"
+    return None, "", f"No energy: {na(energy_reason(power_result))}."
+
+
+def energy_reason(power_result) -> str:
+    """Why the trace window's energy is null, in a few words (the power analysis' window rule:
+    ``reports.power.window_reason``); '' when it is known."""
+    from .power import window_reason
+
+    s = power_result.scalars
+    if s.get("trace_energy_mj") is not None:
+        return ""
+    if s.get("energy_source") is None:
+        return "no telemetry"
+    return window_reason(power_result, s.get("trace_window_ns"))
 
 
 def _numeric_label(store, tid: str) -> str | None:
@@ -233,27 +247,28 @@ def _numeric_label(store, tid: str) -> str | None:
     return "batch" if "batch" in keys else (keys[0] if keys else None)
 
 
-def inflation(store, tid: str) -> tuple[float | None, str]:
-    """(profiler inflation, sentence): the transition analysis' ``inflation`` = traced latency per
-    iteration / un-profiled time (collector ``cuda_event`` timings, else label ``unprofiled_ns``) for this
-    one trace; None with the reason when there is no un-profiled time."""
+def inflation(store, tid: str) -> tuple[float | None, str, str]:
+    """(profiler inflation, sentence, why it is missing): the transition analysis' ``inflation`` = traced
+    latency per iteration / un-profiled time (collector ``cuda_event`` timings, else label ``unprofiled_ns``)
+    for this one trace; None with the reason (a sentence and a few words) when there is no un-profiled time."""
     n_timings = int(store.query("SELECT count(*) AS n FROM timings WHERE trace_id = $t AND kind = 'cuda_event'",
                                 {"t": tid})["n"].iloc[0])
     by = _numeric_label(store, tid)
     if by is None:
         return None, ("No profiler inflation: the trace has no numeric label, so the transition analysis "
                       "cannot place it" + (f" (it has {n_timings} un-profiled timings)." if n_timings else
-                                           ", and there is no un-profiled timing either."))
+                                           ", and there is no un-profiled timing either.")), \
+            "no numeric label" if n_timings else "no un-profiled timing"
     try:
         p = cache.analysis(store, "transition", [tid], by=by).tables["points"].iloc[0]
     except KernelscopeError as e:
-        return None, f"No profiler inflation: {e}"
+        return None, f"No profiler inflation: {e}", str(e)
     if p["inflation"] is None or pd.isna(p["inflation"]):
         return None, ("No profiler inflation: no un-profiled time was recorded for this trace (collector "
-                      "cuda_event timings or the label unprofiled_ns).")
+                      "cuda_event timings or the label unprofiled_ns)."), "no un-profiled timing"
     return float(p["inflation"]), (
         f"Profiler inflation {p['inflation']:.2f}×: traced latency per iteration {ms_text(p['latency_per_iter_ns'])} "
-        f"/ un-profiled {ms_text(p['unprofiled_ns'])} ({p['unprofiled_source']}, {p['iterations']} iteration(s)).")
+        f"/ un-profiled {ms_text(p['unprofiled_ns'])} ({p['unprofiled_source']}, {p['iterations']} iteration(s))."), ""
 
 
 def categories_figure(categories: pd.DataFrame) -> go.Figure:
@@ -321,9 +336,11 @@ def recommendation_lines(findings: list[dict]) -> list[str]:
 def headline_extras(store, tid: str, has_gpu: bool) -> dict:
     """What the Overview adds to the summary: launch scalars, energy, inflation, kernels result,
     recommendations (all from the analyses)."""
+    power = cache.analysis(store, "power", tid)
+    infl = inflation(store, tid)
     out = {"launch": cache.analysis(store, "launch", tid).scalars,
-           "energy": energy(cache.analysis(store, "power", tid)),
-           "inflation": inflation(store, tid),
+           "energy": energy(power), "energy_why": energy_reason(power),
+           "inflation": infl[:2], "inflation_why": infl[2],
            "kernels": cache.analysis(store, "kernels", tid)}
     out["findings"], out["recommend_warnings"] = [], []
     if has_gpu:
@@ -344,13 +361,16 @@ def extras_section(store, trace_ids: list[str], ctx) -> Section | None:
                                    {"t": tid})["n"].iloc[0])
         x = headline_extras(store, tid, has_gpu)
         ls, (e_mj, e_key, e_text), (infl, infl_text) = x["launch"], x["energy"], x["inflation"]
-        tk = ls.get("tklqt_ns")
-        rows.append({"trace": name, "TKLQT (ms)": None if tk is None else round(tk / NS_PER_MS, 3),
+        tk, mean = ls.get("tklqt_ns"), rl.mean_lq_ns(ls)
+        rows.append({"trace": name,
+                     "mean launch+queue per kernel (ms)": None if mean is None else round(mean / NS_PER_MS, 3),
                      "mean queue depth q": ls.get("mean_queue_depth"),
-                     "energy (J)": None if e_mj is None else round(e_mj / 1000, 3),
+                     "TKLQT: sum over kernels (ms)": None if tk is None else round(tk / NS_PER_MS, 3),
+                     "kernels in the sum": rl.tklqt_terms(ls),
+                     "energy (J)": na(x["energy_why"]) if e_mj is None else round(e_mj / 1000, 3),
                      "energy is": {"trace_energy_mj": "trace window", "energy_per_iteration_mj": "per iteration"}
-                     .get(e_key, "—"),
-                     "profiler inflation (×)": None if infl is None else round(infl, 3)})
+                     .get(e_key, na()),
+                     "profiler inflation (×)": na(x["inflation_why"]) if infl is None else round(infl, 3)})
         blocks += [f"{name}: {e_text}", f"{name}: {infl_text}"]
         cats = x["kernels"].tables["categories"]
         if x["kernels"].scalars.get("kernels"):
@@ -362,6 +382,7 @@ def extras_section(store, trace_ids: list[str], ctx) -> Section | None:
         elif not x["findings"] and not x["recommend_warnings"]:
             blocks.append(f"{name}: no recommendation rule fired.")
         blocks += [f"{name}: {t}" for t in recommendation_lines(x["findings"])]
-        blocks += [f"{name}: warning: {w}" for w in x["recommend_warnings"]]
-    blocks.insert(0, Table(pd.DataFrame(rows), "TKLQT (with q), energy and profiler inflation"))
+        blocks += [f"{name}: warning: {shown(w)}" for w in x["recommend_warnings"]]
+    blocks.insert(0, Table(pd.DataFrame(rows), "Launch+queue per kernel with q (TKLQT is their sum over the "
+                           "kernels, not wall time), energy and profiler inflation"))
     return Section("Launch queue, energy, inflation and recommendations", "extras", blocks)

@@ -15,6 +15,7 @@ import plotly.graph_objects as go
 from . import cache
 from ..units import NS_PER_MS, NS_PER_US, ms_text
 from .blocks import Section, Table
+from .missing import value_or_na
 
 SPLIT = [("api_ns", "api (host call)", "#2563eb"), ("queue_ns", "queue (GPU busy ahead)", "#f59e0b"),
          ("dispatch_ns", "dispatch (host→GPU)", "#10b981")]
@@ -37,10 +38,52 @@ def has_launches(ls: dict) -> bool:
     return bool(ls.get("kernels") or ls.get("graph_launches"))
 
 
+def tklqt_terms(ls: dict) -> int:
+    """How many ``lq`` terms TKLQT sums: kernels not launched by a graph plus one per graph launch."""
+    return int(ls.get("kernels") or 0) + int(ls.get("graph_launches") or 0)
+
+
+def mean_lq_ns(ls: dict) -> int | None:
+    """The mean launch-and-queue time per TKLQT term (int ns): ``tklqt_ns / terms``; None without terms.
+    This is what a reader compares with a kernel's duration; TKLQT itself is a sum over kernels and can
+    exceed the trace many times over (a 152 ms trace with ~253 kernels queued on average has a TKLQT of
+    38.6 s)."""
+    n = tklqt_terms(ls)
+    return None if not n or ls.get("tklqt_ns") is None else round(ls["tklqt_ns"] / n)
+
+
+def tklqt_sum_label(ls: dict) -> str:
+    """What TKLQT sums over, in words: 'sum over 1,274 kernels', 'sum over 6 graph launches', or both."""
+    k, g = int(ls.get("kernels") or 0), int(ls.get("graph_launches") or 0)
+    parts = ([f"{k:,} kernel{'s' if k != 1 else ''}"] if k or not g else []) + \
+        ([f"{g:,} graph launch{'es' if g != 1 else ''}"] if g else [])
+    return "sum over " + " and ".join(parts)
+
+
+NO_SPAN = "no GPU activity, so no GPU span to divide by"
+NO_TERMS = "no kernel with a launch call"
+
+
+def q_text(q) -> str:
+    """The mean queue depth as shown (2 decimals), or n/a with the reason (no GPU span)."""
+    return value_or_na(q, lambda v: f"{v:,.2f}", NO_SPAN)
+
+
+def mean_lq_text(ls: dict) -> str:
+    return value_or_na(mean_lq_ns(ls), ms_text, NO_TERMS)
+
+
+def tklqt_lead(ls: dict) -> str:
+    """The launch headline in one line, the per-kernel mean and q first and the sum said as one, e.g.
+    'mean launch+queue per kernel 30.279 ms, q = 252.98; TKLQT 38,575.033 ms is the sum over 1,274 kernels
+    (not wall time)'."""
+    return (f"mean launch+queue per kernel {mean_lq_text(ls)}, q = {q_text(ls.get('mean_queue_depth'))}; "
+            f"TKLQT {ms_text(ls.get('tklqt_ns'))} is the {tklqt_sum_label(ls)} (not wall time)")
+
+
 def tklqt_text(scalars: dict) -> str:
     """TKLQT with the mean queue depth beside it (never a share of time), e.g. '38,575.033 ms (q = 252.98)'."""
-    q = scalars.get("mean_queue_depth")
-    return f"{ms_text(scalars.get('tklqt_ns'))} (q = {'—' if q is None else f'{q:,.2f}'})"
+    return f"{ms_text(scalars.get('tklqt_ns'))} (q = {q_text(scalars.get('mean_queue_depth'))})"
 
 
 def distribution_figure(distribution: pd.DataFrame) -> go.Figure:
@@ -134,12 +177,26 @@ def whatif_sentences(s: dict) -> list[str]:
     return out
 
 
+def launch_sentence(ls: dict) -> str:
+    """The launch headline in words: the per-kernel mean with q, then TKLQT as a sum, then its split."""
+    q = ls.get("mean_queue_depth")
+    regime = "" if q is None else (f" (on average {q:,.1f} kernels launched but not started: GPU-bound)" if q >= 1
+                                   else " (less than one kernel waiting on average: CPU-bound)")
+    return (f"mean launch+queue per kernel {mean_lq_text(ls)} with q = {q_text(q)}{regime}; TKLQT, the "
+            f"{tklqt_sum_label(ls)}, is {ms_text(ls.get('tklqt_ns'))} (not wall time), split into api "
+            f"{ms_text(ls.get('api_ns'))}, queue {ms_text(ls.get('queue_ns'))} and dispatch "
+            f"{ms_text(ls.get('dispatch_ns'))}.")
+
+
 def headline(ls: dict, ws: dict) -> pd.DataFrame:
-    """The launch headline of one trace as one row (ms with 3 decimals; q as a number)."""
+    """The launch headline of one trace as one row (ms with 3 decimals; q as a number): the mean
+    launch-and-queue time per kernel and q lead; TKLQT follows as the sum it is, with how many terms it sums
+    (kernels not launched by a graph, one per graph launch)."""
     def ms(v):
         return None if v is None else round(int(v) / NS_PER_MS, 3)
     return pd.DataFrame([{
-        "TKLQT (ms)": ms(ls.get("tklqt_ns")), "mean queue depth q": ls.get("mean_queue_depth"),
+        "mean launch+queue per kernel (ms)": ms(mean_lq_ns(ls)), "mean queue depth q": ls.get("mean_queue_depth"),
+        "TKLQT: sum over kernels (ms)": ms(ls.get("tklqt_ns")), "kernels in the sum": tklqt_terms(ls),
         "api (ms)": ms(ls.get("api_ns")), "queue (ms)": ms(ls.get("queue_ns")),
         "dispatch (ms)": ms(ls.get("dispatch_ns")), "launch delay (ms)": ms(ls.get("launch_delay_ns")),
         "launch-bound op instances": ls.get("launch_bound_ops"),
@@ -161,9 +218,9 @@ def launch_section(store, trace_ids: list[str], ctx) -> Section | None:
             continue
         df = headline(ls, ws)
         df.insert(0, "trace", name)
-        blocks.append(Table(df, f"{name}: launch overhead (TKLQT always with q = TKLQT / GPU span)"))
-        blocks.append(f"{name}: TKLQT {tklqt_text(ls)}; api {ms_text(ls.get('api_ns'))}, queue "
-                      f"{ms_text(ls.get('queue_ns'))}, dispatch {ms_text(ls.get('dispatch_ns'))}.")
+        blocks.append(Table(df, f"{name}: launch overhead (q = TKLQT / GPU span; TKLQT sums every kernel's "
+                                "launch-and-queue time, a graph launch counted once)"))
+        blocks.append(f"{name}: {launch_sentence(ls)}")
         for fig in (distribution_figure(lr.tables["distribution"]), tklqt_by_operator_figure(lr.tables["per_op"])):
             fig.update_layout(title_text=f"{name}: {fig.layout.title.text}")
             blocks.append(fig)

@@ -19,6 +19,7 @@ from plotly.subplots import make_subplots
 from . import cache
 from ..units import NS_PER_MS
 from .blocks import Section, Table
+from .missing import na, shown
 from .data import busy_bins
 from .figures import MAX_BINS, bin_width_ns, busy_fraction_bins
 
@@ -196,7 +197,7 @@ def null_reasons(result) -> dict[str, str]:
 
 def headline(result) -> list[dict]:
     """The headline numbers of the power Result as rows: key, label, value (the Result's raw number),
-    text (value with its unit, or 'null: <reason>'), definition."""
+    text (value with its unit, or 'n/a: <reason>'), definition."""
     s = result.scalars
     bp, ip, ck = s.get("busy_power") or {}, s.get("idle_power") or {}, s.get("clocks") or {}
     why = null_reasons(result)
@@ -237,7 +238,7 @@ def headline(result) -> list[dict]:
     out = []
     for key, label, value, text, definition in rows:
         if text is None:
-            text = "null: " + why.get(key, "not measured")
+            text = na(why.get(key, "not measured"))
         out.append({"key": key, "label": label, "value": value, "text": text, "definition": definition})
     return out
 
@@ -256,14 +257,14 @@ def throttle_text(result) -> str:
 
 
 def phase_rows(result) -> pd.DataFrame:
-    """The ``phases`` table as shown: phase, kind, duration (ms), energy (mJ, or the reason it is null)."""
+    """The ``phases`` table as shown: phase, kind, duration (ms), energy (mJ, or 'n/a: <why>')."""
     ph = result.tables.get("phases")
     if ph is None or not len(ph):
         return pd.DataFrame(columns=["phase", "kind", "duration (ms)", "energy (mJ)"])
     return pd.DataFrame({
         "phase": ph["name"].tolist(), "kind": ph["kind"].tolist(),
         "duration (ms)": [round(int(d) / NS_PER_MS, 3) for d in ph["dur_ns"]],
-        "energy (mJ)": [f"{e:,.1f}" if e is not None and e == e else "null: " + window_reason(result, int(d))
+        "energy (mJ)": [f"{e:,.1f}" if e is not None and e == e else na(window_reason(result, int(d)))
                         for e, d in zip(ph["energy_mj"], ph["dur_ns"])],
     })
 
@@ -291,11 +292,11 @@ def power_section(store, trace_ids: list[str], ctx) -> Section | None:
         blocks.append(f"{name}: " + throttle_text(r))
         ph = phase_rows(r)
         if len(ph):
-            blocks.append(Table(ph, f"{name}: energy per phase (null below 10 counter steps)"))
+            blocks.append(Table(ph, f"{name}: energy per phase (n/a below 10 counter steps)"))
         pf = phase_energy_figure(r.tables.get("phases"))
         if pf is not None:
             blocks.append(pf)
-        blocks += [f"{name}: warning: {w}" for w in r.warnings]
+        blocks += [f"{name}: warning: {shown(w)}" for w in r.warnings]
     if rows:
         blocks.insert(0, Table(pd.DataFrame(rows), "Energy and power (definitions: docs/metrics.md, Power)"))
     return Section("Power and energy", "power", blocks) if blocks else None

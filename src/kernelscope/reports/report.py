@@ -20,6 +20,7 @@ import plotly.graph_objects as go
 
 from .. import __version__
 from .blocks import Context, Section, Table
+from .missing import na, shown
 from .overview import overview_section
 from . import bound as _bound, launch as _launch, sweep as _sweep  # issue 5: launch, bound-ness, sweep
 from . import power as _power, roofline as _roofline  # issue 5: bandwidth/roofline, power
@@ -49,13 +50,15 @@ def build(store, trace_ids: list[str], by: str | None = None) -> list[Section]:
 
 
 def _fmt_cell(v) -> str:
-    if v is None or (isinstance(v, float) and pd.isna(v)):
-        return "—"
+    """A table cell as shown: numbers with thousands separators, a missing value as 'n/a' (a section
+    that knows why puts 'n/a: <reason>' in the cell itself)."""
+    if v is None or v is pd.NA or (isinstance(v, float) and pd.isna(v)):
+        return na()
     if isinstance(v, float):
         return f"{v:,.3f}" if abs(v) < 1e6 else f"{v:,.0f}"
     if isinstance(v, int) and not isinstance(v, bool):
         return f"{v:,}"
-    return str(v)
+    return shown(str(v))
 
 
 def _html_table(t: Table) -> str:
@@ -93,7 +96,7 @@ def render_html(sections: list[Section], title: str) -> str:
             elif isinstance(b, Table):
                 body.append(_html_table(b))
             else:
-                body.append(f"<p>{html.escape(str(b))}</p>")
+                body.append(f"<p>{html.escape(shown(str(b)))}</p>")
         parts.append(f'<section id="{s.anchor}"><h2>{html.escape(s.title)}</h2>{"".join(body)}</section>')
     toc = "".join(f'<a href="#{s.anchor}">{html.escape(s.title)}</a>' for s in sections)
     made = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -121,13 +124,16 @@ def render_markdown(sections: list[Section], title: str) -> str:
             if isinstance(b, Table):
                 out += [_md_table(b), ""]
             elif isinstance(b, str):
-                out += [b, ""]
+                out += [shown(b), ""]
     return "\n".join(out).rstrip() + "\n"
 
 
 def report(store, trace_ids: list[str], by: str | None = None, fmt: str = "html",
            title: str | None = None) -> str:
-    """The report of ``trace_ids`` as text in ``fmt`` ('html' or 'md')."""
+    """The report of ``trace_ids`` as text in ``fmt`` ('html' or 'md'). With ``by`` (a sweep) the traces
+    appear in the order of that numeric label, ties by name; otherwise in the order given."""
+    if by:
+        trace_ids = _sweep.order_by_label(store, list(trace_ids), by)
     if title is None:
         names = store.query("SELECT name FROM traces WHERE list_contains($ids, trace_id) ORDER BY name",
                             {"ids": list(trace_ids)})["name"].tolist()

@@ -34,6 +34,24 @@ SELECT c.sweep, c.traces, k.key, k.nd
 FROM c LEFT JOIN k ON k.sweep = c.sweep AND k.n = c.traces AND k.nd = c.traces
 ORDER BY c.sweep, k.key
 """
+# Each trace's name and its numeric value of label $by (null: none), for ordering a sweep's traces.
+_ORDER_SQL = """
+SELECT t.trace_id, coalesce(t.name, '') AS name,
+       (SELECT any_value(value_num) FROM labels l WHERE l.trace_id = t.trace_id AND l.key = $by) AS value_num
+FROM traces t WHERE list_contains($ids, t.trace_id)
+"""
+
+
+def order_by_label(store, trace_ids: list[str], by: str) -> list[str]:
+    """``trace_ids`` in sweep order: by the numeric value of label ``by`` (ascending), ties by trace name
+    then id; traces without a numeric ``by`` last, by name. Unknown ids keep their place at the end."""
+    df = store.query(_ORDER_SQL, {"ids": list(trace_ids), "by": by})
+    known = {r.trace_id: (pd.isna(r.value_num), 0.0 if pd.isna(r.value_num) else float(r.value_num), r.name,
+                          r.trace_id) for r in df.itertuples(index=False)}
+    return sorted((t for t in trace_ids if t in known), key=known.__getitem__) + \
+        [t for t in trace_ids if t not in known]
+
+
 # Numeric labels whose values tell every trace carrying them apart (a sweep without a sweep=NAME label).
 _BY_SQL = """
 SELECT key, count(DISTINCT trace_id) AS traces FROM labels
@@ -170,16 +188,17 @@ def bracket_sentences(scalars: dict) -> list[str]:
 
 
 def points_table(points: pd.DataFrame, by: str) -> pd.DataFrame:
-    """The points as shown (ms with 3 decimals)."""
+    """The points as shown (ms with 3 decimals); q before TKLQT, which is a sum over the point's kernels."""
     def ms(col):
         return [None if v is None or pd.isna(v) else round(int(v) / NS_PER_MS, 3) for v in points[col]]
     return pd.DataFrame({
         by: points["label"], "trace": points["name"], "latency / iter (ms)": ms("latency_per_iter_ns"),
         "un-profiled (ms)": ms("unprofiled_ns"),
         "inflation (×)": [None if v is None or pd.isna(v) else round(float(v), 3) for v in points["inflation"]],
-        "busy / iter (ms)": ms("busy_per_iter_ns"), "TKLQT (ms)": ms("tklqt_ns"),
+        "busy / iter (ms)": ms("busy_per_iter_ns"),
         "q": [None if v is None or pd.isna(v) else round(float(v), 3) for v in points["mean_queue_depth"]],
-        "busy (ms)": ms("busy_ns"), "idle (ms)": ms("idle_ns"), "regime": points["regime"]})
+        "TKLQT: sum over kernels (ms)": ms("tklqt_ns"), "busy (ms)": ms("busy_ns"), "idle (ms)": ms("idle_ns"),
+        "regime": points["regime"]})
 
 
 def sweep_section(store, trace_ids: list[str], ctx) -> Section | None:

@@ -157,8 +157,9 @@ def events_figure(lanes: pd.DataFrame, events: pd.DataFrame, a: int, b: int, ori
     """The zoomed-in timeline: each event one segment on its lane; one WebGL trace per lane and kind.
 
     ``events``: lane key columns, id, name, start_ns, end_ns, detail (GPU activity kind / launch type).
-    The points of CPU operator traces carry ``customdata`` = the operator's ``op_id`` so a click can select
-    it. ``with_names``: hover text (name, duration) on each segment's start point; without, hover says
+    The points of CPU operator traces carry ``customdata`` = the operator's ``op_id`` (a plain list, null at
+    the gaps) so a click can select it. ``with_names``: hover text (name, duration) on each segment's start
+    point; without, hover says
     the time only (keeps the figure small when many events are drawn). ``selected`` (from ``timeline_data.selection``): its activities are
     redrawn in red, and a flow line runs from each launch call's start (on its thread's API lane) to the
     activity's start (on its stream's lane).
@@ -181,9 +182,10 @@ def events_figure(lanes: pd.DataFrame, events: pd.DataFrame, a: int, b: int, ori
             else:
                 kw = {"hovertemplate": "%{x:.3f} ms<extra>" + str(lanes["label"].iloc[lane]) + "</extra>"}
             if src == "cpu":
-                custom = np.full(3 * len(d), np.nan)
-                custom[0::3] = custom[1::3] = d["id"].to_numpy(dtype=np.float64)
-                kw["customdata"] = custom
+                # a plain list, never a numpy array: Plotly sends arrays as base64 typed arrays, and Dash's
+                # clickData reads customdata from the figure's raw data (figure.data[curve].customdata[point]),
+                # where a typed array is still {dtype, bdata}: a real click would carry no operator id.
+                kw["customdata"] = _per_point([int(v) for v in d["id"]], len(d), None)
             traces.append(_trace('scattergl', x=x, y=y.astype(np.float32), mode="lines", connectgaps=False,
                                        line={"width": 14 if src != "ann" else 8, "color": color},
                                        name=f"{lanes['label'].iloc[lane]} {kind}".strip(), **kw))

@@ -13,9 +13,11 @@ from ...reports import cache
 from ...reports.figures import busy_fraction_figure
 from ...reports.overview import host_wait, trust_sentences
 from ...reports.data import busy_bins
+from ...reports.missing import kpi_parts, shown
 from ...units import NS_PER_MS, NS_PER_US
 from .common import count_text, message, ms_text, pct_text, table
 from .launch import kpi as value_kpi
+from .launch import tklqt_kpis
 
 # (scalar key, label, kind, definition shown on hover). kind: 'ns' (shown in ms) or 'count'.
 KPIS = [
@@ -32,21 +34,23 @@ KPIS = [
 ]
 
 
-def _kpi(key: str, label: str, value, kind: str, definition: str, extra: str = "") -> html.Div:
+def _kpi(key: str, label: str, value, kind: str, definition: str, extra: str = "", why: str = "") -> html.Div:
     """One headline number. The element id is ``kpi-<key>``; ``data-value`` holds the raw value (int ns
-    for times, a count otherwise; empty when null) so a browser test can compare it with the CLI's JSON."""
-    shown = ms_text(value) if kind == "ns" else count_text(value)
+    for times, a count otherwise; empty when null) so a browser test can compare it with the CLI's JSON.
+    A null value shows as 'n/a' with ``why`` under it."""
+    shown, extra = kpi_parts(value, ms_text if kind == "ns" else count_text, why, extra)
     raw = "" if value is None else str(int(value))
     return html.Div(
         [html.Div(label, className="ks-kpi-label"),
          html.Div(shown, className="ks-kpi-value", id=f"kpi-{key}", title=f"{raw} ns" if kind == "ns" and raw
                   else raw, **{"data-value": raw}),
-         html.Div(extra, className="ks-kpi-extra")],
+         html.Div(extra, className="ks-kpi-extra", id=f"kpi-{key}-extra")],
         className="ks-kpi", title=definition,
     )
 
 
 TITLE = "Overview"
+NO_GPU_WHY = "no GPU activity"
 ENERGY_KIND = {"trace_energy_mj": "trace window", "energy_per_iteration_mj": "per iteration (un-profiled)"}
 
 
@@ -65,7 +69,10 @@ def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
               "idle_ns": pct_text(s.get("idle_ns"), span) + (" of span" if span else "")}
     if s.get("devices_count", 0) > 1:
         extras["busy_ns"] = extras["idle_ns"] = "summed over devices"
-    kpis = [_kpi(k, label, s.get(k), kind, d, extras.get(k, "")) for k, label, kind, d in KPIS]
+    why = {"latency_ns": "no top-level CPU operator" if has_gpu else NO_GPU_WHY,
+           "exposed_host_ns": "no top-level CPU operator" if has_gpu else NO_GPU_WHY}
+    kpis = [_kpi(k, label, s.get(k), kind, d, extras.get(k, ""), why.get(k, NO_GPU_WHY if kind == "ns" else ""))
+            for k, label, kind, d in KPIS]
 
     hw = host_wait(cache.call(store, trace_id, "idle_split", idle_split)) if has_gpu else None
     if hw is not None:
@@ -93,7 +100,7 @@ def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
 
     sentences = trust_sentences(trust, s)
     body.append(html.Div([html.H3("Trust")] + [html.P(t) for t in sentences]
-                         + [html.P("⚠ " + w, className="ks-warning") for w in result.warnings],
+                         + [html.P("⚠ " + shown(w), className="ks-warning") for w in result.warnings],
                          id="trust"))
     body += _categories_and_recommendations(x, has_gpu)
     body += _tables(result, s.get("kernel_time_ns") or 0)
@@ -103,22 +110,16 @@ def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
 def _extra_kpis(x: dict) -> list:
     """TKLQT (with q), mean queue depth, energy and profiler inflation. ``data-value``: TKLQT in int ns,
     q and inflation as the analyses return them, energy in mJ (``data-key`` names the power key)."""
-    ls = x["launch"]
-    q = ls.get("mean_queue_depth")
     e_mj, e_key, e_text = x["energy"]
     infl, infl_text = x["inflation"]
-    energy_kpi = value_kpi("energy_mj", "energy", e_mj, "—" if e_mj is None else f"{e_mj / 1000:,.3f} J",
-                            ENERGY_KIND.get(e_key, "not available"), e_text, **{"data-key": e_key})
+    energy_kpi = value_kpi("energy_mj", "energy", e_mj,
+                           *kpi_parts(e_mj, lambda v: f"{v / 1000:,.3f} J", x["energy_why"],
+                                      ENERGY_KIND.get(e_key, "")), e_text, **{"data-key": e_key})
     return [
-        value_kpi("tklqt_ns", "TKLQT", ls.get("tklqt_ns"), ms_text(ls.get("tklqt_ns")),
-                   "q = —" if q is None else f"q = {q:,.2f}",
-                   "total kernel launch-and-queue time; always read with q = TKLQT / GPU span"),
-        value_kpi("mean_queue_depth", "mean queue depth q", q, "—" if q is None else f"{q:,.2f}",
-                   "" if q is None else ("GPU-bound (q ≥ 1)" if q >= 1 else "CPU-bound (q < 1)"),
-                   "launched-but-not-started kernels on average (Little's law)"),
+        *tklqt_kpis(x["launch"]),
         energy_kpi,
-        value_kpi("inflation", "profiler inflation", infl, "—" if infl is None else f"{infl:.2f}×",
-                   "traced / un-profiled" if infl is not None else "no un-profiled timing", infl_text),
+        value_kpi("inflation", "profiler inflation", infl,
+                  *kpi_parts(infl, lambda v: f"{v:.2f}×", x["inflation_why"], "traced / un-profiled"), infl_text),
     ]
 
 
@@ -134,7 +135,7 @@ def _categories_and_recommendations(x: dict, has_gpu: bool) -> list:
     if not has_gpu:
         out.append(message("No recommendation: the rules need GPU activity.", "msg-no-recommendations"))
     elif not x["findings"] and x["recommend_warnings"]:
-        out.append(message("No recommendation: " + "; ".join(x["recommend_warnings"]), "msg-no-recommendations",
+        out.append(message("No recommendation: " + "; ".join(map(shown, x["recommend_warnings"])), "msg-no-recommendations",
                            "error"))
         return out
     elif not x["findings"]:
@@ -145,7 +146,7 @@ def _categories_and_recommendations(x: dict, has_gpu: bool) -> list:
                    + ([f" Possible saving {ms_text(f['saving_ns'])}."] if f["saving_ns"] is not None else [])),
             html.Ul([html.Li(e) for e in f["evidence"]], className="ks-hint")],
             className="ks-finding", **{"data-rule": f["rule"]}) for f in x["findings"]], id="recommendations"))
-    out += [html.P("⚠ " + w, className="ks-warning") for w in x["recommend_warnings"]]
+    out += [html.P("⚠ " + shown(w), className="ks-warning") for w in x["recommend_warnings"]]
     return out
 
 

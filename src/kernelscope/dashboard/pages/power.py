@@ -18,6 +18,8 @@ from ...reports.power import (
     telemetry_bins,
     throttle_text,
 )
+from ...reports.missing import NA
+from ...reports.missing import shown as shown_text
 from ...units import NS_PER_MS
 from .common import message, table
 
@@ -26,10 +28,9 @@ TITLE = "Power"
 
 def _kpi(h: dict) -> html.Div:
     """One headline number: ``power-kpi-<key>``; ``data-value`` holds the Result's raw value (empty when
-    null), the text its unit or 'null: <reason>'."""
+    null); the value shows with its unit, or 'n/a' with the reason under it (``power-why-<key>``)."""
     null = h["value"] is None
-    shown, extra = ("null", h["text"][len("null: "):]) if null and h["text"].startswith("null: ") else \
-        (h["text"], "")
+    shown, extra = (NA, h["text"][len(NA) + 2:]) if null and h["text"].startswith(NA + ": ") else (h["text"], "")
     return html.Div([html.Div(h["label"], className="ks-kpi-label"),
                      html.Div(shown, className="ks-kpi-value", id=f"power-kpi-{h['key']}",
                               **{"data-value": "" if null else repr(h["value"])}),
@@ -87,5 +88,6 @@ def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
                  table(top, [("name", "operator", "text"), ("kernel_ms", "kernel time (ms)", "numeric"),
                              ("share_mj", "energy time share (mJ)", "numeric")], "power-time-share")]
     body.append(html.Div([html.H3("Trust")] + [html.P(t) for t in _trust_text(r)]
-                         + [html.P("⚠ " + w, className="ks-warning") for w in r.warnings], id="power-trust"))
+                         + [html.P("⚠ " + shown_text(w), className="ks-warning") for w in r.warnings],
+                         id="power-trust"))
     return html.Div(body)

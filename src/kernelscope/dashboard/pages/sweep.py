@@ -15,6 +15,7 @@ from dash import Input, Output, State, dcc, html
 from ...analysis.result import json_safe, table_records
 from ...errors import UsageError
 from ...reports import sweep as rs
+from ...reports.launch import q_text
 from .common import message, ms_text, table
 
 TITLE = "Sweep"
@@ -63,8 +64,8 @@ def selected_panel(point: dict | None, by: str) -> list:
                    f"{ms_text(point.get('latency_per_iter_ns'))}, "
                    f"un-profiled {ms_text(point.get('unprofiled_ns'))}"
                    + ("" if infl is None else f" (inflation {infl:.2f}×)")
-                   + f"; TKLQT {ms_text(point.get('tklqt_ns'))} with q = "
-                   + ("—" if point.get("mean_queue_depth") is None else f"{point['mean_queue_depth']:,.2f}")
+                   + f"; mean queue depth q = {q_text(point.get('mean_queue_depth'))} (TKLQT, the sum of "
+                   f"launch-and-queue time over the kernels, {ms_text(point.get('tklqt_ns'))})"
                    + f"; busy {ms_text(point.get('busy_ns'))}, idle {ms_text(point.get('idle_ns'))}."),
             html.Div([dcc.Link(text, href=f"/trace/{tid}/{page}", id=f"sweep-open-{page}",
                                style={"marginRight": "14px"})
