@@ -223,17 +223,12 @@ def check_regular_file(path: Path) -> None:
 
 
 class _Source:
-    """Decompressed byte blocks of a file (gzip detected by magic bytes), hashing as it reads.
+    """Decompressed byte blocks of a file (gzip detected by magic bytes), hashing as it reads."""
 
-    ``salvage``: a gzip stream that ends before its end marker, or whose data turns corrupt, gives the bytes
-    that decompress before that point and then ends, with ``cut`` saying why (else None), instead of an error.
-    """
-
-    def __init__(self, path: Path, salvage: bool = False):
+    def __init__(self, path: Path):
         self.path = path
         self.sha = hashlib.sha256()
         self.offset = 0  # decompressed bytes handed out so far
-        self.cut: str | None = None
         check_regular_file(path)
         try:
             raw = open(path, "rb")  # noqa: SIM115 - closed in close()
@@ -243,10 +238,7 @@ class _Source:
         raw.seek(0)
         self.gz = magic == b"\x1f\x8b"
         self._raw = raw
-        if self.gz and salvage:
-            self._f = _GzipSalvage(raw, self)
-        else:
-            self._f = gzip.GzipFile(fileobj=raw, mode="rb") if self.gz else raw
+        self._f = gzip.GzipFile(fileobj=raw, mode="rb") if self.gz else raw
         if not magic:
             self.close()
             raise ParseError("the file is empty (0 bytes); it holds no trace")
@@ -255,8 +247,7 @@ class _Source:
         try:
             block = self._f.read(n)
         except EOFError:
-            raise ParseError("the gzip stream is truncated (it ends before its end marker: cut while being written "
-                             f"or copied); {SALVAGE_HINT}, or copy the file again") from None
+            raise ParseError("the gzip stream is truncated (it ends before its end marker); copy the file again") from None
         except gzip.BadGzipFile as exc:
             raise ParseError(f"the gzip file is damaged ({exc}); copy the file again") from None
         except zlib.error as exc:
@@ -273,64 +264,6 @@ class _Source:
                 self._f.close()
         finally:
             self._raw.close()
-
-
-#: What a refusal of a cut file suggests (``kernelscope ingest --salvage``).
-SALVAGE_HINT = "`kernelscope ingest --salvage` keeps every complete event before the cut"
-
-
-class _GzipSalvage:
-    """A gzip stream (one or more members) decompressed with zlib, handing out what decompresses up to a cut
-    (the stream ends before a member's end marker) or a damaged block, then ending; ``src.cut`` says which.
-    Reads at most 1 MB of compressed input and ``n`` bytes of output at a time."""
-
-    def __init__(self, raw, src: _Source):
-        self._raw = raw
-        self._src = src
-        self._d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        self._in = b""
-        self._fed = 0  # compressed bytes given to the decompressors
-        self._member_done = False  # the last member ended cleanly and no byte of another was read yet
-        self._done = False
-
-    def read(self, n: int) -> bytes:
-        out = bytearray()
-        while len(out) < n and not self._done:
-            if not self._in:
-                self._in = self._raw.read(1 << 20)
-                if not self._in:
-                    if not self._member_done:
-                        self._src.cut = (f"the gzip stream ends at compressed byte {self._fed:,} before its end "
-                                         "marker")
-                    self._done = True
-                    break
-            if self._member_done and not self._in.strip(b"\x00"):  # zero padding after the last member
-                self._in = b""
-                continue
-            data = self._in
-            try:
-                chunk = self._d.decompress(data, n - len(out))
-            except zlib.error as exc:
-                self._src.cut = f"the gzip data is damaged near compressed byte {self._fed:,} ({exc})"
-                self._done = True
-                break
-            out += chunk
-            if self._d.eof:
-                rest = self._d.unused_data
-                self._fed += len(data) - len(rest)
-                self._in = rest
-                self._d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-                self._member_done = True
-            else:
-                rest = self._d.unconsumed_tail
-                self._fed += len(data) - len(rest)
-                self._in = rest
-                if data:
-                    self._member_done = False
-        return bytes(out)
-
-    def close(self) -> None:
-        pass
 
 
 # --------------------------------------------------------------------------------------------- repairs
