@@ -49,6 +49,23 @@ ways: with our collector (`encoder2_kineto/`), under Nsight Systems with `emit_n
 (`encoder2_ncu_raw.csv.gz`: `--csv --page raw --print-units base`; `encoder2_ncu_details.csv.gz`:
 `--csv --page details`). Versions in `nsight/nsight_versions.txt`. `logs/` keeps the capture log and
 `nvidia-smi` output of the capture machine.
+
+Models we did not write, captured on 2026-11-25 on an NVIDIA H100 80GB HBM3 (driver 580.159.04, power limit
+700 W, 16 host cores, torch 2.11.0+cu130, transformers 5.17.0, Python 3.12) by
+`PYTHONPATH=src python3 sample_traces/capture_wild.py --out DIR` (random weights from a config):
+
+- `qwen2_train_default/`: one forward + backward + AdamW step of a small Qwen2ForCausalLM (2 layers, d=256,
+  batch 4 x seq 128, bf16 autocast) recorded with torch.profiler's **defaults** (CPU + CUDA, no shapes, no
+  stacks) and `export_chrome_trace`: what most users' traces look like. `info.json` holds the config.
+- `qwen2_train_full/`: the same step with shapes, memory, stacks and modules on; `info.json` holds
+  `torch.cuda.max_memory_allocated()` over the profiled step (reset before it).
+- `qwen2_fwd_eager/`, `qwen2_fwd_graph/`: a Qwen2-0.5B-shaped model (24 layers, bf16), one-token forward,
+  eager and as one `torch.cuda.graph` replay, through our collector with un-profiled timing. The eager run
+  takes transformers' capture path too (its causal mask is built as under capture), so both run the same
+  3,363 kernels per three forwards: the A/B of `analyze whatif` (tests/analysis/test_whatif_prior.py).
+- `graph_prior/`: CUDA-graph replays of our own workloads (200 chained elementwise ops; an 8-layer MLP at
+  batch 1; a 16-layer Llama-shaped one-token forward) from which `make_graph_prior.py` measures the shipped
+  prior of the launch-free gap (`src/kernelscope/data/graph_gap_prior.csv`).
 """
 
 
@@ -135,7 +152,7 @@ def render(rows: list[dict], prov: dict) -> str:
         ("power limit", f"{nv.get('power_limit_mw', 0) / 1000:.0f} W"),
         ("SM / memory clock (max)", f"{nv.get('sm_clock_max_mhz')} / {nv.get('mem_clock_max_mhz')} MHz"),
         ("TF32 matmul / cudnn.benchmark", f"{prov.get('tf32_matmul')} / {prov.get('cudnn_benchmark')}"),
-        ("scripts", "sample_traces/capture.py, capture_nsight.sh, capture_ddp.py"),
+        ("scripts", "sample_traces/capture.py, capture_nsight.sh, capture_ddp.py (capture_wild.py: see above)"),
     ]:
         out.append(f"| {k} | {v} |")
     out.append("\n## Headline numbers\n")
