@@ -314,6 +314,10 @@ def recommend(store, trace_id: str, results: dict[str, Result] | None = None) ->
     res = _Results(store, trace_id, dict(results or {}), warnings)
     res.prefetch(sorted({n for rule in RULES for n in NEEDS[rule]}))  # whatif stays lazy
     findings, skipped = evaluate(res)
+    b = dict.get(res, "bound")
+    if b is not None and b.scalars.get("gpu_span_ns") is None:  # every rule reads GPU time
+        warnings.append("the trace has no GPU activity that kernelscope analyses, so no rule can fire: record "
+                        "with ProfilerActivity.CUDA (torch.profiler's default on a GPU machine) for findings.")
     order = {"high": 0, "medium": 1, "low": 2}
     findings.sort(key=lambda f: (order[f["severity"]], -(f["saving_ns"] or 0)))
     cols = ["rule", "severity", "message", "saving_ns", "evidence"]
