@@ -154,3 +154,39 @@ def test_drag_zoom_goes_into_the_url(page, base_url, ranks_db):
         n = td.run_count(store, run, origin + round(t0 * 1e6), origin + round(t1 * 1e6))
     expect(page.locator("#ranks-tl-status")).to_have_attribute("data-events", str(n))
     assert page.console_errors == []
+
+
+# Page coordinates 3 px into the first collective segment drawn at least 8 px wide (its start vertex carries
+# the instance 'pg:seq' as customdata), with that instance; null when none is.
+_COLLECTIVE_BAR = """() => { const gd = document.querySelector('#ranks-tl-graph .js-plotly-plot');
+  const fl = gd._fullLayout, box = gd.querySelector('.nsewdrag').getBoundingClientRect();
+  for (const t of gd._fullData) {
+    if (!t.customdata || !(t.name || '').endsWith('collective')) continue;
+    for (let j = 0; j + 1 < t.x.length; j += 3) {
+      const x0 = fl.xaxis.l2p(t.x[j]), x1 = fl.xaxis.l2p(t.x[j + 1]);
+      if (typeof t.customdata[j] === 'string' && x1 - x0 >= 8 && x0 > 0 && x0 < box.width - 8)
+        return {x: box.left + x0 + 3, y: box.top + fl.yaxis.l2p(t.y[j]), inst: t.customdata[j]}; } }
+  return null; }"""
+
+
+def test_real_click_on_a_collective_segment_opens_it(page, base_url, ranks_db):
+    """issue 11: a real mouse click on a collective kernel of the aligned timeline (its customdata must reach
+    Dash's clickData, so it is sent as a plain list, not a typed array) opens that collective."""
+    with open_store(ranks_db, read_only=True) as store:
+        run = comm(store).scalars["run_id"]
+        info = td.run_info(store, run)
+        ev = td.run_events(store, run, info["origin"], info["end_ns"])
+    c = ev[ev["collective"].notna()].assign(d=lambda x: x["end_ns"] - x["start_ns"]).sort_values("d").iloc[-1]
+    # a window three times the longest collective kernel, centred on it: drawn a third of the plot wide
+    t0, t1 = ((c["start_ns"] - c["d"] - info["origin"]) / 1e6, (c["end_ns"] + c["d"] - info["origin"]) / 1e6)
+    page.goto(f"{base_url}/ranks?run={run}&view=timeline&t0={t0:.6f}&t1={t1:.6f}")
+    _wait_drawn(page)
+    expect(page.locator("#ranks-tl-status")).to_have_attribute("data-mode", "events")
+    bar = page.evaluate(_COLLECTIVE_BAR)
+    assert bar is not None, "no collective segment drawn wide enough to click"
+    page.mouse.move(bar["x"], bar["y"])
+    page.mouse.click(bar["x"], bar["y"])
+    page.wait_for_function("(i) => new URLSearchParams(location.search).get('coll') === i", arg=bar["inst"])
+    _wait_drawn(page)
+    _both_ranks_drawn(page, bar["inst"])
+    assert page.console_errors == []

@@ -253,3 +253,21 @@ def test_aligned_timeline_by_run_name_and_unknown_run(tmp_path):
         assert find(page, ranks_page.GRAPH_ID) is not None
         page = ranks_page.timeline_layout(store, {"run": "nope", "view": "timeline"})
         assert find(page, ranks_page.GRAPH_ID) is None and find(page, "ranks-tl-zoom") is None
+
+
+def test_collective_segments_carry_their_instance_as_a_plain_list(db):
+    """issue 11: Dash's clickData reads customdata from the figure's JSON as sent; a numpy array goes as a
+    base64 typed array there, and a missing one sends nothing: each collective trace carries a JSON list of
+    'pg:seq' (null at the gaps), and its hover text."""
+    with open_store(db, read_only=True) as store:
+        run = _run(store, "ddp2")
+        fig = page.render_run(store, {"run": run})["figure"]
+        insts = comm(store, run=run).tables["collectives"]
+    coll = [t for t in json.loads(fig.to_json())["data"] if t["name"].endswith(" collective")]
+    assert coll
+    want = {f"{pg}:{seq}" for pg, seq in zip(insts["process_group"], insts["pg_seq"])}
+    for t in coll:
+        cd = t["customdata"]
+        assert isinstance(cd, list) and len(cd) == len(t["text"]) and cd[2::3] == [None] * (len(cd) // 3)
+        assert cd[0::3] == cd[1::3] and set(cd[0::3]) <= want
+        assert all(s.startswith("rank ") for s in t["text"][0::3])

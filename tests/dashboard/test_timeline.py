@@ -359,3 +359,19 @@ def test_perfetto_export_is_bounded(dash_store, store):
 def test_page_texts(dash_store):
     tree = route(dash_store.db, f"/trace/{dash_store.ids['cpu_only']}/timeline", "")
     assert "no GPU activity" in texts(find(tree, "msg-no-gpu-lanes"))
+
+
+def test_cpu_operator_ids_go_to_the_browser_as_a_plain_list(dash_store, store):
+    """issue 11: Dash's clickData reads ``figure.data[curve].customdata[point]`` from the JSON as sent; a
+    numpy array goes as a base64 typed array ({dtype, bdata}), so a real click carried no operator id. The
+    ids go as a JSON list: each segment's start and end carry its op_id, the gap null."""
+    tid = dash_store.ids["llama_prefill_b8"]
+    view = page.render(store, tid, {"t0": "10", "t1": "11"})
+    assert view["mode"] == "events"
+    cpu = [t for t in json.loads(view["figure"].to_json())["data"] if t.get("customdata") is not None]
+    assert cpu and all(t["name"].startswith("CPU ") for t in cpu)
+    ids = set(store.query("SELECT op_id FROM cpu_ops WHERE trace_id = $t", {"t": tid})["op_id"])
+    for t in cpu:
+        cd = t["customdata"]
+        assert isinstance(cd, list) and cd[2::3] == [None] * (len(cd) // 3)
+        assert cd[0::3] == cd[1::3] and all(isinstance(v, int) for v in cd[0::3]) and set(cd[0::3]) <= ids

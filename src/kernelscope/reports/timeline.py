@@ -286,7 +286,8 @@ def run_events_figure(lanes: pd.DataFrame, events: pd.DataFrame, a: int, b: int,
                 kw["customdata"] = _per_point(list(d["inst"]), len(d), None)
             traces.append(_trace("scattergl", x=x, y=y.astype(np.float32), mode="lines", connectgaps=False,
                                  line={"width": 14, "color": color},
-                                 name=f"{lanes['label'].iloc[lane]} {group}" + (" collective" if is_coll else "")))
+                                 name=f"{lanes['label'].iloc[lane]} {group}" + (" collective" if is_coll else ""),
+                                 **kw))  # hover text, and the instance a click opens (was never passed)
         if focus:
             f = ev[ev["inst"] == focus]
             if not f.empty:
