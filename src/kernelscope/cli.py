@@ -652,7 +652,8 @@ def diff(a, b, sweeps, by, fail_on, fmt, as_json, table, db):
 @cli.command()
 @click.argument("traces_", nargs=-1, metavar="TRACE...")
 @click.option("--by", "by", default=None, metavar="LABEL",
-              help="Treat the traces as a sweep over this numeric label (adds the sweep section).")
+              help="Treat the traces as a sweep over this numeric label (adds the sweep section; the "
+                   "traces appear in the label's order, ties by name).")
 @click.option("--sweep", "sweep", default=None, metavar="NAME",
               help="Report every trace labelled sweep=NAME (instead of TRACEs); implies --by batch.")
 @click.option("-o", "--output", "output", type=click.Path(dir_okay=False), default=None,
