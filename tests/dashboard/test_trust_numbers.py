@@ -163,7 +163,7 @@ def test_power_page_says_na_and_why(client, dash_store):
     assert not NULL.search(_text(page)), NULL.search(_text(page))
 
 
-@pytest.mark.parametrize("name", ["llama_prefill_b1", "probe_train", "cpu_only", "small_kernels_graph"])
+@pytest.mark.parametrize("name", ["llama_prefill_b1", "probe_train", "cpu_only", "small_kernels_graph", "nsys"])
 def test_overview_never_shows_null(client, dash_store, name):
     page = _page(client, f"/trace/{dash_store.ids[name]}")
     words = _text(page)

@@ -21,7 +21,7 @@ from ..analysis.recommend import recommend
 from ..errors import KernelscopeError
 from ..units import NS_PER_MS, ms_text
 from .blocks import Section, Table
-from .missing import na, shown
+from .missing import is_missing, na, shown
 
 _LAYOUT = {"template": "plotly_white", "margin": {"l": 60, "r": 20, "t": 40, "b": 50},
            "legend": {"orientation": "h", "y": 1.02, "x": 1, "xanchor": "right", "yanchor": "bottom"}}
@@ -288,6 +288,8 @@ def categories_figure(categories: pd.DataFrame) -> go.Figure:
 
 
 def _value_text(v) -> str:
+    if is_missing(v):
+        return na()
     if isinstance(v, float):
         return f"{v:,.4g}"
     if isinstance(v, int) and not isinstance(v, bool):
@@ -298,7 +300,7 @@ def _value_text(v) -> str:
 def evidence_text(e: dict) -> str:
     """One evidence entry as 'analysis.key[row] = value'."""
     row = e.get("row")
-    where = "[" + ", ".join(f"{k}={v}" for k, v in row.items()) + "]" if row else ""
+    where = "[" + ", ".join(f"{k}={na() if is_missing(v) else v}" for k, v in row.items()) + "]" if row else ""
     return f"{e['analysis']}.{e['key']}{where} = {_value_text(e['value'])}"
 
 
