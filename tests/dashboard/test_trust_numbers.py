@@ -102,6 +102,9 @@ def test_pages_lead_with_mean_and_q_and_call_tklqt_a_sum(client, dash_store, sto
     # the sum keeps its exact value and says what it is
     assert _find(page, "kpi-tklqt_ns")["props"]["data-value"] == str(ls["tklqt_ns"])
     assert "sum over 1,274 kernels" in _kpi_label(page, "tklqt_ns")
+    if path == "launch":  # the split's parts are sums too: each says its mean per kernel
+        for k in ("api_ns", "queue_ns", "dispatch_ns", "launch_delay_ns"):
+            assert _text(_find(page, f"kpi-{k}-extra")) == f"mean {round(ls[k] / 1274) / 1e6:,.3f} ms per kernel"
 
 
 def test_report_leads_with_mean_and_q(dash_store, store):

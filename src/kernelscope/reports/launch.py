@@ -73,6 +73,13 @@ def mean_lq_text(ls: dict) -> str:
     return value_or_na(mean_lq_ns(ls), ms_text, NO_TERMS)
 
 
+def per_term_text(ls: dict, key: str) -> str:
+    """A part of TKLQT (``api_ns``, ``queue_ns``, ...) per term, e.g. 'mean 30.274 ms per kernel'; '' without
+    terms or value."""
+    n, v = tklqt_terms(ls), ls.get(key)
+    return "" if not n or v is None else f"mean {ms_text(round(v / n))} per kernel"
+
+
 def tklqt_lead(ls: dict) -> str:
     """The launch headline in one line, the per-kernel mean and q first and the sum said as one, e.g.
     'mean launch+queue per kernel 30.279 ms, q = 252.98; TKLQT 38,575.033 ms is the sum over 1,274 kernels

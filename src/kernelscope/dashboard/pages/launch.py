@@ -58,7 +58,7 @@ def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
         body.append(message("This trace has " + rl.NO_LAUNCHES, "msg-no-launches"))
         return html.Div(body)
     body.append(html.Div([*tklqt_kpis(ls),
-        *[kpi(k, label, ls.get(k), ms_text(ls.get(k)), "", d) for k, label, d in [
+        *[kpi(k, label + " (sum)", ls.get(k), ms_text(ls.get(k)), rl.per_term_text(ls, k), d) for k, label, d in [
             ("api_ns", "api", "launch-call time (host)"),
             ("queue_ns", "queue", "waiting behind earlier work on the stream (GPU-bound)"),
             ("dispatch_ns", "dispatch", "from the call's return (or the stream freeing) to the kernel start"),
