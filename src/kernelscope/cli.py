@@ -29,7 +29,7 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except KernelscopeError as exc:
-            click.echo(f"kernelscope: {exc}", err=True)
+            click.echo(f"kernelscope: {one_line(str(exc))}", err=True)
             ctx.exit(exc.exit_code)
         except Exception as exc:  # a store that fails while read (DuckDB reads blocks lazily): one line
             from .storage.store import damaged_store_error
@@ -39,6 +39,14 @@ class _Group(click.Group):
                 raise
             click.echo(f"kernelscope: {err}", err=True)
             ctx.exit(err.exit_code)
+
+
+def one_line(text: str) -> str:
+    """``text`` with line breaks and other control characters escaped (a file name may hold a newline): an
+    error stays one line on stderr."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in text)
 
 
 # --------------------------------------------------------------------------------------------- options
@@ -274,7 +282,7 @@ def ingest(paths, labels, name, no_python, db):
     for r in results:
         if r.status == "failed":
             failed += 1
-            click.echo(f"kernelscope: {r.path}: {r.message}", err=True)
+            click.echo(f"kernelscope: {one_line(r.path)}: {one_line(r.message)}", err=True)
         elif r.status == "skipped":
             click.echo(f"skipped   {r.trace_id}  {r.path}  ({r.message or 'already stored'})")
         else:

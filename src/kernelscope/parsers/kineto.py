@@ -122,6 +122,7 @@ class _EventTyped(_Event, gc=False):
 
 _RUN_DEC = msgspec.json.Decoder(list[_EventTyped])
 _ONE_DEC = msgspec.json.Decoder(_EventTyped)
+_LOOSE_DEC = msgspec.json.Decoder(_Event)  # args: Any
 _ANY_DEC = msgspec.json.Decoder()
 _NO_ARGS = _Args()
 #: µs with 3 fractional digits; its unscaled value (< 10^18) is the time in ns and fits int64.
@@ -706,11 +707,18 @@ class KinetoReader:
                 )
             if key == "baseTimeNanoseconds":
                 try:
+                    if isinstance(value, bool):
+                        raise TypeError
                     meta.base_time_ns = int(value) if not isinstance(value, str) else int(value.strip())
-                except (TypeError, ValueError):
+                except (TypeError, ValueError, OverflowError):
                     raise ParseError(
-                        f"baseTimeNanoseconds is not an integer ({value!r}); fix or remove the key"
+                        f"baseTimeNanoseconds is not an integer ({str(value)[:40]!r}); fix or remove the key"
                     ) from None
+                if not -(2**62) <= meta.base_time_ns < 2**62:
+                    raise ParseError(
+                        f"baseTimeNanoseconds ({str(value)[:40]}) is out of range for epoch nanoseconds; fix or "
+                        "remove the key"
+                    )
             elif key == "deviceProperties":
                 meta.device_properties = [d for d in value if isinstance(d, dict)] if isinstance(value, list) else []
             elif key == "distributedInfo":
@@ -795,7 +803,7 @@ class KinetoReader:
                     try:
                         ev = _ONE_DEC.decode(_repair_event(piece, fixes))
                     except _DECODE_ERRORS:
-                        ev = None
+                        ev = _loose_event(piece, fixes)
                 if ev is not None:
                     self._fixes.update(fixes)
                     self._count_nulls(piece)
@@ -916,6 +924,8 @@ class KinetoReader:
                 _ONE_DEC.decode(_repair_event(left[s:].strip(), Counter()))
                 return True
             except _DECODE_ERRORS:
+                if _loose_event(left[s:].strip(), Counter()) is not None:
+                    return True
                 continue
         return False
 
@@ -1077,6 +1087,8 @@ class KinetoReader:
         fractional digits, 10^15 µs or more, non-numbers) -- whose unscaled integer is the ns value.
         Otherwise every text goes through ``units.us_text_to_ns`` one by one."""
         text = _raw_strings(raws)
+        if (pc.max(pc.binary_length(text)).as_py() or 0) > 40:  # pyarrow's decimal cast reads a 1,000-digit
+            return self._times_slow(text, which, seq0)  # number as 0 (seen with 26.0): the exact path instead
         try:
             dec = pc.cast(text, _DEC_US)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
@@ -1145,6 +1157,19 @@ def _duplicate_keys(text: bytes) -> list[str]:
     return [k for k, n in counts.items() if n > 1]
 
 
+def _loose_event(text: bytes, fixes: Counter) -> _EventTyped | None:
+    """An event whose only fault is an ``args`` that is not an object (a list, a string, a number), read
+    without args and counted in ``fixes``; None when the text is not one JSON object."""
+    try:
+        e = _LOOSE_DEC.decode(text)
+    except _DECODE_ERRORS:
+        return None
+    if isinstance(e.args, dict):  # an object the typed decoder refused: not a case we know how to read
+        return None
+    fixes["events whose args is not a JSON object read without args"] += 1
+    return _EventTyped(ph=e.ph, cat=e.cat, name=e.name, pid=e.pid, tid=e.tid, ts=e.ts, dur=e.dur, id=e.id, args=None)
+
+
 def _positions(buf: bytes, ch: bytes) -> Iterator[int]:
     i = buf.find(ch)
     while i >= 0:
@@ -1164,10 +1189,11 @@ def _int_or_none(v: Any) -> int | None:
         return v if -(2**63) <= v < 2**63 else None
     if isinstance(v, str):
         try:
-            return int(v.strip(), 0)
+            i = int(v.strip(), 0)
         except ValueError:
             return None
-    if isinstance(v, float) and v.is_integer():
+        return i if -(2**63) <= i < 2**63 else None
+    if isinstance(v, float) and v.is_integer() and -(2.0**63) <= v < 2.0**63:
         return int(v)
     return None
 

@@ -508,9 +508,12 @@ RUN_TRACES = ("trace.json.gz", "trace.json")
 
 
 def is_run_dir(folder) -> bool:
-    """A collector run directory: run.json beside trace.json.gz or trace.json."""
+    """A collector run directory: run.json beside trace.json.gz or trace.json. A run.json that is there but
+    is not a regular file (a FIFO, a dangling link) still makes it one, so that reading it refuses it in one
+    line instead of ingesting the trace without its record."""
     folder = pathlib.Path(folder)
-    return (folder / RUN_RECORD).is_file() and any((folder / n).is_file() for n in RUN_TRACES)
+    return os.path.lexists(folder / RUN_RECORD) and not (folder / RUN_RECORD).is_dir() and any(
+        (folder / n).is_file() for n in RUN_TRACES)
 
 
 def path_problem(path) -> str | None:

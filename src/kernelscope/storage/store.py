@@ -84,7 +84,7 @@ _OPENED: list[pathlib.Path] = []
 _DAMAGE_RE = re.compile(
     r"Corrupt database file|checksum .*does not match|Could not read enough bytes|not a valid DuckDB database|"
     r"replaying WAL|WAL file",
-    re.I)
+    re.IGNORECASE)
 
 
 def connect_config(config: dict | None = None) -> dict:
@@ -121,9 +121,33 @@ def damaged_store_error(exc: BaseException, path=None) -> StoreError | None:
     )
 
 
+def _check_store_path(path: pathlib.Path) -> None:
+    """StoreError for a store path that is a directory, a FIFO, a device, a socket or a symlink loop (a FIFO
+    would block the open forever); a missing path is fine (the callers decide)."""
+    import errno
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise StoreError(f"{path} is a symlink loop, not a store file; give a file path with --db") from None
+        raise StoreError(f"cannot open store {path}: {exc.strerror}") from None
+    if stat.S_ISDIR(mode):
+        raise StoreError(f"{path} is a directory, not a store file; give a file path with --db")
+    if not stat.S_ISREG(mode):
+        what = ("a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+                else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file")
+        raise StoreError(f"{path} is {what}, not a regular file: not a store; give a file path with --db")
+
+
 def _connect(path: pathlib.Path, read_only: bool, config: dict | None = None):
     import duckdb
 
+    if str(path) != ":memory:":
+        _check_store_path(path)
     foreign = _foreign_file(path)
     if foreign:
         raise StoreError(f"{path} is {foreign}, not a kernelscope store (a DuckDB file); choose another --db")
@@ -260,10 +284,9 @@ def open_store(path=None, read_only: bool = False) -> Store:
     """
     path = pathlib.Path(path) if path is not None else default_db_path()
     path = path.expanduser()
+    _check_store_path(path)
     if read_only and not path.exists():
         raise StoreError(f"no store at {path}; run `kernelscope ingest` first")
-    if path.exists() and path.is_dir():
-        raise StoreError(f"{path} is a directory, not a store file; give a file path with --db")
     if not read_only and not path.parent.exists():
         raise StoreError(f"cannot create store {path}: folder {path.parent} does not exist")
     con = _connect(path, read_only)

@@ -1,0 +1,143 @@
+"""The hostile-input corpus (tests/hostile_cases.py) through the real CLI, with bounds (issue 11).
+
+Every case runs in its own forked child of ``tests/hostile_harness.py`` (one warm process, two lanes in
+parallel, each lane with its own copy of a seeded store). A refused input must give: exactly one stderr line
+``kernelscope: ...`` that names the input and says why, the expected exit code, no traceback, nothing on
+stdout claiming an ingest, wall time under its bound, peak RSS growth under its bound (a small multiple of the
+16 MB per-event cap for the 1 GiB inputs, not a multiple of the file), and the store unchanged: the row count of
+every table, or the bytes of a store file that is itself the input. A ``tolerated`` input must be ingested:
+exit 0, no stderr, one more trace.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from hostile_cases import CASES, Ctx  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+HARNESS = Path(__file__).resolve().parent / "hostile_harness.py"
+LANES = 2
+#: The whole corpus on this project's 2-core machines runs in ~40 s; this bound catches a case that hangs or
+#: a harness that lost its parallelism, not noise.
+SUITE_WALL_S = 150
+
+
+def _counts(db: Path) -> dict[str, int]:
+    from kernelscope.storage.store import open_store
+
+    with open_store(db, read_only=True) as s:
+        tables = [r[0] for r in s.con.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main' "
+            "AND table_type = 'BASE TABLE'").fetchall()]
+        return {t: s.con.execute(f'SELECT count(*) FROM "{t}"').fetchall()[0][0] for t in sorted(tables)}
+
+
+def _snapshot(path: Path):
+    """What must not change about a store file that is the input: its bytes, or its kind if not a file."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return "missing"
+    if stat.S_ISREG(st.st_mode):
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    return f"mode {stat.S_IFMT(st.st_mode):o}"
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory):
+    from click.testing import CliRunner
+
+    from kernelscope.cli import cli
+
+    root = tmp_path_factory.mktemp("hostile")
+    seed = root / "seed.duckdb"
+    res = CliRunner().invoke(cli, ["ingest", str(ROOT / "sample_traces" / "compiled"), "--db", str(seed)])
+    assert res.exit_code == 0, res.output
+    lanes = []
+    for i in range(LANES):
+        lane_dir = root / f"lane{i}"
+        lane_dir.mkdir()
+        lanes.append(lane_dir / "store.duckdb")
+        shutil.copy(seed, lanes[-1])
+    ctx = Ctx(seed=seed)
+    specs, snapshots, cases = {}, {}, []
+    for i, name in enumerate(sorted(CASES)):
+        tmp = root / "in" / name
+        tmp.mkdir(parents=True)
+        spec = CASES[name].build(tmp, ctx)
+        specs[name] = spec
+        if spec.own_db is not None:
+            snapshots[name] = _snapshot(spec.own_db)
+        cases.append({"name": name, "argv": spec.argv, "lane": i % LANES, "timeout_s": spec.timeout_s,
+                      "mem_cap_mb": max(2 * spec.mem_mb, 1024), "env": spec.env, "own_db": spec.own_db is not None})
+    spec_file = root / "spec.json"
+    spec_file.write_text(json.dumps({"lanes": [str(p) for p in lanes], "cases": cases,
+                                     "counts": {str(i): _counts(p) for i, p in enumerate(lanes)}}))
+    out = root / "results.json"
+    proc = subprocess.run([sys.executable, str(HARNESS), str(spec_file), str(out)], capture_output=True, text=True,
+                          timeout=900, cwd=root)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads(out.read_text())
+    results = {r["name"]: r for r in data["results"]}
+    print(f"\nhostile corpus: {len(results)} cases in {data['wall_s']:.1f} s")
+    return {"results": results, "specs": specs, "snapshots": snapshots, "wall_s": data["wall_s"], "lanes": lanes,
+            "root": root}
+
+
+def test_corpus_has_at_least_100_refusals():
+    specs = {n: c.family for n, c in CASES.items()}
+    assert len(specs) >= 100
+    assert sum(1 for n, c in CASES.items() if c.family != "tolerated") >= 100
+    assert {"kineto", "size", "nesting", "duplicates", "encoding", "types", "binary", "paths", "nsys", "ncu",
+            "run", "store", "tolerated"} <= set(specs.values())
+
+
+def test_suite_wall_time_and_every_case_ran(hostile):
+    assert set(hostile["results"]) == set(CASES)
+    assert hostile["wall_s"] < SUITE_WALL_S, hostile["wall_s"]
+
+
+def test_no_scratch_left_next_to_the_stores(hostile):
+    for lane in hostile["lanes"]:
+        assert sorted(p.name for p in lane.parent.iterdir()) == ["store.duckdb"], list(lane.parent.iterdir())
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_hostile_case(name, hostile):
+    r, spec = hostile["results"][name], hostile["specs"][name]
+    shown = f"stderr={r.get('stderr', '')[-2000:]!r} stdout={r.get('stdout', '')[-500:]!r}"
+    assert not r.get("timed_out"), f"ran past {spec.timeout_s} s; {shown}"
+    assert not r.get("killed_memory"), f"killed past its memory cap; {shown}"
+    assert "Traceback" not in r["stderr"] + r["stdout"], shown
+    grew_mb = (r["peak_kb"] - r["baseline_kb"]) / 1024
+    assert grew_mb <= spec.mem_mb, f"peak RSS grew {grew_mb:.0f} MB > {spec.mem_mb} MB; {shown}"
+    assert r["wall_s"] <= spec.timeout_s
+    assert "counts_error" not in r, r.get("counts_error")
+    if spec.tolerated:
+        assert r["code"] == 0 and r["stderr"] == "", shown
+        assert r["stdout"].startswith("ingested "), shown
+        assert r["counts"]["traces"] == r["counts_before"]["traces"] + 1
+        return
+    assert r["code"] == spec.code, f"exit {r['code']} != {spec.code}; {shown}"
+    lines = [ln for ln in r["stderr"].splitlines() if ln.strip()]
+    assert len(lines) == 1, shown
+    assert lines[0].startswith("kernelscope: "), shown
+    assert spec.names in lines[0], f"the line does not name {spec.names!r}; {shown}"
+    assert re.search(spec.match, lines[0]), f"the line does not match {spec.match!r}; {shown}"
+    assert "ingested" not in r["stdout"], shown
+    if spec.own_db is not None:
+        assert _snapshot(spec.own_db) == hostile["snapshots"][name], "the store file changed"
+    else:
+        assert r["counts"] == r["counts_before"], "the store's row counts changed"
