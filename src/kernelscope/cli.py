@@ -746,19 +746,27 @@ def profile(name, labels, run_dir, db, command):
 
 @cli.command()
 @click.option("--host", default="127.0.0.1", show_default=True,
-              help="Interface to bind; the default serves this machine only.")
+              help="Interface to bind; the default serves this machine only. Any other address (e.g. "
+                   "0.0.0.0) prints a warning and requires an access token.")
 @click.option("--port", default=8050, show_default=True, type=click.IntRange(1, 65535))
+@click.option("--token", default=None, metavar="TEXT", envvar="KERNELSCOPE_DASHBOARD_TOKEN", show_envvar=True,
+              help="Access token every request must carry (8+ characters of A-Z a-z 0-9 . _ ~ -). Default: "
+                   "none on loopback; beyond it, a new random one, printed in the URL.")
 @_db_option
-def dashboard(host, port, db):
+def dashboard(host, port, token, db):
     """Serve the web dashboard over a store and print its URL.
 
     Pages read through short-lived read-only connections, so `kernelscope ingest` can run meanwhile;
-    new traces appear on refresh. Stop with Ctrl-C.
+    new traces appear on refresh. With a token (given,
+    or generated when --host is beyond loopback) a request without it gets 401: open the printed URL
+    once (?token=..., then a cookie) or send the X-Kernelscope-Token header. Stop with Ctrl-C.
     """
     try:
-        from .dashboard.app import serve
+        from .dashboard.app import serve, token_problem
     except ImportError as exc:  # dash is an extra
         raise UsageError(f"the dashboard needs dash ({exc.name} is missing): pip install 'kernelscope[dashboard]'")
+    if token is not None and token_problem(token):
+        raise UsageError(f"--token {token_problem(token)}")
     import pathlib
 
     from .errors import StoreLockedError
@@ -770,7 +778,7 @@ def dashboard(host, port, db):
             pass
     with _open(db, read_only=True):  # a missing or foreign store fails here, in one line
         pass
-    serve(_db_path(db), host=host, port=port)
+    serve(_db_path(db), host=host, port=port, token=token)
 
 
 @cli.command()

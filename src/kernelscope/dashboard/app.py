@@ -7,7 +7,8 @@ Routing is explicit (no page registry): ``route`` maps the URL to a page. The UR
 - ``/trace/<ref>/<page>``                 another page of that trace (``TRACE_PAGES``)
 - ``/<page>``                             a page over several traces (``STORE_PAGES``: sweep, compare)
 
-Query parameters after the path hold the page's own state (selection, zoom); a page reads them in
+Query parameters after the path hold the page's own state (selection, zoom), each declared and checked in
+``params.py`` (a bad value is dropped and named in one sentence above the page); a page reads them in
 ``layout(store, trace_id, params)`` and its callbacks write them back with
 ``Output("url", "search", allow_duplicate=True)``. The router listens to the path only (the query
 string is State), so writing the state does not re-render the page, and opening the URL restores it.
@@ -20,8 +21,12 @@ is busy, missing or not a store gives a sentence on the page, never a traceback.
 
 from __future__ import annotations
 
+import hmac
+import ipaddress
 import pathlib
-from urllib.parse import parse_qs, unquote
+import re
+import secrets
+from urllib.parse import unquote, urlencode
 
 import dash
 from dash import Input, Output, State, dcc, html
@@ -32,6 +37,8 @@ from ..storage.store import open_store
 from .pages import (bandwidth, bound, compare, launch, operators, overview, power, ranks, sweep, timeline,
                     traces)
 from .pages.common import message
+from . import params as P
+from .params import check_ref, shown
 
 # Pages of one trace, in nav order: /trace/<ref>/<name>. Add a page with one line here.
 TRACE_PAGES = {
@@ -89,8 +96,14 @@ def trace_ref(pathname: str | None, search: str | None) -> str | None:
         if "/" in ref and ref.rsplit("/", 1)[1] in TRACE_PAGES:
             ref = ref.rsplit("/", 1)[0]
         return ref or None
-    values = parse_qs((search or "").lstrip("?")).get("trace")
-    return values[0] if values else None
+    return P.url_params(search).get("trace")
+
+
+def url_params(search: str | None) -> dict[str, str]:
+    """The query string's checked parameters (``params.url_params``) without the trace reference."""
+    out = P.url_params(search)
+    out.pop("trace", None)
+    return out
 
 
 def page_name(pathname: str | None) -> str:
@@ -103,13 +116,6 @@ def page_name(pathname: str | None) -> str:
     return name if name in STORE_PAGES else ("traces" if name == "" else name)
 
 
-def url_params(search: str | None) -> dict[str, str]:
-    """The query string as a dict (last value wins), without the trace reference."""
-    out = {k: v[-1] for k, v in parse_qs((search or "").lstrip("?")).items()}
-    out.pop("trace", None)
-    return out
-
-
 def nav(trace_id: str, active: str) -> html.Div:
     """Links to every page of one trace; the current one is marked."""
     return html.Div([dcc.Link(getattr(m, "TITLE", n), href=f"/trace/{trace_id}/{n}", id=f"nav-{n}",
@@ -118,13 +124,24 @@ def nav(trace_id: str, active: str) -> html.Div:
 
 
 def route(db_path, pathname: str | None, search: str | None):
-    """Render the page for a URL (the router callback as a plain function)."""
-    path = pathname or "/"
+    """Render the page for a URL (the router callback as a plain function). A URL parameter that fails its
+    check (``params.SPECS``) is left out and named in one sentence above the page."""
+    path = pathname if isinstance(pathname, str) else "/"
+    params = P.url_params(search)
+    page = _page(db_path, path or "/", search if isinstance(search, str) else "", params)
+    if not params.problems:
+        return page
+    return html.Div([message(params.sentence(), "msg-bad-param", "error"), page])
+
+
+def _page(db_path, path: str, search: str, params):
     name = page_name(path)
     ref = trace_ref(path, search)
-    params = url_params(search)
+    params = {k: v for k, v in params.items() if k != "trace"}  # the trace is the page's subject, not state
     if ref is None and name not in STORE_PAGES and path not in ("/", ""):
-        return message(f"There is no page at {path}. Open the traces list at /.", "msg-no-page", "error")
+        return message(f"There is no page at {shown(path)}. Open the traces list at /.", "msg-no-page", "error")
+    if ref is not None and check_ref(ref):
+        return html.Div([message(check_ref(ref), "msg-unknown-trace", "error"), dcc.Link("← all traces", href="/")])
     try:
         with open_store(db_path, read_only=True) as store:
             if ref is None:
@@ -133,7 +150,7 @@ def route(db_path, pathname: str | None, search: str | None):
                 trace_id = resolve_trace(store, ref)
             except TraceNotFound:
                 return html.Div([
-                    message(f"No trace matches {ref!r} in this store.", "msg-unknown-trace", "error"),
+                    message(f"No trace matches {shown(ref)} in this store.", "msg-unknown-trace", "error"),
                     dcc.Link("← all traces", href="/"),
                 ])
             except UsageError as exc:  # an ambiguous prefix
@@ -147,8 +164,9 @@ def route(db_path, pathname: str | None, search: str | None):
         return message(f"Cannot read the store: {exc}.", "msg-store-error", "error")
 
 
-def create_app(db_path) -> dash.Dash:
-    """The dashboard over the store at ``db_path`` (read-only, one short-lived connection per callback)."""
+def create_app(db_path, token: str | None = None) -> dash.Dash:
+    """The dashboard over the store at ``db_path`` (read-only, one short-lived connection per callback).
+    With ``token`` every request needs it (``_guard``); request bodies are capped at MAX_BODY_BYTES."""
     db_path = pathlib.Path(db_path)
     app = dash.Dash(__name__, title="kernelscope", suppress_callback_exceptions=True,
                     update_title=None)
@@ -164,7 +182,8 @@ def create_app(db_path) -> dash.Dash:
 
     @app.callback(Output("page", "children"), Input("url", "pathname"), State("url", "search"))
     def _render(pathname, search):
-        return route(db_path, pathname, search)
+        return route(db_path, pathname if isinstance(pathname, str) else None,
+                     search if isinstance(search, str) else None)
 
     for module in list(TRACE_PAGES.values()) + list(STORE_PAGES.values()):
         if hasattr(module, "register"):
@@ -178,11 +197,101 @@ def create_app(db_path) -> dash.Dash:
             return dash.no_update, dash.no_update
         return target, ""
 
+    _guard(app.server, token)
     return app
 
 
-def serve(db_path, host: str = "127.0.0.1", port: int = 8050, debug: bool = False) -> None:
-    """Print the URL and serve the dashboard until interrupted."""
-    app = create_app(db_path)
-    print(f"kernelscope dashboard: http://{host}:{port}/", flush=True)
+#: Largest request body the dashboard reads (a callback posts its inputs and states: a few kB, the Bandwidth
+#: table's rows at most, ~0.5 kB each). Larger bodies get 413 and one sentence; no body is ever echoed.
+MAX_BODY_BYTES = 8 * 1024 * 1024
+#: Cookie that carries the access token after it was given once as ``?token=``.
+TOKEN_COOKIE = "kernelscope_token"
+TOKEN_HEADER = "X-Kernelscope-Token"
+_TOKEN_RE = re.compile(r"^[A-Za-z0-9._~-]{8,256}$")
+
+
+def token_problem(token: str) -> str | None:
+    """Why ``token`` cannot be an access token (it goes into URLs as is), or None."""
+    if _TOKEN_RE.match(token or ""):
+        return None
+    return "must be 8 to 256 characters of A-Z, a-z, 0-9 and . _ ~ -"
+
+
+def _guard(server, token: str | None) -> None:
+    """Body size cap, and with ``token`` an access check on every request (pages, callbacks, assets,
+    exports): the token as header ``X-Kernelscope-Token`` (or ``Authorization: Bearer``), the cookie, or
+    ``?token=`` once (answered by a redirect to the same URL without it, setting the cookie)."""
+    from flask import Response, redirect, request
+
+    server.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
+
+    @server.errorhandler(413)
+    def _too_large(_exc):
+        return Response(f"kernelscope: the request body is larger than the {MAX_BODY_BYTES >> 20} MB the "
+                        "dashboard accepts.\n", status=413, mimetype="text/plain")
+
+    if token is None:
+        return
+    if token_problem(token):
+        raise UsageError(f"the dashboard token {token_problem(token)}")
+    expected = token.encode()
+
+    def ok(given) -> bool:
+        return isinstance(given, str) and hmac.compare_digest(given.encode("utf-8", "replace"), expected)
+
+    @server.before_request
+    def _check_token():
+        auth = request.headers.get("Authorization", "")
+        bearer = auth[7:].strip() if auth[:7].lower() == "bearer " else None
+        if ok(request.headers.get(TOKEN_HEADER)) or ok(bearer) or ok(request.cookies.get(TOKEN_COOKIE)):
+            return None
+        if ok(request.args.get("token")):
+            rest = [(k, v) for k, v in request.args.items(multi=True) if k != "token"]
+            target = "/" + request.path.lstrip("/") + ("?" + urlencode(rest) if rest else "")
+            resp = redirect(target, code=303) if request.method in ("GET", "HEAD") else None
+            if resp is None:  # not a page load: serve it, and set the cookie on the answer
+                return None
+            resp.set_cookie(TOKEN_COOKIE, token, httponly=True, samesite="Strict", path="/")
+            return resp
+        return Response("kernelscope: this dashboard needs its access token: open the URL the `kernelscope "
+                        "dashboard` command printed (it ends in ?token=...), or send the token in the "
+                        f"{TOKEN_HEADER} header.\n", status=401, mimetype="text/plain",
+                        headers={"WWW-Authenticate": 'Bearer realm="kernelscope"'})
+
+    @server.after_request
+    def _remember(resp):
+        if ok(request.args.get("token")) and not ok(request.cookies.get(TOKEN_COOKIE)):
+            resp.set_cookie(TOKEN_COOKIE, token, httponly=True, samesite="Strict", path="/")
+        return resp
+
+
+def is_loopback(host: str) -> bool:
+    """Whether binding ``host`` serves this machine only (127.0.0.0/8, ::1, localhost)."""
+    if host.lower() in ("localhost", "localhost.localdomain", "ip6-localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve to an outside address
+
+
+def new_token() -> str:
+    return secrets.token_urlsafe(18)
+
+
+def serve(db_path, host: str = "127.0.0.1", port: int = 8050, debug: bool = False,
+          token: str | None = None) -> None:
+    """Print the URL and serve the dashboard until interrupted. Beyond loopback a token is required (one is
+    generated when none is given) and a warning goes to stderr; on loopback a given token is required too."""
+    import sys
+
+    if not is_loopback(host):
+        token = token or new_token()
+        print(f"kernelscope: warning: serving on {host}, beyond this machine: every trace, name and file path "
+              "in the store can be read by anyone who can reach this port and has the token in the URL below; "
+              "serve on 127.0.0.1 (the default) unless you mean it.", file=sys.stderr, flush=True)
+    app = create_app(db_path, token=token)
+    query = f"?token={token}" if token else ""
+    shown_host = f"[{host}]" if ":" in host and not host.startswith("[") else host
+    print(f"kernelscope dashboard: http://{shown_host}:{port}/{query}", flush=True)
     app.run(host=host, port=port, debug=debug)

@@ -24,6 +24,7 @@ from ...reports.roofline import (
     signature_rows,
 )
 from ...units import NS_PER_MS
+from .. import params as P
 from .common import count_text, message, table
 
 TITLE = "Bandwidth"
@@ -42,11 +43,8 @@ def with_param(search: str | None, key: str, value) -> str:
 
 def selected_signature(params: dict | None, n_signatures: int) -> int | None:
     """The ``sig`` URL parameter as a signature number in range, else None (a bad value selects nothing)."""
-    try:
-        n = int((params or {}).get("sig", ""))
-    except ValueError:
-        return None
-    return n if 0 <= n < n_signatures else None
+    n = P.integer(params or {}, "sig")
+    return n if n is not None and n < n_signatures else None
 
 
 def _kpi(key: str, label: str, shown: str, raw, definition: str) -> html.Div:

@@ -15,20 +15,18 @@ from ...reports import bound as rb
 from ...reports import cache
 from ...storage.store import open_store
 from ...units import NS_PER_MS
+from .. import params as P
 from .common import message, ms_text, pct_text, table
 from .launch import kpi as _kpi
 
 TITLE = "Bound"
-BIN_CHOICES = [50, 100, 200, 500, 1000, 2000]
+BIN_CHOICES = list(P.BIN_CHOICES)
 DEFAULT_BINS = 200
 
 
 def _bins(params: dict | None) -> int:
-    try:
-        n = int((params or {}).get("bins", DEFAULT_BINS))
-    except ValueError:
-        return DEFAULT_BINS
-    return n if n in BIN_CHOICES else DEFAULT_BINS
+    """The ``bins`` URL parameter (checked by params.url_params against BIN_CHOICES), else the default."""
+    return P.integer(params or {}, "bins") or DEFAULT_BINS
 
 
 def layout(store, trace_id: str, params: dict | None = None) -> html.Div:

@@ -8,7 +8,7 @@ traces, a sweep or ``by`` dropdown to comparing sweeps."""
 
 from __future__ import annotations
 
-from urllib.parse import parse_qs, urlencode
+from urllib.parse import urlencode
 
 import dash
 from dash import Input, Output, State, dcc, html
@@ -18,6 +18,7 @@ from ...errors import KernelscopeError, TraceNotFound, UsageError
 from ...reports.compare import group_rows, groups_figure, headline_figure, headline_rows
 from ...storage.queries import resolve_trace
 from ...storage.store import open_store
+from ..params import url_params
 from .common import message, table
 
 TITLE = "Compare"
@@ -177,7 +178,7 @@ def changed(trigger: str | None, value, search: str | None) -> bool:
     key = PARAM_OF.get(trigger or "")
     if key is None:
         return False
-    params = {k: v[-1] for k, v in parse_qs((search or "").lstrip("?")).items()}
+    params = url_params(search)
     current = params.get(key) or ("batch" if key == "by" else None)
     return (value or None) != current
 

@@ -161,7 +161,7 @@ def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
 
 def select(db_path, trace_id: str, active_cell: dict | None, level: str | None, search: str | None):
     """The row-click / level callback as a plain function: (detail children, new search) or None."""
-    from ..app import url_params
+    from ..params import url_params
 
     params = url_params(search)
     level = level if level in LEVELS else "leaf"
@@ -177,7 +177,7 @@ def select(db_path, trace_id: str, active_cell: dict | None, level: str | None, 
 def relevel(db_path, trace_id: str, level: str, search: str | None):
     """The level callback as a plain function: (content children, new search), or None when the URL
     already shows that level."""
-    from ..app import url_params
+    from ..params import url_params
 
     params = url_params(search)
     level = level if level in LEVELS else "leaf"

@@ -249,7 +249,7 @@ def timeline_layout(store, params: dict) -> html.Div:
 def update_timeline(db_path, search: str | None, relayout: dict | None) -> tuple | None:
     """The aligned timeline's zoom callback as a plain function: (figure, notes, status, mode, event count,
     search) for the new window, or None when the relayout changes no x range."""
-    from ..app import url_params
+    from ..params import url_params
 
     new = window_params(url_params(search), relayout) if relayout else None
     if new is None:

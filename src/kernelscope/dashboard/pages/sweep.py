@@ -6,7 +6,7 @@ sweeps and numeric labels the store holds."""
 
 from __future__ import annotations
 
-from urllib.parse import parse_qs, urlencode
+from urllib.parse import urlencode
 
 import dash
 import pandas as pd
@@ -16,6 +16,7 @@ from ...analysis.result import json_safe, table_records
 from ...errors import UsageError
 from ...reports import sweep as rs
 from ...reports.launch import q_text
+from ..params import url_params
 from .common import message, ms_text, table
 
 TITLE = "Sweep"
@@ -120,7 +121,7 @@ def select_point(click_data, data, search) -> tuple:
     point = next((p for p in data["points"] if p["trace_id"] == tid), None)
     if point is None:
         return dash.no_update, dash.no_update, dash.no_update
-    q = {k: v[-1] for k, v in parse_qs((search or "").lstrip("?")).items()}
+    q = dict(url_params(search))
     q["point"] = str(point["label"])
     scalars = data["scalars"]
     fig = rs.sweep_figure(pd.DataFrame(data["points"]), scalars, selected=point["label"])

@@ -21,6 +21,7 @@ from ...reports import timeline as tfig
 from ...reports import timeline_data as td
 from ...storage.store import open_store
 from ...units import NS_PER_MS
+from .. import params as P
 from .common import message
 
 TITLE = "Timeline"
@@ -53,11 +54,9 @@ def parse_window(params: dict, info: dict) -> tuple[int, int, str]:
     """The window ``[a, b)`` in epoch ns from ``t0``/``t1`` (ms since the trace start), clamped to the
     trace; the whole trace when absent. Returns (a, b, note); note says what was wrong with the URL."""
     origin, end = info["start_ns"], info["end_ns"]
-    try:
-        t0 = float(params["t0"]) if params.get("t0") not in (None, "") else None
-        t1 = float(params["t1"]) if params.get("t1") not in (None, "") else None
-    except ValueError:
-        return origin, end, "The window in the URL (t0/t1) is not a number of ms; showing the whole trace."
+    t0, t1 = P.ms(params, "t0"), P.ms(params, "t1")  # None: absent or refused (params.url_params says why)
+    if (t0 is None and params.get("t0") not in (None, "")) or (t1 is None and params.get("t1") not in (None, "")):
+        return origin, end, "The window in the URL (t0/t1) is not a finite number of ms; showing the whole trace."
     a = origin if t0 is None else origin + round(t0 * NS_PER_MS)
     b = end if t1 is None else origin + round(t1 * NS_PER_MS)
     if b <= a:
@@ -207,7 +206,7 @@ def update(db_path, trace_id: str, search: str | None, relayout: dict | None = N
     """The zoom/click callback as a plain function. Returns (figure, notes, status text, mode, event count,
     export href, clear-selection href, search) or None when the event changes nothing (a resize, a y-axis
     drag, a click off a CPU operator)."""
-    from ..app import url_params
+    from ..params import url_params
 
     params = url_params(search)
     new = dict(params)
@@ -292,11 +291,17 @@ def register(app, db_path) -> None:
 
         from ...storage.queries import resolve_trace
 
+        if P.check_ref(trace_id):
+            return Response(f"Cannot export: {P.check_ref(trace_id)}\n", status=400, mimetype="text/plain")
         try:
             with open_store(db_path, read_only=True) as store:
                 tid = resolve_trace(store, trace_id)
                 info = td.trace_info(store, tid)
-                a, b, _ = parse_window(dict(request.args), info)
+                params = P.url_params(request.query_string.decode("latin-1"))
+                if params.problems:
+                    return Response(f"Cannot export: {'; '.join(params.problems)}.\n", status=400,
+                                    mimetype="text/plain")
+                a, b, _ = parse_window(params, info)
                 body = td.chrome_trace_text(store, tid, a, b)
         except KernelscopeError as exc:
             return Response(f"Cannot export: {exc}.\n", status=404, mimetype="text/plain")
