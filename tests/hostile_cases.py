@@ -555,6 +555,13 @@ def char_device_dev_zero(tmp, ctx):
 
 
 @case("paths")
+def unreadable_regular_file(tmp, ctx):
+    """A regular file whose read fails (EIO). The tests run as root, whom chmod 000 does not stop, so the
+    permission-denied case is this one: /proc/self/mem is a regular file that cannot be read from offset 0."""
+    return ingest(Path("/proc/self/mem"), match="cannot read")
+
+
+@case("paths")
 def unix_socket(tmp, ctx):
     p = tmp / "sock.json"
     s = socket.socket(socket.AF_UNIX)

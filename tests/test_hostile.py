@@ -141,3 +141,130 @@ def test_hostile_case(name, hostile):
         assert _snapshot(spec.own_db) == hostile["snapshots"][name], "the store file changed"
     else:
         assert r["counts"] == r["counts_before"], "the store's row counts changed"
+
+
+# ------------------------------------------------------------------ findings of issue 11 checked by value
+
+def _cli(*args):
+    from click.testing import CliRunner
+
+    from kernelscope.cli import cli
+
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+def test_ingest_dir_takes_the_ncu_csvs_that_ingest_file_takes(tmp_path):
+    """sample_traces/nsight copied into a folder: the three Nsight Compute CSVs are ingested after the traces
+    and matched to the nsys export of the same workload (they were skipped); nsys stats' CSV is not a trace."""
+    folder = tmp_path / "nsight"
+    shutil.copytree(ROOT / "sample_traces" / "nsight", folder)
+    db = tmp_path / "s.duckdb"
+    res = _cli("ingest", folder, "--db", db)
+    assert res.exit_code == 0, res.output + res.stderr
+    lines = res.stdout.strip().splitlines()
+    csv_lines = [ln for ln in lines if ".csv" in ln]
+    assert [ln.split()[2].rsplit("/", 1)[-1] for ln in csv_lines] == [
+        "encoder2_ncu_details.csv.gz", "encoder2_ncu_dram.csv.gz", "encoder2_ncu_raw.csv.gz"]
+    assert lines[-3:] == csv_lines  # after every trace of the folder
+    assert all(ln.startswith("ingested") for ln in csv_lines)
+    assert "matched 19/20" in csv_lines[0] and "matched 59/60" in csv_lines[1] and "matched 59/60" in csv_lines[2]
+    assert "kern_sum" not in res.stdout + res.stderr
+    from kernelscope.storage.store import open_store
+
+    with open_store(db, read_only=True) as s:
+        n, matched = s.con.execute("SELECT count(*), count(activity_id) FROM ncu_kernels").fetchone()
+        fmt = s.con.execute("SELECT DISTINCT t.format FROM ncu_kernels k JOIN traces t USING (trace_id)").fetchall()
+    assert (n, matched) == (140, 137) and fmt in ([("nsys",)], [("kineto",)])
+
+
+def test_ncu_unknown_unit_is_left_out_and_said_not_read_as_factor_1(tmp_path):
+    import csv
+    import gzip
+    import io
+
+    text = gzip.decompress((ROOT / "sample_traces/nsight/encoder2_ncu_raw.csv.gz").read_bytes()).decode()
+    rows = list(csv.reader(io.StringIO("\n".join(ln for ln in text.splitlines() if not ln.startswith("==")))))
+    i = rows[0].index("gpu__time_duration.sum")
+    assert rows[1][i] == "ns"
+    rows[1][i] = "fortnight"
+    out = io.StringIO()
+    csv.writer(out, quoting=csv.QUOTE_ALL, lineterminator="\n").writerows(rows)
+    p = tmp_path / "unit_ncu.csv"
+    p.write_text(out.getvalue())
+    db = tmp_path / "s.duckdb"
+    assert _cli("ingest", ROOT / "sample_traces/nsight/encoder2_nvtx.sqlite.gz", "--db", db).exit_code == 0
+    res = _cli("ingest", p, "--db", db)
+    assert res.exit_code == 0 and res.stderr == ""
+    assert "matched 59/60" in res.stdout and "warning: unit 'fortnight' of gpu__time_duration.sum" in res.stdout
+    from kernelscope.storage.store import open_store
+
+    with open_store(db, read_only=True) as s:
+        durations = s.con.execute("SELECT count(duration_ns) FROM ncu_kernels").fetchone()[0]
+        warnings = s.con.execute("SELECT warnings FROM traces WHERE format = 'nsys'").fetchone()[0]
+    assert durations == 0  # not 60 values read with factor 1
+    assert "fortnight" in warnings
+
+
+def test_ncu_details_without_value_columns_is_refused_not_1114_kernels(tmp_path):
+    from kernelscope.errors import ParseError
+    from kernelscope.parsers.ncu import read_ncu_csv
+
+    rep = read_ncu_csv(ROOT / "sample_traces/nsight/encoder2_ncu_details.csv.gz")
+    assert len(rep.kernels) == 20
+    import gzip
+
+    lines = gzip.decompress((ROOT / "sample_traces/nsight/encoder2_ncu_details.csv.gz").read_bytes()).decode()
+    cut = "\n".join(ln.rsplit('","Metric Unit"', 1)[0] + '"' if '"Metric Unit"' in ln else ln
+                    for ln in lines.splitlines())
+    p = tmp_path / "d.csv"
+    p.write_text(cut)
+    with pytest.raises(ParseError, match="Metric Value"):
+        read_ncu_csv(p)
+
+
+def test_every_store_connection_turns_extension_autoinstall_and_autoload_off(tmp_path):
+    from kernelscope.storage.export import export_parquet, open_parquet_store
+    from kernelscope.storage.store import _connect, open_store
+
+    db = tmp_path / "s.duckdb"
+    assert _cli("ingest", ROOT / "sample_traces" / "compiled", "--db", db).exit_code == 0
+    q = "SELECT current_setting('autoinstall_known_extensions'), current_setting('autoload_known_extensions')"
+    with open_store(db) as s:
+        assert s.con.execute(q).fetchone() == (False, False)
+        export_parquet(s, tmp_path / "pq")
+    with open_store(db, read_only=True) as s:
+        assert s.con.execute(q).fetchone() == (False, False)
+    con = _connect(db, True, {"autoload_known_extensions": "true"})  # a caller cannot turn it back on
+    assert con.execute(q).fetchone() == (False, False)
+    con.close()
+    with open_parquet_store(tmp_path / "pq") as s:
+        assert s.con.execute(q).fetchone() == (False, False)
+
+
+def test_sqlite_file_as_db_is_refused_without_touching_the_network(tmp_path):
+    import sqlite3
+
+    p = tmp_path / "lite.sqlite"
+    con = sqlite3.connect(p)
+    con.execute("CREATE TABLE t (a)")
+    con.commit()
+    con.close()
+    res = _cli("traces", "--db", p)
+    assert res.exit_code == 3
+    assert res.stderr.strip() == f"kernelscope: {p} is an SQLite database, not a kernelscope store (a DuckDB file); " \
+                                 "choose another --db"
+
+
+def test_huge_event_cap_is_configurable(tmp_path, monkeypatch):
+    """KERNELSCOPE_MAX_EVENT_MB raises the cap: a 20 MB name is refused by default and read with 32."""
+    from kernelscope.errors import ParseError
+    from kernelscope.parsers.kineto import KinetoReader
+
+    p = tmp_path / "t.json"
+    p.write_bytes(b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "' + b"a" * (20 << 20)
+                  + b'", "pid": 1, "tid": 1, "ts": 1, "dur": 1}]}')
+    with pytest.raises(ParseError, match="runs past 16 MB"):
+        list(KinetoReader(p))
+    monkeypatch.setenv("KERNELSCOPE_MAX_EVENT_MB", "32")
+    batches = list(KinetoReader(p))
+    assert sum(b.num_rows for b in batches) == 1 and len(batches[0].column("name")[0].as_py()) == 20 << 20
