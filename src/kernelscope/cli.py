@@ -57,6 +57,7 @@ def _db_option(fn):
         "--db",
         "db",
         type=click.Path(),  # a directory is refused by open_store in one line (click's error is three)
+        metavar="FILE",
         envvar="KERNELSCOPE_DB",
         show_envvar=True,
         help="Store file. Default: $KERNELSCOPE_DB, else ./kernelscope.duckdb.",
