@@ -250,6 +250,15 @@ def tail_nested_5000_deep(tmp, ctx):
     return ingest(write(tmp, "deep_tail.json", text), match="nested too deeply|not valid JSON")
 
 
+@case("nesting")
+def rank_head_nested_5000_deep_in_a_directory(tmp, ctx):
+    """A directory walk peeks at each trace's distributedInfo to group ranks: that peek must not recurse."""
+    d = tmp / "ranks"
+    d.mkdir()
+    p = write(d, "trace_rank0.json", '{"distributedInfo": ' + _nested(5000) + ', "traceEvents": [' + EV + "]}")
+    return ingest(d, names=str(p), match="nested too deeply")
+
+
 # ---------------------------------------------------------------------------------- kineto: duplicates
 
 @case("duplicates")
@@ -691,6 +700,22 @@ def nsys_sqlite_without_tables(tmp, ctx):
     con = sqlite3.connect(p)
     con.execute("CREATE TABLE t (a)")
     con.execute("DROP TABLE t")
+    con.commit()
+    con.close()
+    return ingest(p, match="not an Nsight Systems export")
+
+
+@case("nsys")
+def nsys_zero_byte_sqlite(tmp, ctx):
+    return ingest(write(tmp, "zero.sqlite", b""), match="empty")
+
+
+@case("nsys")
+def nsys_only_string_ids(tmp, ctx):
+    p = tmp / "only_strings.sqlite"
+    con = sqlite3.connect(p)
+    con.execute("CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT)")
+    con.execute("INSERT INTO StringIds VALUES (1, 'k')")
     con.commit()
     con.close()
     return ingest(p, match="not an Nsight Systems export")

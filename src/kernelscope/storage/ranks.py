@@ -35,6 +35,7 @@ import json
 import os
 import pathlib
 import re
+import zlib
 from dataclasses import dataclass, field
 
 #: Bytes per element of the dtype names torch writes in collective args.
@@ -195,7 +196,7 @@ def peek_distributed(path) -> dict | None:
         opener = gzip.open if path.name.endswith(".gz") else open
         with opener(path, "rb") as fh:
             head = fh.read(PEEK_BYTES)
-    except (OSError, EOFError):
+    except (OSError, EOFError, zlib.error):  # the full parse says what is wrong with the file
         return None
     k = head.find(b'"distributedInfo"')
     ev = head.find(b'"traceEvents"')
@@ -205,7 +206,7 @@ def peek_distributed(path) -> dict | None:
     obj = _object_at(head, i) if i >= 0 else None
     try:
         value = json.loads(obj) if obj else None
-    except ValueError:
+    except (ValueError, RecursionError):  # nested past the recursion limit: the full parse refuses it
         return None
     return value if isinstance(value, dict) else None
 
