@@ -942,6 +942,14 @@ def tolerated_ncu_unknown_unit(tmp, ctx):
     return ingest(_write_csv(tmp, "ncu_unit.csv", rows), code=0, names="", tolerated=True)
 
 
+@case("tolerated")
+def tolerated_ncu_nan_value(tmp, ctx):
+    """ncu writes n/a for a metric it could not compute; nan is read the same way (missing), not as a number."""
+    rows = _csv_rows("encoder2_ncu_raw.csv.gz")
+    rows[2][rows[0].index("gpu__time_duration.sum")] = "nan"
+    return ingest(_write_csv(tmp, "ncu_nan.csv", rows), code=0, names="", tolerated=True)
+
+
 @case("ncu")
 def ncu_directory_with_only_a_bad_ncu_csv(tmp, ctx):
     """ingest DIR takes Nsight Compute CSVs like ingest FILE (the issue: it skipped them), bad ones included."""
