@@ -176,10 +176,12 @@ def whatif_sentences(s: dict) -> list[str]:
                f"(observed {ms_text(s.get('observed_ns'))}, {s.get('observed_source')}; naive sum of kernels "
                f"{ms_text(s.get('naive_ns'))}).")
     if s.get("twin"):
-        pe, ne = (("—" if v is None else f"{100 * v:+.1f}%") for v in (s.get("prediction_error"), s.get("naive_error")))
+        pe, ne = (value_or_na(v, lambda x: f"{100 * x:+.1f}%", "the twin has no observed time")
+                  for v in (s.get("prediction_error"), s.get("naive_error")))
         out.append(f"Twin {s['twin']}: observed {ms_text(s.get('twin_observed_ns'))}; prediction error {pe}, "
                    f"naive error {ne}.")
-    out.append(f"Residual gap per activity {s.get('residual_gap_ns')} ns ({s.get('residual_source')}); "
+    gap = value_or_na(s.get("residual_gap_ns"), lambda x: f"{x:,} ns", "none measured")
+    out.append(f"Residual gap per activity {gap} ({s.get('residual_source') or 'no source'}); "
                f"{s.get('host_syncs', 0)} host barriers kept.")
     return out
 
