@@ -467,6 +467,7 @@ for _i, _ev in enumerate([
     '{"ph": 5, "cat": "cpu_op", "name": "n", "pid": 1, "tid": 1, "ts": 3, "dur": 1, "args": [1, 2]}',
     '{"ph": "X", "cat": "cpu_op", "name": "n", "pid": 1, "tid": 1, "ts": 3, "dur": 1, "args": "text"}',
     '{"ph": "X", "cat": "cpu_op", "name": "n", "pid": "1' + "0" * 30 + '", "tid": -1e30, "ts": 3, "dur": 1}',
+    '{"ph": "X", "cat": "cpu_op", "name": "n", "pid": 1' + "0" * 30 + ', "tid": -1' + "0" * 30 + ', "ts": 3, "dur": 1}',
 ]):
     CASES[f"tolerated_field_{_i}"] = Case("tolerated", _tolerated(f"field_{_i}", _ev))
 

@@ -991,12 +991,13 @@ class KinetoReader:
             pid = pa.array(pid_l, i64)
             pid_text = pa.nulls(n, s)
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
-            pid_text = pa.array([None if type(p) is int else _text_pid(p) for p in pid_l], s)  # noqa: E721
-            pid = pa.array([p if type(p) is int else _int_or_none(p) for p in pid_l], i64)  # noqa: E721
+            pid_text = pa.array([None if type(p) is int and -(2**63) <= p < 2**63 else _text_pid(p)  # noqa: E721
+                                 for p in pid_l], s)  # an integer past int64 is kept as text
+            pid = pa.array([_int_or_none(p) for p in pid_l], i64)
         try:
             tid = pa.array(tid_l, i64)
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
-            tid = pa.array([t if type(t) is int else _int_or_none(t) for t in tid_l], i64)  # noqa: E721
+            tid = pa.array([_int_or_none(t) for t in tid_l], i64)
 
         # GPU placement: args.device / args.stream, else pid / tid
         gpu = pc.is_in(kind, value_set=_GPU_KINDS_ARR)
