@@ -110,8 +110,11 @@ def test_suite_wall_time_and_every_case_ran(hostile):
 
 
 def test_no_scratch_left_next_to_the_stores(hostile):
+    """No ingest scratch folder, WAL or temporary file left beside a store after 120 refused inputs (a lock
+    file the store keeps for its writers is not scratch)."""
     for lane in hostile["lanes"]:
-        assert sorted(p.name for p in lane.parent.iterdir()) == ["store.duckdb"], list(lane.parent.iterdir())
+        left = sorted(p.name for p in lane.parent.iterdir() if p.name not in ("store.duckdb", "store.duckdb.lock"))
+        assert left == [], left
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
