@@ -757,8 +757,9 @@ def profile(name, labels, run_dir, db, command):
 def dashboard(host, port, token, db):
     """Serve the web dashboard over a store and print its URL.
 
-    Pages read through short-lived read-only connections, so `kernelscope ingest` can run meanwhile;
-    new traces appear on refresh. With a token (given,
+    Pages read through short-lived read-only connections, so `kernelscope ingest` can run meanwhile:
+    it waits (up to 30 s) for the pages being drawn, pages drawn while it writes say the store is busy,
+    and new traces appear on refresh. With a token (given,
     or generated when --host is beyond loopback) a request without it gets 401: open the printed URL
     once (?token=..., then a cookie) or send the X-Kernelscope-Token header. Stop with Ctrl-C.
     """

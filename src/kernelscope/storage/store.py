@@ -2,8 +2,9 @@
 
 This module (with ``ingest`` and ``queries``) is the only code that calls ``duckdb.connect``.
 
-One process may write *or* many may read. A second writer fails within a few seconds with
-``StoreLockedError`` naming the process that holds the lock (DuckDB's own lock message carries it).
+One process may write *or* many may read. A writer waits for readers (up to 30 s; new readers hold back
+meanwhile: ``lock.py``); a second writer fails within a few seconds with ``StoreLockedError`` naming the
+process that holds the lock (DuckDB's own lock message carries it).
 
 Schema: ``schema/NNN_name.sql`` files applied in order; ``schema_version`` records each applied number.
 A store whose newest version is higher than the newest file here was written by a newer kernelscope.
@@ -19,9 +20,10 @@ from importlib import resources
 
 from ..errors import StoreError, StoreLockedError
 from . import idle, ranks, signatures
+from . import lock as store_lock
 
-#: Seconds a writer keeps retrying while another process holds the lock (must stay well under 5 s).
-LOCK_WAIT_S = 2.0
+#: Seconds a writer keeps retrying while another writer holds the lock (readers: storage/lock.py, 30 s).
+LOCK_WAIT_S = store_lock.LOCK_WAIT_S
 
 _MIGRATION_RE = re.compile(r"^(\d{3})_[A-Za-z0-9_]+\.sql$")
 
@@ -148,41 +150,46 @@ def _connect(path: pathlib.Path, read_only: bool, config: dict | None = None):
 
     if str(path) != ":memory:":
         _check_store_path(path)
-    foreign = _foreign_file(path)
+    # Taking turns with other processes (storage/lock.py): a writer waits for readers (short-lived) up to
+    # 30 s, for another writer 2 s. The file's magic bytes are read only after DuckDB refused it: closing
+    # any descriptor of the store file would drop the read locks of this process's open connections.
+    started, delay, kind = time.monotonic(), 0.02, None
+    config = connect_config(config)
+    lock = config.pop("lock_configuration", None)  # once: a retry must keep it (user SQL stays locked)
+    with store_lock.turn(path, writer=not read_only):
+        while True:
+            try:
+                con = duckdb.connect(str(path), read_only=read_only, config=config)
+                # No progress bar: DuckDB draws it on stdout for slow queries, corrupting --format json output.
+                con.execute("SET enable_progress_bar = false")
+                disable_bad_optimizers(con)
+                if lock is not None:  # locked last, so the line above may still run on user-SQL connections
+                    con.execute(f"SET lock_configuration = {'true' if lock in (True, 'true') else 'false'}")
+                return con
+            except duckdb.Error as exc:
+                if _is_lock_error(exc):
+                    kind = store_lock.holders(path) or kind  # none seen: the holder just let go
+                    if time.monotonic() - started < store_lock.wait_limit(read_only, kind):
+                        time.sleep(delay)
+                        delay = min(delay * 2, 0.2)
+                        continue
+                    raise StoreLockedError(
+                        store_lock.locked_message(path, read_only, kind, _lock_holder(str(exc)))) from None
+                error = exc
+                break
+    first = str(error).splitlines()[0] if str(error) else type(error).__name__
+    # not when another connection of this process has the file open: closing our descriptor drops its locks
+    foreign = None if "same database file" in str(error) else _foreign_file(path)
     if foreign:
         raise StoreError(f"{path} is {foreign}, not a kernelscope store (a DuckDB file); choose another --db")
-    deadline = time.monotonic() + LOCK_WAIT_S
-    delay = 0.05
-    while True:
-        try:
-            config = connect_config(config)
-            lock = config.pop("lock_configuration", None)
-            con = duckdb.connect(str(path), read_only=read_only, config=config)
-            # No progress bar: DuckDB draws it on stdout for slow queries, corrupting --format json output.
-            con.execute("SET enable_progress_bar = false")
-            disable_bad_optimizers(con)
-            if lock is not None:  # locked last, so the line above may still run on user-SQL connections
-                con.execute(f"SET lock_configuration = {'true' if lock in (True, 'true') else 'false'}")
-            return con
-        except duckdb.Error as exc:
-            if _is_lock_error(exc):
-                if time.monotonic() < deadline:
-                    time.sleep(delay)
-                    delay = min(delay * 2, 0.4)
-                    continue
-                raise StoreLockedError(
-                    f"store {path} is locked by {_lock_holder(str(exc))}, which is writing to it; "
-                    "wait for it to finish or use another --db"
-                ) from None
-            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            if "not a valid DuckDB database file" in first:
-                raise StoreError(
-                    f"{path} is not a kernelscope store (not a DuckDB file); choose another --db"
-                ) from None
-            damaged = damaged_store_error(exc, path)
-            if damaged is not None:
-                raise damaged from None
-            raise StoreError(f"cannot open store {path}: {first}") from None
+    if "not a valid DuckDB database file" in first:
+        raise StoreError(
+            f"{path} is not a kernelscope store (not a DuckDB file); choose another --db"
+        ) from None
+    damaged = damaged_store_error(error, path)
+    if damaged is not None:
+        raise damaged from None
+    raise StoreError(f"cannot open store {path}: {first}") from None
 
 
 class Store:
