@@ -100,10 +100,17 @@ def test_power_page_draws_telemetry(page, base_url, dash_store):
 
 
 def _pick(page, dropdown_id: str, text: str) -> None:
+    """Pick the option whose label holds ``text``: open the dropdown, put the whole text into its search box
+    in one input event, click the one option it leaves. Typing key by key (then Enter) raced Dash 4's
+    dropdown, which re-renders its search box while it filters: a key could be lost ('674ec53ecda' for
+    '674ecf53ecda'), no option matched, Enter picked nothing and the wait for the label ran out (4 of 6
+    runs of the Compare test)."""
     page.wait_for_load_state("networkidle")  # the previous pick's callback has answered
     page.click(f"#{dropdown_id}")
-    page.keyboard.type(text)
-    page.keyboard.press("Enter")
+    page.wait_for_selector(f"#{dropdown_id}[aria-expanded='true']")
+    content = page.locator(f"[id='{page.get_attribute(f'#{dropdown_id}', 'aria-controls')}']")  # its popover
+    content.locator(".dash-dropdown-search").fill(text)
+    content.locator("[role=option]", has_text=text).click()
     page.wait_for_function(f"document.querySelector('#{dropdown_id}').innerText.includes('{text}')")
 
 
