@@ -229,6 +229,7 @@ def _page(client, pathname: str, search: str = ""):
             "changedPropIds": ["url.pathname"], "state": [{"id": "url", "property": "search", "value": search}]}
     r = _post(client, body)
     assert r.status_code == 200, f"{pathname}: {r.status_code} {r.data[:300]!r}"
+    assert b"msg-callback-error" not in r.data, f"{pathname}: {r.data[:800]!r}"
     return r.get_json()["response"]["page"]["children"]
 
 
@@ -260,6 +261,7 @@ def _fire_page_callbacks(client, pathname: str, tree) -> int:
         r = _post(client, body)
         assert r.status_code in (200, 204), f"{pathname} -> {dep['output']}: {r.status_code} {r.data[:500]!r}"
         assert b"Traceback" not in r.data
+        assert b"msg-callback-error" not in r.data, f"{pathname} -> {dep['output']}: {r.data[:800]!r}"  # app.callback_error
         fired += 1
     return fired
 

@@ -22,6 +22,7 @@ is busy, missing or not a store gives a sentence on the page, never a traceback.
 from __future__ import annotations
 
 import hmac
+import logging
 import ipaddress
 import pathlib
 import re
@@ -164,12 +165,28 @@ def _page(db_path, path: str, search: str, params):
         return message(f"Cannot read the store: {exc}.", "msg-store-error", "error")
 
 
+ERROR_ID = "ks-callback-error"
+_log = logging.getLogger("kernelscope.dashboard")
+
+
+def callback_error(exc: Exception):
+    """Any callback that raises: one sentence above the page (never an HTTP 500 and a blank page), the
+    traceback in the server's log, and no change to the callback's outputs."""
+    _log.error("a dashboard callback failed", exc_info=exc)
+    what = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+    dash.set_props(ERROR_ID, {"children": message(
+        f"This view could not be drawn from the request ({type(exc).__name__}{': ' + what if what else ''}); "
+        "the page keeps its last state. Reload the page; if it happens again, the server log has the details.",
+        "msg-callback-error", "error")})
+    return None
+
+
 def create_app(db_path, token: str | None = None) -> dash.Dash:
     """The dashboard over the store at ``db_path`` (read-only, one short-lived connection per callback).
     With ``token`` every request needs it (``_guard``); request bodies are capped at MAX_BODY_BYTES."""
     db_path = pathlib.Path(db_path)
     app = dash.Dash(__name__, title="kernelscope", suppress_callback_exceptions=True,
-                    update_title=None)
+                    update_title=None, on_error=callback_error)
     app.index_string = _INDEX
     app.layout = html.Div([
         dcc.Location(id="url", refresh="callback-nav"),
@@ -177,6 +194,7 @@ def create_app(db_path, token: str | None = None) -> dash.Dash:
                   dcc.Link("traces", href="/"),
                   *[dcc.Link(getattr(m, "TITLE", n), href=f"/{n}") for n, m in STORE_PAGES.items()],
                   html.Span(str(db_path), className="ks-store")], className="ks-header"),
+        html.Div(id=ERROR_ID),
         dcc.Loading(html.Div(id="page"), delay_show=300),
     ])
 
