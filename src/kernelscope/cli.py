@@ -258,8 +258,11 @@ def cli():
               help="Label every ingested trace (repeatable; numeric values are stored as numbers).")
 @click.option("--name", default=None, help="Trace name (default: the file name without extension).")
 @click.option("--no-python", is_flag=True, help="Skip python_function events.")
+@click.option("--salvage", is_flag=True,
+              help="Keep the complete events of a Kineto trace cut short (a job killed while writing it; a cut "
+                   "gzip is decompressed as far as it goes) and mark the trace truncated.")
 @_db_option
-def ingest(paths, labels, name, no_python, db):
+def ingest(paths, labels, name, no_python, salvage, db):
     """Ingest traces: Kineto (.json, .json.gz), Nsight Systems (.sqlite, .sqlite.gz, .nsys-rep, or a
     `nsys export --type parquetdir` folder), Nsight Compute CSVs (.csv, .csv.gz: matched to the stored
     trace of the same workload), or directories of traces (recursive).
@@ -269,7 +272,18 @@ def ingest(paths, labels, name, no_python, db):
 
     Rank traces of a multi-GPU run (distributedInfo world size > 1, or rank<N> in the name) in one
     folder become one run, in one transaction: each line says the rank and where it came from; rank
-    collisions, missing ranks and mixed runs are refused in one line (docs/metrics.md, Communication).
+    collisions and mixed runs are refused in one line (docs/metrics.md, Communication). A sample of
+    ranks (e.g. 2 of a world of 128) is a partial run: each line names the missing ranks.
+
+    A trace cut short (the job was killed while writing it) is refused unless --salvage is given; then
+    every complete event before the cut is kept and the trace is marked truncated (summary trust,
+    `traces`). Negative durations are stored as 0 and counted; events of categories kernelscope does
+    not map (other accelerators, profiler ranges) are kept aside and counted (summary trust).
+
+    Memory and threads: DuckDB gets one thread per usable core (CPU affinity, at most 8) and 256MB per
+    thread (at most a quarter of RAM); KERNELSCOPE_THREADS and KERNELSCOPE_MEMORY_LIMIT (e.g. 2GB)
+    override them, and a memory limit given alone cuts the threads to one per 256MB. Out of memory,
+    the tables are derived again with 2 threads and 256MB, then 1 thread (docs/ingest.md).
 
     Prints one line per file (ingested or skipped, with the trace id); failures go to stderr as
     `kernelscope: <path>: <reason>` and make the exit code non-zero. A file that fails leaves no rows.
@@ -278,7 +292,8 @@ def ingest(paths, labels, name, no_python, db):
 
     label_map = _label_pairs(labels)
     with _open(db, read_only=False) as store:
-        results = ingest_paths(store, paths, labels=label_map, name=name, python_functions=not no_python)
+        results = ingest_paths(store, paths, labels=label_map, name=name, python_functions=not no_python,
+                               salvage=salvage)
     failed = 0
     for r in results:
         if r.status == "failed":
@@ -287,7 +302,10 @@ def ingest(paths, labels, name, no_python, db):
         elif r.status == "skipped":
             click.echo(f"skipped   {r.trace_id}  {r.path}  ({r.message or 'already stored'})")
         else:
-            note = "" if not r.message or r.message.startswith("ingested as") else f"; {r.message}"
+            msg = r.message or ""
+            if msg.startswith("ingested as"):  # the id is printed already: keep only what follows it
+                msg = msg.split("; ", 1)[1] if "; " in msg else ""
+            note = f"; {msg}" if msg else ""
             click.echo(f"ingested  {r.trace_id}  {r.path}  ({r.events} events, {r.seconds:.2f} s{note})")
     if failed:
         sys.exit(1)
@@ -300,7 +318,8 @@ def traces(fmt, as_json, db):
     """List stored traces: id, name, source, labels and headline counts.
 
     Columns: id, name, source, format, rank, labels, devices, kernels, gpu_span_ns (first to last GPU
-    activity over all devices), ingested_ns (JSON and CSV only).
+    activity over all devices), ingested_ns (JSON and CSV only), notes (a TRUNCATED trace, a partial run,
+    negative durations stored as 0, device events set aside; `summary TRACE` has the details).
     """
     from .storage.queries import list_traces
 
@@ -310,6 +329,7 @@ def traces(fmt, as_json, db):
     if fmt == "table":
         df["labels"] = [" ".join(f"{k}={v}" for k, v in lab.items()) for lab in df["labels"]]
         df["devices"] = [",".join(map(str, d)) for d in df["devices"]]
+        df["notes"] = ["; ".join(n) for n in df["notes"]]
         df = df.drop(columns=["ingested_ns"])
     else:
         df["labels"] = [{k: typed_label(v) for k, v in lab.items()} for lab in df["labels"]]
@@ -319,6 +339,7 @@ def traces(fmt, as_json, db):
 
             df["labels"] = [json.dumps(lab, sort_keys=True) for lab in df["labels"]]
             df["devices"] = [json.dumps(devs) for devs in df["devices"]]
+            df["notes"] = [json.dumps(n) for n in df["notes"]]
     _emit_frame(df, fmt)
 
 

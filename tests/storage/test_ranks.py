@@ -113,13 +113,42 @@ def test_rank_collision_refused(tmp_path):
     assert "rank 0 is claimed by both a and b" in line
 
 
-def test_missing_rank_refused(tmp_path):
+def test_missing_rank_is_a_partial_run(tmp_path):
+    """Ranks 0, 1, 3 of a world of 4 (was refused): one partial run; every line and the stored run name rank 2
+    as missing; world size stays 4; comm still runs over the three ranks."""
     d = tmp_path / "gap"
     d.mkdir()
     for r in (0, 1, 3):
         write_trace(d / f"r{r}.json", [coll(AR, 0, 10 + r, 1, rank=r, world=4)], distributedInfo=dist(r, 4))
-    line = _refused(tmp_path, d)
-    assert "world size 4 lacks rank(s) 2 (3 of 4 traces present)" in line
+    db = tmp_path / "s.duckdb"
+    res = CliRunner().invoke(cli, ["ingest", str(d), "--db", str(db)])
+    assert res.exit_code == 0, res.output
+    lines = res.stdout.strip().splitlines()
+    assert len(lines) == 3 and all("partial run: 3 of 4 ranks present, missing rank 2" in x for x in lines), lines
+    with open_store(db) as store:
+        run = store.query("SELECT world_size, ranks, missing_ranks FROM runs")
+        assert (run.world_size[0], run.ranks[0], json.loads(run.missing_ranks[0])) == (4, 3, [2])
+        assert store.query("SELECT rank FROM traces ORDER BY rank")["rank"].tolist() == [0, 1, 3]
+    comm = CliRunner().invoke(cli, ["analyze", "comm", "--db", str(db), "--format", "json"])
+    assert comm.exit_code == 0, comm.output
+    assert sorted(r["rank"] for r in json.loads(comm.stdout)["ranks"]) == [0, 1, 3]
+
+
+def test_sample_of_ranks_of_a_large_world(tmp_path):
+    """2 of a world of 128 (what HTA users analyse): accepted, the 126 missing ranks said as ranges."""
+    d = tmp_path / "sample"
+    d.mkdir()
+    for r in (0, 64):
+        write_trace(d / f"trace_rank{r}.json", [coll(AR, 0, 10 + r, 1, rank=r, world=128)],
+                    distributedInfo=dist(r, 128))
+    with open_store(tmp_path / "s.duckdb") as store:
+        res = ingest_paths(store, [d])
+        assert [r.status for r in res] == ["ingested", "ingested"], res
+        assert all("2 of 128 ranks present, missing ranks 1-63, 65-127" in r.message for r in res)
+        (missing,) = store.con.execute("SELECT missing_ranks FROM runs").fetchone()
+        assert json.loads(missing) == [r for r in range(128) if r not in (0, 64)]
+    assert ranks.rank_ranges([5, 1, 2, 3, 9, 10]) == "1-3, 5, 9-10"
+    assert ranks.partial_note(4, 4, []) is None
 
 
 def test_mixed_runs_refused(tmp_path):

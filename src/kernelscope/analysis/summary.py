@@ -153,6 +153,13 @@ SELECT trace_id, name, source, rank, warnings, dropped_notes FROM traces WHERE t
 
 _SQL_LABELS = "SELECT key, value_text, value_num FROM labels WHERE trace_id = $t ORDER BY key"
 
+# What ingest recorded about the trace's own soundness (schema 008; null for traces stored before it) and,
+# for a trace of a partial run, the run's missing ranks.
+_SQL_INGEST_TRUST = """
+SELECT t.truncated, t.negative_durations, t.set_aside, t.run_id, t.rank, r.world_size, r.ranks, r.missing_ranks
+FROM traces t LEFT JOIN runs r ON r.run_id = t.run_id WHERE t.trace_id = $t
+"""
+
 
 def _rows(store, sql: str, **params) -> list[dict[str, Any]]:
     df = store.query(sql, params)
@@ -178,6 +185,101 @@ def _json_list(text: Any) -> list:
     except (TypeError, ValueError):
         return [str(text)]
     return value if isinstance(value, list) else [value]
+
+
+def _json_obj(text: Any) -> dict | None:
+    if text is None:
+        return None
+    if isinstance(text, dict):
+        return text
+    try:
+        value = json.loads(text)
+    except (TypeError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _fmt_int(n: int) -> str:
+    return f"{n:,}"
+
+
+def ingest_trust(store, trace_id: str) -> tuple[dict[str, Any], list[str]]:
+    """The trust keys ingest recorded for a trace (docs/metrics.md "Trust section") and their warnings:
+
+    - ``truncated``: null, or where a cut file ended and what ``ingest --salvage`` kept (``at_byte``,
+      ``read_bytes``, ``events_kept``, ``gzip``, ``reason``);
+    - ``negative_durations``: events whose duration was negative as written and is stored as 0 ns:
+      ``count``, ``kernels``, ``cpu_ops`` and ``by_kind`` (per kind ``count``, ``min_ns``, ``sum_ns`` of the
+      raw durations); null for traces stored before this was counted;
+    - ``set_aside``: events of categories kernelscope does not map (other accelerators, device ranges,
+      unknown categories), kept in other_events and never analysed: ``events``, ``device_events`` and
+      ``by_category``; a trace with device events set aside is never called CPU-only;
+    - ``partial_run``: null, or for a trace of a run that lacks ranks: ``run_id``, ``world_size``,
+      ``ranks_present``, ``missing_ranks``.
+    """
+    row = _one(store, _SQL_INGEST_TRUST, t=trace_id)
+    cut = _json_obj(row.get("truncated"))
+    neg = _json_obj(row.get("negative_durations"))
+    aside = _json_obj(row.get("set_aside"))
+    missing = _json_list(row.get("missing_ranks")) if row.get("missing_ranks") is not None else []
+    trust: dict[str, Any] = {"truncated": cut}
+    warnings: list[str] = []
+    if neg is None:
+        trust["negative_durations"] = None
+    else:
+        count = sum(int(v.get("count", 0)) for v in neg.values())
+        trust["negative_durations"] = {
+            "count": count, "kernels": int(neg.get("kernel", {}).get("count", 0)),
+            "cpu_ops": int(neg.get("cpu_op", {}).get("count", 0)), "by_kind": neg}
+        if count:
+            parts = ", ".join(f"{_fmt_int(int(v['count']))} {k}" for k, v in sorted(neg.items()))
+            worst = min(int(v.get("min_ns", 0)) for v in neg.values())
+            warnings.append(f"{_fmt_int(count)} events had a negative duration ({parts}; down to "
+                            f"{_fmt_int(worst)} ns, clock trouble in the profiler): each is stored as 0 ns, so "
+                            "sums and busy time leave them out.")
+    if aside is None:
+        trust["set_aside"] = None
+    else:
+        events = sum(int(v.get("events", 0)) for v in aside.values())
+        device = sum(int(v.get("device_events", 0)) for v in aside.values())
+        trust["set_aside"] = {"events": events, "device_events": device, "by_category": aside}
+        if device:
+            cats = ", ".join(f"{k} {_fmt_int(int(v['device_events']))}" for k, v in sorted(aside.items())
+                             if v.get("device_events"))
+            warnings.append(f"{_fmt_int(device)} device events of categories kernelscope does not analyse "
+                            f"({cats}: another accelerator or a device range) were set aside: GPU numbers cover "
+                            "CUDA/HIP kernels, copies and memsets only.")
+        if events > device:
+            cats = ", ".join(f"{k} {_fmt_int(int(v['events']) - int(v.get('device_events', 0)))}"
+                             for k, v in sorted(aside.items()) if int(v["events"]) > int(v.get("device_events", 0)))
+            warnings.append(f"{_fmt_int(events - device)} host events of categories kernelscope does not map "
+                            f"({cats}) were kept aside, not analysed.")
+    if cut:
+        warnings.insert(0, f"TRUNCATED trace: the file ends at byte {_fmt_int(int(cut.get('read_bytes', 0)))} "
+                           f"({cut.get('reason', 'cut short')}); the {_fmt_int(int(cut.get('events_kept', 0)))} "
+                           "complete events before the cut were kept (ingest --salvage) and the rest is lost: "
+                           "counts, times and spans cover the kept part only.")
+    if missing and row.get("world_size"):
+        trust["partial_run"] = {"run_id": row.get("run_id"), "world_size": int(row["world_size"]),
+                                "ranks_present": int(row.get("ranks") or 0), "missing_ranks": missing}
+        warnings.append(f"rank {row.get('rank')} of a partial run ({row.get('run_id')}): "
+                        f"{int(row.get('ranks') or 0)} of {int(row['world_size'])} ranks present, "
+                        f"missing ranks {_rank_ranges(missing)}; run-wide numbers cover the present ranks only.")
+    else:
+        trust["partial_run"] = None
+    return trust, warnings
+
+
+def _rank_ranges(ranks: list) -> str:
+    rs = sorted({int(r) for r in ranks})
+    out, i = [], 0
+    while i < len(rs):
+        j = i
+        while j + 1 < len(rs) and rs[j + 1] == rs[j] + 1:
+            j += 1
+        out.append(str(rs[i]) if i == j else f"{rs[i]}-{rs[j]}")
+        i = j + 1
+    return ", ".join(out)
 
 
 def _pct(part: int, whole: int) -> float | None:
@@ -281,7 +383,9 @@ def summary(store, trace_id: str) -> Result:
         "dropped_notes": dropped,
         "parser_warnings": parser_warnings,
     }
-    warnings: list[str] = []
+    ingest_keys, ingest_warnings = ingest_trust(store, t)
+    trust.update(ingest_keys)
+    warnings: list[str] = list(ingest_warnings)
     if c["kernels"] and tr["kernels_with_launch"] < c["kernels"]:
         warnings.append(f"{c['kernels'] - tr['kernels_with_launch']} of {c['kernels']} kernels have no "
                         "matching launch call; launch and operator numbers leave them out.")
@@ -294,7 +398,17 @@ def summary(store, trace_id: str) -> Result:
     if dropped:
         warnings.append(f"the profiler noted lost records ({len(dropped)} notes): counts may be low.")
     if not has_gpu:
-        warnings.append("the trace has no GPU activity: GPU spans and latency are null.")
+        aside_dev = (trust.get("set_aside") or {}).get("device_events") or 0
+        if aside_dev:  # never "CPU-only" while the trace holds device events
+            warnings.append(f"the trace has no CUDA/HIP GPU activity that kernelscope analyses, but it holds "
+                            f"{aside_dev:,} device events of other kinds (set aside above): it is not a CPU-only "
+                            "trace; GPU spans and latency are null.")
+        elif trust.get("truncated"):
+            warnings.append("the kept part of the truncated trace has no GPU activity (the profiler writes GPU "
+                            "events after host events, so the cut may have taken them): GPU spans and latency "
+                            "are null.")
+        else:
+            warnings.append("the trace has no GPU activity: GPU spans and latency are null.")
     elif c["latency_ns"] is not None and c["latency_ns"] < 0:
         warnings.append("every GPU activity ends before the first top-level operator starts (work launched "
                         "before the profiler's window, or clock skew): latency and exposed host time are null.")

@@ -41,18 +41,23 @@ def parquet_dir_kind(path: str | Path) -> str | None:
     return None
 
 
-def _peek(path: Path, n: int = 4096) -> bytes:
-    """The first ``n`` decompressed bytes of a file, ParseError on unreadable/corrupt input."""
+def _peek(path: Path, n: int = 4096, salvage: bool = False) -> bytes:
+    """The first ``n`` decompressed bytes of a file, ParseError on unreadable/corrupt input (``salvage``: what
+    decompresses before a cut gzip stream ends)."""
     from kernelscope.parsers.kineto import _Source
 
-    src = _Source(path)
+    src = _Source(path, salvage=salvage)
     try:
-        return src.read(n)
+        head = src.read(n)
     finally:
         src.close()
+    if not head and src.cut:
+        raise ParseError(f"{src.cut}: nothing decompresses (truncated before its first event: nothing to "
+                         "salvage); copy the file again")
+    return head
 
 
-def detect_format(path: str | Path) -> str:
+def detect_format(path: str | Path, salvage: bool = False) -> str:
     """The trace format of a file by its content: ``"kineto"`` for a JSON document (the Kineto reader
     gives the precise error when it is JSON but not a trace), ``"nsys"`` for an SQLite file (the nsys
     reader says when it is not an nsys export) or a ``.nsys-rep`` report, ``"ncu"`` for an Nsight Compute
@@ -74,7 +79,7 @@ def detect_format(path: str | Path) -> str:
             "this is a directory, not a trace file, and not an `nsys export --type parquetdir` output; "
             "give a trace file, or a directory to `kernelscope ingest` (it walks directories)"
         )
-    head = _peek(Path(path)).lstrip()
+    head = _peek(Path(path), salvage=salvage).lstrip()
     if head.startswith(b"\xef\xbb\xbf"):
         head = head[3:].lstrip()
     if head[:1] in (b"{", b"["):
@@ -96,13 +101,15 @@ def detect_format(path: str | Path) -> str:
     )
 
 
-def open_trace(path: str | Path, *, python_functions: bool = True) -> Any:
-    """A reader for ``path`` (iterate it for ``RAW_EVENTS`` batches; ``.meta`` is complete afterwards)."""
-    fmt = detect_format(path)
+def open_trace(path: str | Path, *, python_functions: bool = True, salvage: bool = False) -> Any:
+    """A reader for ``path`` (iterate it for ``RAW_EVENTS`` batches; ``.meta`` is complete afterwards).
+    ``salvage``: keep the complete events of a Kineto trace cut short (``KinetoReader``); other formats
+    ignore it."""
+    fmt = detect_format(path, salvage=salvage)
     if fmt == "kineto":
         from kernelscope.parsers.kineto import KinetoReader
 
-        return KinetoReader(path, python_functions=python_functions)
+        return KinetoReader(path, python_functions=python_functions, salvage=salvage)
     if fmt == "nsys":
         from kernelscope.parsers.nsys import NsysReader
 

@@ -224,12 +224,17 @@ def check_regular_file(path: Path) -> None:
 
 
 class _Source:
-    """Decompressed byte blocks of a file (gzip detected by magic bytes), hashing as it reads."""
+    """Decompressed byte blocks of a file (gzip detected by magic bytes), hashing as it reads.
 
-    def __init__(self, path: Path):
+    ``salvage``: a gzip stream that ends before its end marker, or whose data turns corrupt, gives the bytes
+    that decompress before that point and then ends, with ``cut`` saying why (else None), instead of an error.
+    """
+
+    def __init__(self, path: Path, salvage: bool = False):
         self.path = path
         self.sha = hashlib.sha256()
         self.offset = 0  # decompressed bytes handed out so far
+        self.cut: str | None = None
         check_regular_file(path)
         try:
             raw = open(path, "rb")  # noqa: SIM115 - closed in close()
@@ -239,7 +244,10 @@ class _Source:
         raw.seek(0)
         self.gz = magic == b"\x1f\x8b"
         self._raw = raw
-        self._f = gzip.GzipFile(fileobj=raw, mode="rb") if self.gz else raw
+        if self.gz and salvage:
+            self._f = _GzipSalvage(raw, self)
+        else:
+            self._f = gzip.GzipFile(fileobj=raw, mode="rb") if self.gz else raw
         if not magic:
             self.close()
             raise ParseError("the file is empty (0 bytes); it holds no trace")
@@ -248,7 +256,8 @@ class _Source:
         try:
             block = self._f.read(n)
         except EOFError:
-            raise ParseError("the gzip stream is truncated (it ends before its end marker); copy the file again") from None
+            raise ParseError("the gzip stream is truncated (it ends before its end marker: cut while being written "
+                             f"or copied); {SALVAGE_HINT}, or copy the file again") from None
         except gzip.BadGzipFile as exc:
             raise ParseError(f"the gzip file is damaged ({exc}); copy the file again") from None
         except zlib.error as exc:
@@ -265,6 +274,64 @@ class _Source:
                 self._f.close()
         finally:
             self._raw.close()
+
+
+#: What a refusal of a cut file suggests (``kernelscope ingest --salvage``).
+SALVAGE_HINT = "`kernelscope ingest --salvage` keeps every complete event before the cut"
+
+
+class _GzipSalvage:
+    """A gzip stream (one or more members) decompressed with zlib, handing out what decompresses up to a cut
+    (the stream ends before a member's end marker) or a damaged block, then ending; ``src.cut`` says which.
+    Reads at most 1 MB of compressed input and ``n`` bytes of output at a time."""
+
+    def __init__(self, raw, src: _Source):
+        self._raw = raw
+        self._src = src
+        self._d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        self._in = b""
+        self._fed = 0  # compressed bytes given to the decompressors
+        self._member_done = False  # the last member ended cleanly and no byte of another was read yet
+        self._done = False
+
+    def read(self, n: int) -> bytes:
+        out = bytearray()
+        while len(out) < n and not self._done:
+            if not self._in:
+                self._in = self._raw.read(1 << 20)
+                if not self._in:
+                    if not self._member_done:
+                        self._src.cut = (f"the gzip stream ends at compressed byte {self._fed:,} before its end "
+                                         "marker")
+                    self._done = True
+                    break
+            if self._member_done and not self._in.strip(b"\x00"):  # zero padding after the last member
+                self._in = b""
+                continue
+            data = self._in
+            try:
+                chunk = self._d.decompress(data, n - len(out))
+            except zlib.error as exc:
+                self._src.cut = f"the gzip data is damaged near compressed byte {self._fed:,} ({exc})"
+                self._done = True
+                break
+            out += chunk
+            if self._d.eof:
+                rest = self._d.unused_data
+                self._fed += len(data) - len(rest)
+                self._in = rest
+                self._d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                self._member_done = True
+            else:
+                rest = self._d.unconsumed_tail
+                self._fed += len(data) - len(rest)
+                self._in = rest
+                if data:
+                    self._member_done = False
+        return bytes(out)
+
+    def close(self) -> None:
+        pass
 
 
 # --------------------------------------------------------------------------------------------- repairs
@@ -522,11 +589,16 @@ class KinetoReader:
     """Iterate a Kineto trace as ``RAW_EVENTS`` record batches; ``meta`` is complete after iteration.
 
     ``python_functions=False`` drops ``python_function`` events (counted in ``meta.warnings``).
-    ``batch_rows`` caps the rows per yielded batch.
+    ``batch_rows`` caps the rows per yielded batch. ``salvage=True`` reads a file cut short (a job killed while
+    writing it; a gzip stream cut mid-way is decompressed as far as it goes): every complete event before the
+    cut is kept and ``meta.truncated`` says where the file ended and how many events were kept; a file cut
+    before its first event is still refused.
     """
 
-    def __init__(self, path: str | Path, *, python_functions: bool = True, batch_rows: int = 65536):
+    def __init__(self, path: str | Path, *, python_functions: bool = True, batch_rows: int = 65536,
+                 salvage: bool = False):
         self.path = Path(path)
+        self.salvage = bool(salvage)
         self.python_functions = python_functions
         self.batch_rows = max(1, int(batch_rows))
         self.meta = TraceMeta(format="kineto")
@@ -544,7 +616,7 @@ class KinetoReader:
         if self._started:
             raise RuntimeError("a KinetoReader can be iterated once")
         self._started = True
-        src = _Source(self.path)
+        src = _Source(self.path, salvage=self.salvage)
         try:
             yield from self._read(src)
         except RecursionError:  # msgspec's depth guard: JSON nested past Python's recursion limit
@@ -610,8 +682,8 @@ class KinetoReader:
         if not body.startswith(b"["):
             if not body:
                 raise ParseError(
-                    f"the file ends right after the traceEvents key at byte {src.offset} (truncated); "
-                    "re-export the trace"
+                    f"the file ends right after the traceEvents key at byte {src.offset} (truncated before its "
+                    "first event: nothing to salvage); re-export the trace"
                 )
             raise ParseError('"traceEvents" is not an array; this is not a torch.profiler trace')
         base = src.offset - len(buf) + (len(buf) - len(body)) + 1  # absolute offset of buf[0]
@@ -854,7 +926,7 @@ class KinetoReader:
             self._apply_top(tail, "after traceEvents")
             return
         bad_events_at = None  # a ']' followed by a valid tail, but the events before it do not decode
-        truncated_tail = False
+        truncated_tail, salvage_left, salvage_right = False, b"", b""
         for k in _positions(buf, b"]"):
             left = buf[:k].rstrip()
             if left and not left.endswith(b"}"):
@@ -869,7 +941,8 @@ class KinetoReader:
                             f"unexpected text after the end of the top-level JSON object (near byte "
                             f"{base + k + 1 + len(head)}); remove it or re-export the trace"
                         )
-                truncated_tail = truncated_tail or self._events_ok(left)
+                if self._events_ok(left):
+                    truncated_tail, salvage_left, salvage_right = True, left, right
                 continue
             if right == b"}":
                 tail = b"{}"
@@ -886,10 +959,21 @@ class KinetoReader:
         if bad_events_at is not None:  # raises the precise error for the bad event
             yield from self._decode_pieces(bad_events_at, base, final=True)
         if truncated_tail:
+            if self.salvage:
+                yield from self._decode_run(salvage_left, base, final=True)
+                # the keys after the array, when only the closing brace is missing, are still read
+                tail = b"{" + salvage_right[1:] + b"}" if salvage_right.startswith(b",") else b"{}"
+                if _tail_ok(tail):
+                    self._apply_top(tail, "after traceEvents")
+                self._mark_truncated(src, base + len(salvage_left), "ends in the keys after the event array")
+                return
             raise ParseError(
                 f"the file ends at byte {src.offset} before the closing brace of the top-level object "
-                "(truncated); re-export the trace"
+                f"(truncated); {SALVAGE_HINT}, or re-export the trace"
             )
+        if self.salvage:
+            yield from self._salvage(buf, base, src)
+            return
         m = _NAN_TIME.search(buf)
         if m:
             raise ParseError(
@@ -897,8 +981,34 @@ class KinetoReader:
                 "re-export the trace"
             )
         raise ParseError(
-            f"the file ends inside the traceEvents array at byte {src.offset} (truncated); re-export the trace"
+            f"the file ends inside the traceEvents array at byte {src.offset} (truncated: the job was probably "
+            f"killed while writing it); {SALVAGE_HINT}, or re-export the trace"
         )
+
+    def _salvage(self, buf: bytes, base: int, src: _Source) -> Iterator[pa.RecordBatch]:
+        """At EOF inside the event array (``salvage``): decode the complete events of ``buf`` and drop the
+        piece the cut left (an event's first part); an event before it that does not decode is still an error."""
+        text = buf.rstrip()
+        if text.endswith(b","):
+            text = text[:-1].rstrip()
+        consumed = yield from self._decode_run(text, base, final=False)
+        if self.meta.events == 0:
+            raise ParseError(
+                f"the file ends at byte {src.offset} inside its first event (truncated before any complete "
+                "event: nothing to salvage); re-export the trace"
+            )
+        kept = text[:consumed].rstrip()
+        if kept.endswith(b","):
+            kept = kept[:-1].rstrip()
+        self._mark_truncated(src, base + len(kept), "ends inside the event array")
+
+    def _mark_truncated(self, src: _Source, at_byte: int, where: str) -> None:
+        reason = src.cut + f"; the text {where}" if src.cut else f"the text {where}"
+        self.meta.truncated = {
+            "at_byte": int(at_byte), "read_bytes": int(src.offset), "events_kept": int(self.meta.events),
+            "gzip": bool(src.gz), "reason": reason,
+            "base_time_lost": "baseTimeNanoseconds" not in self._top_seen,
+        }
 
     def _events_ok(self, left: bytes) -> bool:
         """Whether ``[left]`` decodes (perhaps after repairs): then the ']' candidate closes the array."""
@@ -1003,8 +1113,12 @@ class KinetoReader:
         gpu = pc.is_in(kind, value_set=_GPU_KINDS_ARR)
         none_i32 = pa.scalar(None, i32)
         none_i64 = pa.scalar(None, i64)
+        args_device = _num_array(a_col["device"], i32, bad, "device")
+        # an event of a category no kind maps keeps its args.device (never the pid): storage counts such
+        # events on a device as device events set aside (other accelerators, device ranges)
         device = pc.if_else(
-            gpu, pc.coalesce(_num_array(a_col["device"], i32, bad, "device"), _cast_or_null(pid, i32)), none_i32
+            gpu, pc.coalesce(args_device, _cast_or_null(pid, i32)),
+            pc.if_else(pc.equal(kind, "other"), args_device, none_i32),
         )
         stream = pc.if_else(gpu, pc.coalesce(_num_array(a_col["stream"], i64, bad, "stream"), tid), none_i64)
 
@@ -1133,6 +1247,8 @@ class KinetoReader:
             w.append(f"{self._missing_dur} complete ('X') events without dur read as dur 0")
         if self._skipped_python:
             w.append(f"skipped {self._skipped_python} python_function events (python_functions=False)")
+        if src.cut and not meta.truncated:  # --salvage: the JSON text is whole, only the gzip end is missing
+            w.append(f"{src.cut}; the JSON text before it is complete (read with --salvage)")
 
 
 #: Top-level keys whose value kernelscope uses: given twice with different values, the trace is refused.

@@ -126,6 +126,9 @@ class TraceMeta:
     events: int = 0  # rows yielded
     #: sha256 hex of the decompressed content (so .json and .json.gz twins hash alike).
     content_hash: str | None = None
+    #: A file cut short and read with ``salvage=True``: {"at_byte": end of the last complete event kept,
+    #: "read_bytes": (decompressed) bytes read, "events_kept", "gzip", "reason", "base_time_lost"}; else None.
+    truncated: dict[str, Any] | None = None
 
 
 def empty_batch() -> pa.RecordBatch:

@@ -9,6 +9,7 @@ file back: no rows of it remain in any table; the scratch folder is removed in e
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -27,8 +28,20 @@ from ..errors import KernelscopeError, ParseError, StoreError, UsageError
 from ..parsers.schema import RAW_EVENTS, TraceMeta
 from . import derive, ranks
 
-#: DuckDB memory cap while ingesting (env KERNELSCOPE_MEMORY_LIMIT overrides); spills beyond it.
-DEFAULT_MEMORY_LIMIT = "256MB"
+#: Env variables forcing an ingest connection's DuckDB memory_limit / threads (``ingest_resources``).
+MEMORY_ENV = "KERNELSCOPE_MEMORY_LIMIT"
+THREADS_ENV = "KERNELSCOPE_THREADS"
+#: DuckDB threads per ingest connection at most, unless KERNELSCOPE_THREADS says otherwise.
+MAX_THREADS = 8
+#: DuckDB memory per thread while ingesting (DuckDB's own guidance: at least 125 MB per thread); it spills
+#: beyond its limit. On 16 cores a 1.09 GB trace ran out of memory at 8 threads and 128 MB each (then ingested
+#: through the fallback, 83 s) and took 30 s at 8 threads and 256 MB each (docs/ingest.md).
+MEMORY_PER_THREAD = 256 * 10**6
+#: The least memory an ingest connection gets (what 1-2 threads had before threads and memory were sized
+#: together: 256 MB).
+MIN_MEMORY = 256 * 10**6
+#: The share of the machine's (or cgroup's) memory that ingest's DuckDB connections may take together.
+RAM_SHARE = 0.25
 
 _NUM_RE = re.compile(r"^\s*[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?\s*$")
 
@@ -90,22 +103,127 @@ class _Progress:
 # ------------------------------------------------------------------------------------------------ helpers
 
 
-@contextmanager
-def ingest_settings(con):
-    """DuckDB settings for bulk loading, restored afterwards."""
-    limit = os.environ.get("KERNELSCOPE_MEMORY_LIMIT", DEFAULT_MEMORY_LIMIT)
-    threads = max(1, min(os.cpu_count() or 1, 8))
+@dataclass(frozen=True)
+class Resources:
+    """What one ingest connection may use: DuckDB ``threads`` and ``memory_limit`` (``memory`` is the text
+    DuckDB gets, ``memory_bytes`` its value when known) and a sentence saying how they were chosen."""
+
+    threads: int
+    memory: str
+    memory_bytes: int | None
+    rule: str
+
+
+def usable_cores() -> int:
+    """CPUs this process may run on: its CPU affinity (``taskset``, cgroup cpusets), not the machine's
+    count (``os.cpu_count()`` ignores affinity)."""
     try:
-        con.execute(f"SET memory_limit = '{_safe_setting(limit)}'")
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def physical_memory_bytes() -> int | None:
+    """The machine's RAM, or the cgroup's memory limit when that is lower (containers); None if unknown."""
+    total = None
+    try:
+        total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        pass
+    for cg in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            text = pathlib.Path(cg).read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit() and int(text) > 0:
+            total = int(text) if total is None else min(total, int(text))
+    return total
+
+
+_SIZE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+               "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
+
+
+def memory_bytes(text: str) -> int | None:
+    """Bytes of a DuckDB memory size text ('256MB', '4GB', '1GiB'; KB/MB/GB are powers of 1000, as in
+    DuckDB); None when it is not one."""
+    m = _SIZE_RE.match(text or "")
+    factor = _SIZE_UNITS.get(m.group(2).lower()) if m else None
+    return None if factor is None else int(float(m.group(1)) * factor)
+
+
+def _size_text(n: int) -> str:
+    return f"{n // 10**6}MB"
+
+
+def ingest_resources(processes: int = 1) -> Resources:
+    """DuckDB threads and memory for one ingest connection, sized together (docs/ingest.md "Memory and
+    threads"); every connection ingest opens or uses gets them (``apply_resources``).
+
+    - threads: ``$KERNELSCOPE_THREADS`` when set, else the usable cores (CPU affinity) shared by
+      ``processes`` parallel parsers, at most ``MAX_THREADS``;
+    - memory: ``$KERNELSCOPE_MEMORY_LIMIT`` when set, else ``MEMORY_PER_THREAD`` per thread, at least
+      ``MIN_MEMORY``, at most ``RAM_SHARE`` of the machine's (or cgroup's) memory over ``processes``;
+    - when the memory (given, or capped by RAM) cannot hold ``MEMORY_PER_THREAD`` per thread, the threads
+      are cut to fit it, unless ``$KERNELSCOPE_THREADS`` forces them.
+
+    DuckDB keeps some buffers per thread that cannot spill (hash tables, sort runs and window partitions
+    being worked on), so a fixed limit with a thread per core ran out of memory on many cores: 256 MB held
+    2 threads on a 1.1 GB trace but not 16 threads on a 120 MB one (docs/ingest.md). What still runs out
+    of memory is derived again with less (``fallback_resources``)."""
+    processes = max(1, int(processes))
+    env_threads = (os.environ.get(THREADS_ENV) or "").strip()
+    forced_threads = None
+    if env_threads:
+        if not env_threads.isdigit() or not 1 <= int(env_threads) <= 1024:
+            raise UsageError(f"{THREADS_ENV}={env_threads!r} is not a thread count (a whole number from 1 to 1024)")
+        forced_threads = int(env_threads)
+    cores = usable_cores()
+    threads = forced_threads or max(1, min(MAX_THREADS, cores // processes))
+    ram = physical_memory_bytes()
+    cap = max(MIN_MEMORY, int(ram * RAM_SHARE) // processes) if ram else None
+    env_memory = (os.environ.get(MEMORY_ENV) or "").strip()
+    if env_memory:
+        memory, mem_bytes = env_memory, memory_bytes(env_memory)
+        how = f"{MEMORY_ENV}={env_memory}"
+    else:
+        mem_bytes = max(MIN_MEMORY, MEMORY_PER_THREAD * threads)
+        if cap is not None and mem_bytes > cap:
+            mem_bytes = cap
+        memory = _size_text(mem_bytes)
+        how = (f"{MEMORY_PER_THREAD // 10**6}MB per thread, at least {MIN_MEMORY // 10**6}MB"
+               + (f", at most {RAM_SHARE:.0%} of RAM" + (f" over {processes} processes" if processes > 1 else "")
+                  if cap is not None else ""))
+    if forced_threads is None and mem_bytes is not None:
+        fit = max(1, mem_bytes // MEMORY_PER_THREAD)
+        threads = min(threads, fit)
+    why = (f"{THREADS_ENV}={forced_threads}" if forced_threads else
+           f"{cores} usable cores" + (f" over {processes} processes" if processes > 1 else "")
+           + f", at most {MAX_THREADS}, at most one per {MEMORY_PER_THREAD // 10**6}MB")
+    return Resources(threads, memory, mem_bytes, f"threads {threads} ({why}); memory_limit {memory} ({how})")
+
+
+def apply_resources(con, res: Resources) -> None:
+    """SET a connection's threads and memory_limit (and preserve_insertion_order off) for ingest."""
+    try:
+        con.execute(f"SET memory_limit = '{_safe_setting(res.memory)}'")
     except Exception as exc:
         raise UsageError(
-            f"KERNELSCOPE_MEMORY_LIMIT={limit!r} is not a memory size DuckDB accepts (e.g. 1GB): "
+            f"{MEMORY_ENV}={res.memory!r} is not a memory size DuckDB accepts (e.g. 1GB): "
             f"{str(exc).splitlines()[0]}"
         ) from None
-    con.execute(f"SET threads = {threads}")
+    con.execute(f"SET threads = {int(res.threads)}")
     con.execute("SET preserve_insertion_order = false")
+
+
+@contextmanager
+def ingest_settings(con, res: Resources | None = None):
+    """DuckDB settings for bulk loading (``ingest_resources``), restored afterwards."""
+    res = res or ingest_resources()
+    apply_resources(con, res)
     try:
-        yield
+        yield res
     finally:
         for name in ("memory_limit", "threads", "preserve_insertion_order"):
             try:
@@ -300,7 +418,7 @@ def _conform(batch: pa.RecordBatch) -> pa.RecordBatch:
 
 
 def _drop_staging(con) -> None:
-    for t in ("ks_raw", "ks_open", "ks_links", "ks_launch"):
+    for t in ("ks_raw", "ks_raw_in", "ks_open", "ks_links", "ks_launch"):
         try:
             con.execute(f"DROP VIEW IF EXISTS {t}")
         except Exception:
@@ -336,7 +454,7 @@ def ingest_reader(
         raw = scratch / "raw.parquet"
         rows = _stage(reader, raw, on_batch)
         clock.lap("parse+stage")
-        con.execute(f"CREATE OR REPLACE TEMP VIEW ks_raw AS SELECT * FROM read_parquet({_sql_path(raw)})")
+        derive.raw_view(con, raw)
         meta: TraceMeta = reader.meta
         content_hash = meta.content_hash or _hash_file(path)
         existing = _stored_id(con, content_hash)
@@ -345,58 +463,143 @@ def ingest_reader(
                 str(path), "skipped", existing, f"already stored as {existing}", rows,
                 time.perf_counter() - t0,
             )
-        derive.check_correlations(con, str(path))
-        crossing = derive.derive_links(con, scratch)
-        clock.lap("links")
-        derive.build_launch_table(con, scratch)
-        clock.lap("launch table")
-        warnings = list(meta.warnings or [])
-        if crossing:
-            warnings.append(
-                f"{crossing} operators/annotations/runtime calls are not nested in the interval that "
-                "encloses their start on their thread (partial overlap); their links follow the count "
-                "of intervals open at their start"
-            )
-        missing_ts = derive.untimed_count(con)
-        if missing_ts:
-            warnings.append(f"{missing_ts} timed events had no timestamp; kept in other_events only")
-        base = int(meta.base_time_ns or 0)
-        offset, note = derive.clock_offset(con, base)
-        if note:
-            warnings.append(note)
-        start_ns, end_ns = derive.trace_span(con, base)
-        clock.lap("checks")
-        con.execute("BEGIN TRANSACTION")
-        try:
-            trace_id = _new_trace_id(con, content_hash)
-            derive.insert_events(con, trace_id, base)
-            ranks.insert_collectives(con, trace_id)
-            clock.lap("insert")
-            _insert_trace_row(
-                con, trace_id, meta, path, name, run_id, provenance, content_hash, base, start_ns,
-                end_ns, warnings, offset, rows,
-            )
-            insert_labels(con, trace_id, labels)
-            if extra is not None:
-                extra(con, trace_id)
-            con.execute("COMMIT")
-            clock.lap("commit")
-        except BaseException:
+        facts = derive.raw_facts(con, meta)
+        retried = []
+        while True:
             try:
-                con.execute("ROLLBACK")
-            except Exception:
-                pass
-            raise
+                trace_id = _derive_and_insert(
+                    con, scratch, clock, meta, path, name, run_id, provenance, content_hash, rows, facts,
+                    labels, extra)
+                break
+            except Exception as exc:  # noqa: BLE001 -- out of memory: again with fewer threads (same memory)
+                nxt = _retry_settings(con, exc)
+                if nxt is None:
+                    raise
+                retried.append(nxt)
+                clock.lap(f"out of memory, again with {nxt.threads} threads and {nxt.memory}")
     clock.lap("cleanup")
     clock.report(path)
-    return IngestResult(
-        str(path), "ingested", trace_id, f"ingested as {trace_id}", rows, time.perf_counter() - t0
-    )
+    msg = f"ingested as {trace_id}"
+    if retried:
+        msg += (f"; DuckDB ran out of memory and derived the tables again with {retried[-1].threads} "
+                f"thread{'s' if retried[-1].threads != 1 else ''} and {retried[-1].memory}")
+    for note in derive.facts_notes(facts):
+        msg += f"; {note}"
+    return IngestResult(str(path), "ingested", trace_id, msg, rows, time.perf_counter() - t0)
+
+
+def _is_oom(exc: BaseException) -> bool:
+    return type(exc).__name__ == "OutOfMemoryException" or "Out of Memory" in str(exc).split("\n", 1)[0]
+
+
+def fallback_resources(res: Resources, memory_forced: bool) -> Resources | None:
+    """What to try after DuckDB ran out of memory with ``res``: at most 2 threads and the least memory
+    (``MIN_MEMORY``; a limit given in KERNELSCOPE_MEMORY_LIMIT stays), then 1 thread; None when that ran.
+
+    Less memory, not more: DuckDB picks in-memory or spilling strategies from the limit, and a limit just
+    above what it estimates it needs is the one that fails (a 1.1 GB trace: 2 threads failed at 1 GB and
+    ingested at 256 MB, 512 MB and 2 GB). At 256 MB it spills from the start; that held a 2.4 GB rank trace."""
+    mem = res.memory_bytes
+    if res.threads > 2 or (not memory_forced and mem is not None and mem > MIN_MEMORY):
+        low = res if memory_forced else dataclasses.replace(res, memory=_size_text(MIN_MEMORY), memory_bytes=MIN_MEMORY)
+        return dataclasses.replace(low, threads=min(res.threads, 2), rule="fallback after out of memory")
+    if res.threads > 1:
+        return dataclasses.replace(res, threads=1, rule="fallback after out of memory")
+    return None
+
+
+def _retry_settings(con, exc: BaseException) -> Resources | None:
+    """After ``exc``: when it is DuckDB running out of memory and a smaller setting is left
+    (``fallback_resources``), clear what the failed attempt left, SET it on ``con`` and return it."""
+    if not _is_oom(exc):
+        return None
+    try:
+        threads = int(con.execute("SELECT current_setting('threads')").fetchone()[0])
+        mem_text = con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
+    except Exception:  # noqa: BLE001
+        return None
+    mem = _duckdb_bytes(mem_text)  # DuckDB shows '244.1 MiB' for the 256MB it was given: whole MB again
+    now = Resources(threads, f"{round(mem / 10**6)}MB" if mem else mem_text,
+                    round(mem / 10**6) * 10**6 if mem else None, "")
+    nxt = fallback_resources(now, bool((os.environ.get(MEMORY_ENV) or "").strip()))
+    if nxt is None:
+        return None
+    _clear_failed_attempt(con)
+    apply_resources(con, nxt)
+    return nxt
+
+
+def _duckdb_bytes(text: str) -> int | None:
+    """Bytes of DuckDB's own rendering of a size ('953.6 MiB', '1.8 GiB')."""
+    return memory_bytes(text.replace(" ", ""))
+
+
+def _clear_failed_attempt(con) -> None:
+    """Drop what a failed derive may leave on the connection (its temporary tables) and checkpoint, so the
+    next attempt starts from the memory a fresh one has (blocks the rolled-back transaction wrote are freed)."""
+    for t in ("ks_idle_hw", "ks_idle_kept", "ks_idle_pieces", "ks_rank_map"):
+        try:
+            con.execute(f"DROP TABLE IF EXISTS {t}")
+        except Exception:  # noqa: BLE001
+            pass
+    try:
+        con.execute("CHECKPOINT")
+    except Exception:  # noqa: BLE001 -- an in-memory worker database has nothing to checkpoint
+        pass
+
+
+def _derive_and_insert(con, scratch, clock, meta, path, name, run_id, provenance, content_hash, rows, facts,
+                       labels, extra) -> str:
+    """Derive the links of the staged trace (``ks_raw``) and insert it in one transaction; its trace id."""
+    derive.check_correlations(con, str(path))
+    crossing = derive.derive_links(con, scratch)
+    clock.lap("links")
+    derive.build_launch_table(con, scratch)
+    clock.lap("launch table")
+    warnings = list(meta.warnings or [])
+    if crossing:
+        warnings.append(
+            f"{crossing} operators/annotations/runtime calls are not nested in the interval that "
+            "encloses their start on their thread (partial overlap); their links follow the count "
+            "of intervals open at their start"
+        )
+    missing_ts = derive.untimed_count(con)
+    if missing_ts:
+        warnings.append(f"{missing_ts} timed events had no timestamp; kept in other_events only")
+    warnings.extend(derive.facts_warnings(facts, meta))
+    base = int(meta.base_time_ns or 0)
+    offset, note = derive.clock_offset(con, base)
+    if note:
+        warnings.append(note)
+    start_ns, end_ns = derive.trace_span(con, base)
+    clock.lap("checks")
+    con.execute("BEGIN TRANSACTION")
+    try:
+        trace_id = _new_trace_id(con, content_hash)
+        derive.insert_events(con, trace_id, base)
+        ranks.insert_collectives(con, trace_id)
+        clock.lap("insert")
+        _insert_trace_row(
+            con, trace_id, meta, path, name, run_id, provenance, content_hash, base, start_ns,
+            end_ns, warnings, offset, rows, facts=facts,
+        )
+        insert_labels(con, trace_id, labels)
+        if extra is not None:
+            extra(con, trace_id)
+        con.execute("COMMIT")
+        clock.lap("commit")
+    except BaseException:
+        try:
+            con.execute("ROLLBACK")
+        except Exception:
+            pass
+        raise
+    return trace_id
 
 
 def _insert_trace_row(
     con, trace_id, meta, path, name, run_id, provenance, content_hash, base, start_ns, end_ns,
-    warnings, offset, rows, rank=None, rank_source=None, world_size=None,
+    warnings, offset, rows, rank=None, rank_source=None, world_size=None, facts=None,
 ) -> None:
     if rank is None:
         rank = meta.rank if meta.rank is not None else 0
@@ -405,8 +608,8 @@ def _insert_trace_row(
         """INSERT INTO traces (trace_id, name, source, content_hash, format, run_id, rank,
                world_size, rank_source, base_time_ns, start_ns, end_ns, device_properties,
                distributed_info, provenance, meta, warnings, dropped_notes, clock_offset_ns,
-               events, ingested_ns, kernelscope_version)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+               events, ingested_ns, kernelscope_version, truncated, negative_durations, set_aside)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
         [
             trace_id,
             name or _trace_name(path),
@@ -430,6 +633,9 @@ def _insert_trace_row(
             int(meta.events or rows),
             time.time_ns(),
             __version__,
+            _json((facts or {}).get("truncated")),
+            _json((facts or {}).get("negative_durations") or {}),
+            _json((facts or {}).get("set_aside") or {}),
         ],
     )
 
@@ -439,8 +645,13 @@ def _db_error(path, exc: BaseException, rank_files: bool = False) -> StoreError:
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     msg = f"{path}: DuckDB failed while deriving the trace's tables: {first}"
     if "Out of Memory" in first or type(exc).__name__ == "OutOfMemoryException":
-        limit = os.environ.get("KERNELSCOPE_MEMORY_LIMIT", DEFAULT_MEMORY_LIMIT)
-        msg += (f"; give ingest more memory (KERNELSCOPE_MEMORY_LIMIT, now {limit}, e.g. KERNELSCOPE_MEMORY_LIMIT=2GB)"
+        try:
+            res = ingest_resources()
+            now = f"now {res.memory} for {res.threads} thread{'s' if res.threads != 1 else ''}"
+        except UsageError:
+            now = "now unreadable"
+        msg += (f"; give ingest more memory ({MEMORY_ENV}, {now}, e.g. {MEMORY_ENV}=2GB) or fewer threads "
+                f"({THREADS_ENV}=2)"
                 + (" or parse fewer rank files at once (KERNELSCOPE_INGEST_WORKERS=1)" if rank_files else ""))
     return StoreError(msg)
 
@@ -462,10 +673,13 @@ def ingest_file(
     run_id=None,
     provenance=None,
     python_functions=True,
+    salvage=False,
     _on_batch=None,
     _extra=None,
 ) -> IngestResult:
-    """Parse and ingest one trace file; failures come back as a 'failed' result, never half-stored."""
+    """Parse and ingest one trace file; failures come back as a 'failed' result, never half-stored.
+    ``salvage``: a Kineto trace cut short (a job killed while writing it) keeps every complete event before
+    the cut and is marked truncated (``traces.truncated``); without it such a file is refused."""
     from ..parsers import open_trace
 
     path = pathlib.Path(path)
@@ -477,7 +691,7 @@ def ingest_file(
         return IngestResult(r.path, r.status, r.trace_id, r.message, r.kernels, time.perf_counter() - t0)
     with ingest_settings(store.con):
         try:
-            reader = open_trace(path, python_functions=python_functions)
+            reader = open_trace(path, python_functions=python_functions, salvage=salvage)
             return ingest_reader(
                 store, reader, path, labels=labels, name=name, run_id=run_id,
                 provenance=provenance, extra=_extra, on_batch=_on_batch,
@@ -623,7 +837,7 @@ def expand_paths(paths) -> list[pathlib.Path]:
 
 
 def ingest_paths(
-    store, paths, *, labels=None, name=None, python_functions=True, progress=None
+    store, paths, *, labels=None, name=None, python_functions=True, progress=None, salvage=False
 ) -> list[IngestResult]:
     """Ingest files, run directories and directories (recursive; see ``collect_paths``), each trace in
     its own transaction; a run directory with ``ingest_run`` (telemetry, provenance, timings, labels).
@@ -669,15 +883,15 @@ def ingest_paths(
     try:
         for folder, members in runs:
             results.extend(ingest_rank_run(store, folder, members, labels=labels,
-                                           python_functions=python_functions))
+                                           python_functions=python_functions, salvage=salvage))
         for i, (kind, p) in enumerate(items):
             on_batch = lambda n, i=i, p=p: bar.update(i, p, n)  # noqa: E731
             if kind == "run":
                 res = ingest_run(store, p, name=name, labels=labels,
-                                 python_functions=python_functions, _on_batch=on_batch)
+                                 python_functions=python_functions, salvage=salvage, _on_batch=on_batch)
             else:
                 res = ingest_file(store, p, labels=labels, name=name,
-                                  python_functions=python_functions, _on_batch=on_batch)
+                                  python_functions=python_functions, salvage=salvage, _on_batch=on_batch)
             results.append(res)
             bar.update(i, p, res.events)
     finally:
@@ -810,7 +1024,7 @@ def _timing_rows(trace_id: str, timings, path) -> list[tuple]:
 
 
 def ingest_run(
-    store, run_dir, *, name=None, labels=None, python_functions=True, _on_batch=None
+    store, run_dir, *, name=None, labels=None, python_functions=True, salvage=False, _on_batch=None
 ) -> IngestResult:
     """Ingest a collector run directory (trace.json.gz [+ telemetry.parquet] [+ run.json]) as one trace,
     with its telemetry, provenance, timings and labels, in ONE transaction.
@@ -853,6 +1067,7 @@ def ingest_run(
         run_id=meta.get("run_id"),
         provenance=meta.get("provenance"),
         python_functions=python_functions,
+        salvage=salvage,
         _on_batch=_on_batch,
         _extra=extra,
     )
@@ -899,73 +1114,84 @@ def _placeholder(i: int) -> str:
     return f"__rank_job_{i}__"
 
 
-def _parse_and_derive(path: str, out: str, python_functions: bool, threads: int = 1, job: int = 0):
+def _parse_and_derive(path: str, out: str, python_functions: bool, res: Resources | None = None, job: int = 0,
+                      salvage: bool = False):
     """Worker: parse one trace into ``out``/raw.parquet, derive its links and fill the event tables
     (``derive.insert_events`` + ``ranks.insert_collectives``, trace_id = ``_placeholder(job)``) in a DuckDB
     file of its own in ``out`` (it spills: memory stays bounded), then write every table it filled to
     ``out``/t_<table>.parquet in its insert order. Returns (TraceMeta, rows, facts): facts holds crossing,
-    untimed, clock offset/note, span and ``tables`` (the tables written)."""
+    untimed, clock offset/note, span and ``tables`` (the tables written). ``res``: the connection's threads and
+    memory (``ingest_resources`` of the parent, which knows how many workers share the machine)."""
     import duckdb
 
     from ..parsers import open_trace
     from .store import connect_config, disable_bad_optimizers, migrations
 
     folder = pathlib.Path(out)
-    reader = open_trace(pathlib.Path(path), python_functions=python_functions)
+    reader = open_trace(pathlib.Path(path), python_functions=python_functions, salvage=salvage)
     rows = _stage(reader, folder / "raw.parquet")
     meta = reader.meta
     # a small rank stays in memory (creating the schema in a file costs ~3x more); a large one spills to a file
     small = pathlib.Path(path).stat().st_size < WORKER_IN_MEMORY_BYTES
-    con = duckdb.connect(":memory:" if small else str(folder / "w.duckdb"), config=connect_config())
-    try:
-        con.execute("SET enable_progress_bar = false")
-        disable_bad_optimizers(con)
-        con.execute(f"SET threads = {max(1, int(threads))}")
-        limit = os.environ.get("KERNELSCOPE_MEMORY_LIMIT", DEFAULT_MEMORY_LIMIT)
-        con.execute(f"SET memory_limit = '{_safe_setting(limit)}'")
-        con.execute("SET preserve_insertion_order = false")  # as the one-file path derives (bounded memory)
-        for _version, _name, sql in migrations():
-            con.execute(sql)
-        con.execute(f"CREATE TEMP VIEW ks_raw AS SELECT * FROM read_parquet({_sql_path(folder / 'raw.parquet')})")
-        derive.check_correlations(con, str(path))
-        crossing = derive.derive_links(con, folder)
-        derive.build_launch_table(con, folder)
-        base = int(meta.base_time_ns or 0)
-        offset, note = derive.clock_offset(con, base)
-        start_ns, end_ns = derive.trace_span(con, base)
-        facts = {"crossing": crossing, "untimed": derive.untimed_count(con), "offset": offset, "note": note,
-                 "start_ns": start_ns, "end_ns": end_ns}
-        derive.insert_events(con, _placeholder(job), base)
-        ranks.insert_collectives(con, _placeholder(job))
-        filled = [t for (t,) in con.execute(
-            """SELECT DISTINCT c.table_name FROM information_schema.columns c
-               JOIN information_schema.tables t ON t.table_name = c.table_name AND t.table_schema = c.table_schema
-               WHERE c.table_schema = 'main' AND t.table_type = 'BASE TABLE' AND c.column_name = 'trace_id'
-               ORDER BY 1""").fetchall()
-            if con.execute(f'SELECT count(*) FROM "{t}"').fetchone()[0]]
-        con.execute("SET preserve_insertion_order = true")  # the files keep each table's stored order
-        for table in filled:
-            con.execute(f"COPY \"{table}\" TO {_sql_path(folder / f't_{table}.parquet')} "
-                        "(FORMAT parquet, COMPRESSION lz4)")
-    finally:
-        con.close()
-    (folder / "w.duckdb").unlink(missing_ok=True)
+    res = res or ingest_resources()
+    retried = None
+    while True:
+        con = duckdb.connect(":memory:" if small else str(folder / "w.duckdb"), config=connect_config())
+        try:
+            con.execute("SET enable_progress_bar = false")
+            disable_bad_optimizers(con)
+            apply_resources(con, res)  # as the one-file path derives (bounded memory)
+            for _version, _name, sql in migrations():
+                con.execute(sql)
+            derive.raw_view(con, folder / "raw.parquet")
+            facts = derive.raw_facts(con, meta)
+            derive.check_correlations(con, str(path))
+            crossing = derive.derive_links(con, folder)
+            derive.build_launch_table(con, folder)
+            base = int(meta.base_time_ns or 0)
+            offset, note = derive.clock_offset(con, base)
+            start_ns, end_ns = derive.trace_span(con, base)
+            facts.update({"crossing": crossing, "untimed": derive.untimed_count(con), "offset": offset,
+                          "note": note, "start_ns": start_ns, "end_ns": end_ns})
+            derive.insert_events(con, _placeholder(job), base)
+            ranks.insert_collectives(con, _placeholder(job))
+            filled = [t for (t,) in con.execute(
+                """SELECT DISTINCT c.table_name FROM information_schema.columns c
+                   JOIN information_schema.tables t ON t.table_name = c.table_name AND t.table_schema = c.table_schema
+                   WHERE c.table_schema = 'main' AND t.table_type = 'BASE TABLE' AND c.column_name = 'trace_id'
+                   ORDER BY 1""").fetchall()
+                if con.execute(f'SELECT count(*) FROM "{t}"').fetchone()[0]]
+            con.execute("SET preserve_insertion_order = true")  # the files keep each table's stored order
+            for table in filled:
+                con.execute(f"COPY \"{table}\" TO {_sql_path(folder / f't_{table}.parquet')} "
+                            "(FORMAT parquet, COMPRESSION lz4)")
+            break
+        except Exception as exc:  # noqa: BLE001 -- out of memory: again with fewer threads, less memory
+            nxt = fallback_resources(res, bool((os.environ.get(MEMORY_ENV) or "").strip())) if _is_oom(exc) else None
+            if nxt is None:
+                raise
+            res = retried = nxt  # a fresh database each attempt: nothing of the failed one is left
+        finally:
+            con.close()
+            for leftover in ("w.duckdb", "w.duckdb.wal"):
+                (folder / leftover).unlink(missing_ok=True)
     facts["tables"] = filled
+    facts["retried"] = retried
     return meta, rows, facts
 
 
-def _parse_all(jobs, python_functions: bool, workers: int) -> list:
+def _parse_all(jobs, python_functions: bool, workers: int, salvage: bool = False) -> list:
     """Parse and derive (path, folder) jobs, in ``workers`` spawned processes when > 1; results in job order."""
     def named(path, exc) -> ParseError:  # which rank file failed, in the one line
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         return ParseError(msg if msg.startswith(str(path)) else f"{path}: {msg}")
 
+    res = ingest_resources(workers)  # threads and memory of each worker's connection, sized together
     if workers <= 1:
-        threads = max(1, min(os.cpu_count() or 1, 8))
         out = []
         for i, (p, o) in enumerate(jobs):
             try:
-                out.append(_parse_and_derive(str(p), str(o), python_functions, threads, i))
+                out.append(_parse_and_derive(str(p), str(o), python_functions, res, i, salvage))
             except KernelscopeError as exc:
                 raise named(p, exc) from None
             except Exception as exc:  # noqa: BLE001 -- DuckDB's errors: one line
@@ -976,10 +1202,9 @@ def _parse_all(jobs, python_functions: bool, workers: int) -> list:
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    threads = max(1, (os.cpu_count() or 1) // workers)
     ctx = multiprocessing.get_context("spawn")  # the parent holds DuckDB threads: never fork it
     with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-        futures = [pool.submit(_parse_and_derive, str(p), str(o), python_functions, threads, i)
+        futures = [pool.submit(_parse_and_derive, str(p), str(o), python_functions, res, i, salvage)
                    for i, (p, o) in enumerate(jobs)]
         out = []
         for (p, _o), f in zip(jobs, futures):
@@ -1017,15 +1242,18 @@ def _insert_rank_tables(con, folders, tables, mapping) -> None:
         con.execute("DROP TABLE IF EXISTS ks_rank_map")
 
 
-def ingest_rank_run(store, folder, members, *, labels=None, python_functions=True) -> list[IngestResult]:
+def ingest_rank_run(store, folder, members, *, labels=None, python_functions=True,
+                    salvage=False) -> list[IngestResult]:
     """Ingest the rank traces ``members`` (``ranks.Member``) of ``folder`` as ONE run in ONE transaction.
 
     Rank files are parsed, linked and turned into event tables in parallel processes
     (``ranks.parse_workers``: bounded by free cores and available memory; ``_parse_and_derive``), each
     writing Parquet files to the scratch folder; then one transaction inserts the trace rows, each event
-    table once over all ranks, the run row and the per-rank clock offsets. Any failure (a bad file, a rank collision, a missing rank, mixed
-    runs) gives one 'failed' result for the folder and leaves no rows. Already stored as this run: one
-    'skipped' result per rank. Results: one per rank, in rank order (message names the rank and its source).
+    table once over all ranks, the run row and the per-rank clock offsets. Any failure (a bad file, a rank
+    collision, mixed runs) gives one 'failed' result for the folder and leaves no rows. A partial run (ranks of
+    the world size without a trace) is ingested, its missing ranks stored (``runs.missing_ranks``) and named on
+    every rank's line. Already stored as this run: one 'skipped' result per rank. Results: one per rank, in
+    rank order (message names the rank and its source).
     """
     folder = pathlib.Path(folder)
     t0 = time.perf_counter()
@@ -1049,7 +1277,7 @@ def ingest_rank_run(store, folder, members, *, labels=None, python_functions=Tru
             folder_i.mkdir()
         t_parse = time.perf_counter()
         try:
-            parsed = _parse_all(jobs, python_functions, workers)
+            parsed = _parse_all(jobs, python_functions, workers, salvage)
         except KernelscopeError as exc:
             return [_fail(folder, exc, t0)]
         except OSError as exc:
@@ -1058,7 +1286,7 @@ def ingest_rank_run(store, folder, members, *, labels=None, python_functions=Tru
             m.set_distributed(meta.distributed_info or ({"rank": meta.rank, "world_size": meta.world_size}
                                                         if meta.rank is not None else None))
         try:
-            world, rank_source = ranks.check_members(folder, members)
+            world, rank_source, missing = ranks.check_members(folder, members)
         except KernelscopeError as exc:
             return [_fail(folder, exc, t0)]
         hashes = [meta.content_hash or _hash_file(p) for (p, _o), (meta, _r, _f) in zip(jobs, parsed)]
@@ -1078,6 +1306,7 @@ def ingest_rank_run(store, folder, members, *, labels=None, python_functions=Tru
                 f"rank {clash[0].rank} ({clash[0].name}) is already stored as trace {clash[1]} outside this "
                 f"run; remove it (`kernelscope rm {clash[1]}`) to ingest the run"), t0)]
         order = sorted(range(len(members)), key=lambda i: members[i].rank)
+        partial = ranks.partial_note(world, len(members), missing)
         results: list[IngestResult] = []
         t_insert = time.perf_counter()
         t_parse = t_insert - t_parse
@@ -1096,27 +1325,36 @@ def ingest_rank_run(store, folder, members, *, labels=None, python_functions=Tru
                     warnings.append(f"{facts['untimed']} timed events had no timestamp; kept in other_events only")
                 if facts["note"]:
                     warnings.append(facts["note"])
+                warnings.extend(derive.facts_warnings(facts, meta))
+                if partial:
+                    warnings.append(partial + " (in this trace's run; communication numbers cover these ranks only)")
                 base = int(meta.base_time_ns or 0)
                 trace_id = _new_trace_id(con, h)
                 _insert_trace_row(
                     con, trace_id, meta, trace_path, part["name"], run_id, part["provenance"], h, base,
                     facts["start_ns"], facts["end_ns"], warnings, facts["offset"], rows, rank=m.rank,
-                    rank_source=m.rank_source, world_size=world,
+                    rank_source=m.rank_source, world_size=world, facts=facts,
                 )
                 insert_labels(con, trace_id, part["labels"])
                 if part["extra"] is not None:
                     part["extra"](con, trace_id)
                 hosts[trace_id] = part["host"]
                 mapping.append((_placeholder(i), trace_id, pos))
+                notes = "".join(f"; {n}" for n in ([partial] if partial else []) + derive.facts_notes(facts))
+                again = facts.get("retried")
+                if again:
+                    notes += (f"; DuckDB ran out of memory and derived the tables again with {again.threads} "
+                              f"thread{'s' if again.threads != 1 else ''} and {again.memory}")
                 results.append(IngestResult(
                     str(m.path), "ingested", trace_id,
-                    f"rank {m.rank} of {world} (rank from {m.rank_source}) in run {run_id}", rows, 0.0))
+                    f"rank {m.rank} of {world} (rank from {m.rank_source}) in run {run_id}{notes}", rows, 0.0))
             _insert_rank_tables(con, [jobs[i][1] for i in order], [parsed[i][2]['tables'] for i in order],
                                 mapping)
             method = ranks.estimate_offsets(con, run_id, hosts)
-            con.execute("INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            con.execute("""INSERT INTO runs (run_id, name, source, world_size, ranks, rank_source, offset_method,
+                                             ingested_ns, missing_ranks) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)""",
                         [run_id, folder.resolve().name, str(folder.resolve()), world, len(members),
-                         rank_source, method, time.time_ns()])
+                         rank_source, method, time.time_ns(), _json(missing)])
             con.execute("COMMIT")
         except BaseException as exc:
             try:

@@ -28,7 +28,8 @@ def list_traces(store):
 
     Columns: trace_id, name, source, format, rank, labels (dict key -> text), devices (sorted list of
     devices with GPU activities), kernels (kernel count), gpu_span_ns (first GPU activity start to last
-    GPU activity end over all devices; null without activities), ingested_ns.
+    GPU activity end over all devices; null without activities), ingested_ns, notes (``trace_notes``: a
+    truncated trace, a partial run, negative durations, device events set aside; [] when none).
     """
     df = store.query(
         """
@@ -40,11 +41,16 @@ def list_traces(store):
             FROM gpu_activities GROUP BY trace_id
         )
         SELECT t.trace_id, t.name, t.source, t.format, t.rank, t.ingested_ns,
-               coalesce(g.devices, []) AS devices, coalesce(g.kernels, 0) AS kernels, g.gpu_span_ns
-        FROM traces t LEFT JOIN g USING (trace_id)
+               coalesce(g.devices, []) AS devices, coalesce(g.kernels, 0) AS kernels, g.gpu_span_ns,
+               t.truncated, t.negative_durations, t.set_aside, r.world_size AS run_world, r.ranks AS run_ranks,
+               r.missing_ranks
+        FROM traces t LEFT JOIN g USING (trace_id) LEFT JOIN runs r ON r.run_id = t.run_id
         ORDER BY t.ingested_ns, t.trace_id
         """
     )
+    df["notes"] = [trace_notes(*row) for row in zip(
+        df["truncated"], df["negative_durations"], df["set_aside"], df["run_world"], df["run_ranks"],
+        df["missing_ranks"])]
     labels = store.con.execute(
         "SELECT trace_id, key, value_text FROM labels ORDER BY trace_id, key"
     ).fetchall()
@@ -55,8 +61,47 @@ def list_traces(store):
     df["devices"] = [list(d) if d is not None else [] for d in df["devices"]]
     return df[
         ["trace_id", "name", "source", "format", "rank", "labels", "devices", "kernels",
-         "gpu_span_ns", "ingested_ns"]
+         "gpu_span_ns", "ingested_ns", "notes"]
     ]
+
+
+def trace_notes(truncated, negative_durations, set_aside, run_world=None, run_ranks=None,
+                missing_ranks=None) -> list[str]:
+    """Short notes on what ingest found about a trace (the ``traces`` columns of schema 008 as stored, JSON
+    text or None): 'TRUNCATED at byte N (K events kept)', 'partial run: R of W ranks', 'N negative durations
+    stored as 0', 'N device events set aside'. The summary's trust section has the details."""
+    import json
+
+    def load(v):
+        if v is None or pd_isna(v):
+            return None
+        try:
+            return json.loads(v) if isinstance(v, str) else v
+        except ValueError:
+            return None
+
+    out = []
+    cut = load(truncated)
+    if isinstance(cut, dict):
+        out.append(f"TRUNCATED at byte {int(cut.get('read_bytes', 0)):,} ({int(cut.get('events_kept', 0)):,} events "
+                   "kept)")
+    missing = load(missing_ranks)
+    if isinstance(missing, list) and missing and run_world is not None and not pd_isna(run_world):
+        out.append(f"partial run: {int(run_ranks or 0)} of {int(run_world)} ranks")
+    neg = load(negative_durations)
+    if isinstance(neg, dict) and neg:
+        out.append(f"{sum(int(v.get('count', 0)) for v in neg.values()):,} negative durations stored as 0")
+    aside = load(set_aside)
+    if isinstance(aside, dict) and aside:
+        dev = sum(int(v.get("device_events", 0)) for v in aside.values())
+        n = sum(int(v.get("events", 0)) for v in aside.values())
+        out.append(f"{dev:,} device events set aside" if dev else f"{n:,} events of unmapped categories set aside")
+    return out
+
+
+def pd_isna(v) -> bool:
+    """True for NaN (how pandas fills a missing number)."""
+    return isinstance(v, float) and v != v
 
 
 def _one(ref: str, level: str, ids: list[str]) -> str | None:

@@ -15,7 +15,9 @@ name holds ``rank<N>`` (``ddp_rank0``, ``trace_rank_3.json``). Rank traces in on
 there are at least two of them, or when that folder was named on the command line. Rank = distributedInfo's
 rank, else the name's number; the run's ``rank_source`` says which. World size = distributedInfo's, else
 highest rank + 1. ``check_members`` refuses, each with one sentence: two world sizes in one folder (mixed
-runs), two traces claiming one rank (collision), a rank missing or outside the world size.
+runs), two traces claiming one rank (collision), a rank outside the world size. A run may be
+**partial** (a sample of ranks, e.g. 2 of a world of 128): the ranks it lacks are stored in
+``runs.missing_ranks`` and said on every ingest line; world size and ranks stay as the traces say.
 
 **Clock offsets** (``estimate_offsets``): ranks leave a collective at nearly the same time (its last step
 is a synchronising exchange), so for rank r and the reference rank 0 (the lowest rank), over every
@@ -301,8 +303,10 @@ def plan_runs(items, given_dirs) -> tuple[list, list]:
     return runs, singles
 
 
-def check_members(folder, members: list[Member]) -> tuple[int, str]:
-    """(world size, rank source) of a run, or UsageError with one sentence (mixed runs, collision, gap)."""
+def check_members(folder, members: list[Member]) -> tuple[int, str, list[int]]:
+    """(world size, rank source, missing ranks) of a run, or UsageError with one sentence (mixed runs, a rank
+    claimed twice, a rank unknown or outside the world size). A run may be partial: the ranks below the world
+    size without a trace are returned (a sample of ranks, e.g. 2 of 128, is what users often have)."""
     from ..errors import UsageError
 
     where = str(folder)
@@ -330,12 +334,30 @@ def check_members(folder, members: list[Member]) -> tuple[int, str]:
     if outside:
         raise UsageError(f"{where}: rank {outside[0]} is outside the world size {world}")
     missing = sorted(set(range(world)) - set(seen))
-    if missing:
-        shown = ", ".join(map(str, missing[:8])) + (" ..." if len(missing) > 8 else "")
-        raise UsageError(f"{where}: run of world size {world} lacks rank(s) {shown} ({len(seen)} of {world} "
-                         "traces present); add the missing traces or ingest the files one by one")
     sources = {m.rank_source for m in members}
-    return world, sources.pop() if len(sources) == 1 else "mixed"
+    return world, sources.pop() if len(sources) == 1 else "mixed", missing
+
+
+def rank_ranges(ranks_) -> str:
+    """Sorted ranks as ranges: [1, 2, 3, 5, 7, 8] -> '1-3, 5, 7-8'."""
+    out: list[str] = []
+    rs = sorted({int(r) for r in ranks_})
+    i = 0
+    while i < len(rs):
+        j = i
+        while j + 1 < len(rs) and rs[j + 1] == rs[j] + 1:
+            j += 1
+        out.append(str(rs[i]) if i == j else f"{rs[i]}-{rs[j]}")
+        i = j + 1
+    return ", ".join(out)
+
+
+def partial_note(world: int, present: int, missing) -> str | None:
+    """One sentence for a partial run (None when no rank is missing): how many ranks and which are absent."""
+    if not missing:
+        return None
+    return (f"partial run: {present} of {world} ranks present, missing rank{'s' if len(missing) != 1 else ''} "
+            f"{rank_ranges(missing)}")
 
 
 def run_id_for(content_hashes) -> str:
