@@ -18,7 +18,6 @@ from kernelscope.analysis.summary import summary
 from kernelscope.cli import cli
 from kernelscope.storage.ingest import ingest_file, ingest_paths
 from kernelscope.storage.store import open_store
-
 from storage.kineto_build import PID, kern, op, rt, write_trace, x
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -101,6 +100,9 @@ def test_negative_durations_nsys_end_before_start(tmp_path):
     con = sqlite3.connect(db)
     (rowid,) = con.execute("SELECT rowid FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY start LIMIT 1 OFFSET 10").fetchone()
     con.execute('UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET "end" = start - 2500 WHERE rowid = ?', [rowid])
+    (nvtx,) = con.execute('SELECT rowid FROM NVTX_EVENTS WHERE eventType = 59 AND "end" IS NOT NULL '
+                          "ORDER BY start LIMIT 1 OFFSET 3").fetchone()
+    con.execute('UPDATE NVTX_EVENTS SET "end" = start - 700 WHERE rowid = ?', [nvtx])  # a range too
     con.commit()
     want = con.execute('SELECT sum(max("end" - start, 0)), count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL').fetchone()
     con.close()
@@ -108,8 +110,11 @@ def test_negative_durations_nsys_end_before_start(tmp_path):
     with store:
         s = summary(store, r.trace_id).to_dict()
         assert (s["kernel_time_ns"], s["kernels"]) == tuple(want)
-        assert s["trust"]["negative_durations"]["kernels"] == 1
-        assert s["trust"]["negative_durations"]["by_kind"]["kernel"]["min_ns"] == -2500
+        neg = s["trust"]["negative_durations"]
+        assert neg["kernels"] == 1 and neg["count"] == 2 and neg["by_kind"]["kernel"]["min_ns"] == -2500
+        (other,) = [v for k, v in neg["by_kind"].items() if k != "kernel"]  # the NVTX range: an op or a phase
+        assert other == {"count": 1, "min_ns": -700, "sum_ns": -700}
+        assert not any("never closed" in w for w in s["trust"]["parser_warnings"])
         assert store.con.execute("SELECT count(*) FROM gpu_activities WHERE dur_ns < 0").fetchone()[0] == 0
 
 

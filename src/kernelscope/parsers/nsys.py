@@ -721,9 +721,9 @@ class NsysReader:
                 if etype == NVTX_MARK:
                     out.append(("instant", cat, "i", txt, pid, tid, start, 0, None, None, None))
                     continue
-                if end is None or start is None or end < start:
+                if end is None or start is None:
                     unclosed += 1
-                    continue
+                    continue  # end < start goes on: storage stores it as 0 ns and counts it (negative durations)
                 parsed = parse_emit_nvtx(txt) if not dom else None
                 if parsed is not None and not _is_step(parsed["name"]):
                     ops += 1

@@ -101,7 +101,7 @@ def trace_notes(truncated, negative_durations, set_aside, run_world=None, run_ra
 
 def pd_isna(v) -> bool:
     """True for NaN (how pandas fills a missing number)."""
-    return isinstance(v, float) and v != v
+    return isinstance(v, float) and math.isnan(v)
 
 
 def _one(ref: str, level: str, ids: list[str]) -> str | None:
