@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from kernelscope.analysis.summary import summary
+from kernelscope.analysis.summary import no_gpu_reason, summary
 from kernelscope.cli import cli
 from kernelscope.storage.ingest import ingest_file, ingest_paths
 from kernelscope.storage.store import open_store
@@ -167,6 +167,10 @@ def test_accelerator_only_trace_is_never_called_cpu_only(tmp_path):
         no_gpu = [w for w in s.warnings if "GPU spans and latency are null" in w]
         assert len(no_gpu) == 1 and "5 device events" in no_gpu[0] and "not a CPU-only" in no_gpu[0]
         assert "the trace has no GPU activity:" not in " ".join(s.warnings)
+        assert no_gpu_reason(store, r.trace_id) == ("it holds 5 device events kernelscope does not analyse "
+                                                    "(mtia_ccp_events): not a CPU-only trace")
+        cpu = ingest_file(store, write_trace(tmp_path / "cpu.json", [op("aten::mm", 10, 100, 1)]))
+        assert no_gpu_reason(store, cpu.trace_id) == "a CPU-only trace"
     res = CliRunner().invoke(cli, ["traces", "--db", str(tmp_path / "s.duckdb")])
     assert "5 device events set aside" in res.stdout
 

@@ -270,6 +270,22 @@ def ingest_trust(store, trace_id: str) -> tuple[dict[str, Any], list[str]]:
     return trust, warnings
 
 
+def no_gpu_reason(store, trace_id: str) -> str:
+    """Why a trace without CUDA/HIP GPU activity has none, as a short phrase for pages and reports that say
+    "no GPU activity (...)": it holds device events kernelscope sets aside (another accelerator, device
+    ranges), or it is the kept part of a truncated trace, else it is a CPU-only trace. Never "CPU-only"
+    while the trace holds device events (docs/metrics.md, trust ``set_aside``)."""
+    trust, _warnings = ingest_trust(store, trace_id)
+    aside = trust.get("set_aside") or {}
+    if aside.get("device_events"):
+        cats = ", ".join(k for k, v in sorted(aside["by_category"].items()) if v.get("device_events"))
+        return (f"it holds {_fmt_int(int(aside['device_events']))} device events kernelscope does not analyse "
+                f"({cats}): not a CPU-only trace")
+    if trust.get("truncated"):
+        return "the kept part of a truncated trace: the cut may have taken its GPU events"
+    return "a CPU-only trace"
+
+
 def _rank_ranges(ranks: list) -> str:
     rs = sorted({int(r) for r in ranks})
     out, i = [], 0
