@@ -291,3 +291,21 @@ def test_store_pages_and_their_callbacks(conf, client):
             assert "Traceback" not in json.dumps(tree)
             _fire_page_callbacks(client, f"/{page}", tree)
     _fire_page_callbacks(client, "/", _page(client, "/"))
+
+
+def test_a_trace_with_device_events_is_never_called_cpu_only(conf, client, tmp_path):
+    """accelerator_only holds only another accelerator's device events: every page and the report say what was
+    set aside, and never call it a CPU-only trace (issue 11); the real CPU-only trace still is one."""
+    from kernelscope.dashboard.app import TRACE_PAGES
+
+    def said(tid: str) -> str:
+        text = [json.dumps(_page(client, f"/trace/{tid}/{page}")) for page in TRACE_PAGES]
+        out = tmp_path / f"{tid}.md"
+        res = _run(conf, "report", tid, "-o", str(out), "--format", "md")
+        assert res.exit_code == 0, res.stderr
+        return " ".join(text) + out.read_text() + _run(conf, "summary", tid).stdout + _run(conf, "summary", tid).stderr
+
+    acc = said(_first(conf, "accelerator_only"))
+    assert "mtia_ccp_events" in acc
+    assert "CPU-only trace" not in acc.replace("not a CPU-only trace", "")
+    assert "a CPU-only trace" in said(_first(conf, "cpu_only"))

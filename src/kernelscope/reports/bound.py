@@ -22,6 +22,7 @@ from ..errors import KernelscopeError
 from ..units import NS_PER_MS, ms_text
 from .blocks import Section, Table
 from .missing import is_missing, na, shown
+from ..analysis.summary import no_gpu_reason
 
 _LAYOUT = {"template": "plotly_white", "margin": {"l": 60, "r": 20, "t": 40, "b": 50},
            "legend": {"orientation": "h", "y": 1.02, "x": 1, "xanchor": "right", "yanchor": "bottom"}}
@@ -47,8 +48,8 @@ def _opaque(rgba: str) -> str:
 SPLIT = [("busy_ns", "busy", "#2563eb"), ("host_wait_ns", "host wait", "#ef4444"),
          ("dependency_wait_ns", "dependency wait", "#f59e0b")]
 
-NO_GPU = ("This trace has no GPU activity (a CPU-only trace): there is no idle to split, no queue and no "
-          "regime to show.")
+NO_GPU = ("This trace has no GPU activity ({why}): there is no idle to split, no queue and no "
+          "regime to show.")  # why: summary.no_gpu_reason
 
 
 def bound_result(store, trace_id: str):
@@ -147,11 +148,11 @@ def idle_operators_figure(ops: pd.DataFrame, top: int = 15) -> go.Figure:
     return fig
 
 
-def bound_sentences(s: dict) -> list[str]:
-    """The bound scalars in words."""
+def bound_sentences(s: dict, why: str = "a CPU-only trace") -> list[str]:
+    """The bound scalars in words (``why``: summary.no_gpu_reason, said when there is no GPU activity)."""
     span = s.get("gpu_span_ns")
     if not span:
-        return [NO_GPU]
+        return [NO_GPU.format(why=why)]
 
     def pct(v):
         return na() if v is None else f"{100 * v:.1f}%"
@@ -201,7 +202,7 @@ def bound_section(store, trace_ids: list[str], ctx) -> Section | None:
     for tid in trace_ids:
         name = _name(store, tid)
         r = bound_result(store, tid)
-        blocks += [f"{name}: {t}" for t in bound_sentences(r.scalars)]
+        blocks += [f"{name}: {t}" for t in bound_sentences(r.scalars, no_gpu_reason(store, tid))]
         for fig in bound_figures(r):
             fig.update_layout(title_text=f"{name}: {fig.layout.title.text}")
             blocks.append(fig)

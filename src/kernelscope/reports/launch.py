@@ -16,6 +16,7 @@ from . import cache
 from ..units import NS_PER_MS, NS_PER_US, ms_text
 from .blocks import Section, Table
 from .missing import value_or_na
+from ..analysis.summary import no_gpu_reason
 
 SPLIT = [("api_ns", "api (host call)", "#2563eb"), ("queue_ns", "queue (GPU busy ahead)", "#f59e0b"),
          ("dispatch_ns", "dispatch (host→GPU)", "#10b981")]
@@ -29,8 +30,8 @@ def launch_results(store, trace_id: str):
     return cache.analysis(store, "launch", trace_id), cache.analysis(store, "whatif", trace_id)
 
 
-NO_LAUNCHES = ("no kernel with a launch call in the trace (a CPU-only trace, or kernels launched before the "
-               "profiler started): there is no launch overhead to show.")
+NO_LAUNCHES = ("no kernel with a launch call in the trace ({why}, or kernels launched before the "
+               "profiler started): there is no launch overhead to show.")  # why: summary.no_gpu_reason
 
 
 def has_launches(ls: dict) -> bool:
@@ -223,7 +224,7 @@ def launch_section(store, trace_ids: list[str], ctx) -> Section | None:
         lr, wr = launch_results(store, tid)
         ls, ws = lr.scalars, wr.scalars
         if not has_launches(ls):
-            blocks.append(f"{name}: {NO_LAUNCHES}")
+            blocks.append(f"{name}: " + NO_LAUNCHES.format(why=no_gpu_reason(store, tid)))
             continue
         df = headline(ls, ws)
         df.insert(0, "trace", name)

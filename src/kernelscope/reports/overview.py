@@ -11,6 +11,7 @@ from ..units import NS_PER_MS, ms_text
 from .blocks import Section, Table
 from .data import busy_bins
 from .figures import busy_fraction_figure
+from ..analysis.summary import no_gpu_reason
 
 
 def trust_sentences(trust: dict, scalars: dict) -> list[str]:
@@ -89,7 +90,7 @@ def overview_section(store, trace_ids: list[str], ctx) -> Section:
             fig.update_layout(title=f"{name}: GPU busy over time")
             blocks.append(fig)
         else:
-            blocks.append(f"{name}: no GPU activity (a CPU-only trace): nothing to draw.")
+            blocks.append(f"{name}: no GPU activity ({no_gpu_reason(store, tid)}): nothing to draw.")
         blocks += [f"{name}: " + t for t in trust_sentences(r.trust, s)]
         blocks += [f"{name}: warning: " + w for w in r.warnings]
     return Section("Overview and trust", "overview", blocks)

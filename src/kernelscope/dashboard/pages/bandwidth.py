@@ -26,6 +26,7 @@ from ...reports.roofline import (
 from ...units import NS_PER_MS
 from .. import params as P
 from .common import count_text, message, table
+from ...analysis.summary import no_gpu_reason
 
 TITLE = "Bandwidth"
 FIGURE_ID = "roofline-figure"
@@ -92,8 +93,8 @@ def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
     body: list = [html.H2(f"Bandwidth and roofline: {name or trace_id}")]
     if not s.get("gpu_ns") and not s.get("unattributed_gpu_ns"):
         return html.Div(body + [message(
-            "This trace has no GPU activity attributed to operators (a CPU-only trace, or a trace without "
-            "GPU kernels): there are no FLOPs, bytes or roofline to show.", "msg-bw-no-gpu")])
+            f"This trace has no GPU activity attributed to operators ({no_gpu_reason(store, trace_id)}): there "
+            "are no FLOPs, bytes or roofline to show.", "msg-bw-no-gpu")])
     share = s.get("modelled_share")
     body.append(html.Div([
         _kpi("modelled_share", "modelled share", _fmt(None if share is None else 100 * share, ".1f", "%"), share,

@@ -18,6 +18,7 @@ from ...units import NS_PER_MS
 from .. import params as P
 from .common import message, ms_text, pct_text, table
 from .launch import kpi as _kpi
+from ...analysis.summary import no_gpu_reason
 
 TITLE = "Bound"
 BIN_CHOICES = list(P.BIN_CHOICES)
@@ -35,7 +36,7 @@ def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
     s = r.scalars
     body: list = [html.H2("Bound-ness")]
     if not s.get("gpu_span_ns"):
-        body.append(message(rb.NO_GPU, "msg-no-gpu"))
+        body.append(message(rb.NO_GPU.format(why=no_gpu_reason(store, trace_id)), "msg-no-gpu"))
         return html.Div(body, id="bound-page")
     span = s["gpu_span_ns"]
     body.append(html.Div([

@@ -11,6 +11,7 @@ from ...reports import launch as rl
 from ...reports.missing import kpi_parts
 from ...units import NS_PER_MS
 from .common import count_text, message, ms_text, table
+from ...analysis.summary import no_gpu_reason
 
 TITLE = "Launch"
 
@@ -55,7 +56,8 @@ def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
     ls, ws = lr.scalars, wr.scalars
     body: list = [html.H2("Launch overhead")]
     if not rl.has_launches(ls):
-        body.append(message("This trace has " + rl.NO_LAUNCHES, "msg-no-launches"))
+        body.append(message("This trace has " + rl.NO_LAUNCHES.format(why=no_gpu_reason(store, trace_id)),
+                            "msg-no-launches"))
         return html.Div(body)
     body.append(html.Div([*tklqt_kpis(ls),
         *[kpi(k, label + " (sum)", ls.get(k), ms_text(ls.get(k)), rl.per_term_text(ls, k), d) for k, label, d in [

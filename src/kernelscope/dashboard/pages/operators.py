@@ -33,6 +33,7 @@ from ...reports import timeline_data as td
 from ...storage.store import open_store
 from ...units import NS_PER_MS
 from .common import message, table
+from ...analysis.summary import no_gpu_reason
 
 TITLE = "Operators"
 TABLE_ID = "operators-table"
@@ -134,7 +135,8 @@ def content(store, trace_id: str, level: str, name: str | None) -> list:
         head.append(html.P("FLOPs, GB/s and % of peak are modelled per leaf operator: switch to leaf operators "
                            "to see them.", className="ks-hint"))
     if df["kernels"].sum() == 0:
-        head.append(message("No GPU activity is attributed to any operator in this trace (a CPU-only trace): "
+        head.append(message("No GPU activity is attributed to any operator in this trace "
+                            f"({no_gpu_reason(store, trace_id)}): "
                             "GPU time, kernels and TKLQT are empty.", "msg-no-gpu"))
     sel = [i for i, n in enumerate(df["name"]) if n == name]
     tbl = table(df, COLUMNS, TABLE_ID, filter_action="native", page_size=25,

@@ -18,6 +18,7 @@ from ...units import NS_PER_MS, NS_PER_US
 from .common import count_text, message, ms_text, pct_text, table
 from .launch import kpi as value_kpi
 from .launch import tklqt_kpis
+from ...analysis.summary import no_gpu_reason
 
 # (scalar key, label, kind, definition shown on hover). kind: 'ns' (shown in ms) or 'count'.
 KPIS = [
@@ -91,7 +92,8 @@ def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
     body.append(html.Div([html.P(x["energy"][2], id="energy-text"), html.P(x["inflation"][1], id="inflation-text")],
                          className="ks-hint"))
     if not has_gpu:
-        body.append(message("This trace has no GPU activity (a CPU-only trace): GPU span, busy, idle and "
+        body.append(message(f"This trace has no GPU activity ({no_gpu_reason(store, trace_id)}): GPU span, "
+                            "busy, idle and "
                             "latency are not defined, and there is no GPU timeline to draw.", "msg-no-gpu"))
     else:
         bins, span_ns, width = cache.call(store, trace_id, "busy_bins", busy_bins)

@@ -23,6 +23,7 @@ from ...storage.store import open_store
 from ...units import NS_PER_MS
 from .. import params as P
 from .common import message
+from ...analysis.summary import no_gpu_reason
 
 TITLE = "Timeline"
 GRAPH_ID = "timeline-graph"
@@ -97,7 +98,7 @@ def render(store, trace_id: str, params: dict) -> dict:
     if note:
         out["notes"].append(("msg-bad-window", note))
     if not info["gpu_events"]:
-        out["notes"].append(("msg-no-gpu-lanes", "This trace has no GPU activity (a CPU-only trace): the "
+        out["notes"].append(("msg-no-gpu-lanes", f"This trace has no GPU activity ({no_gpu_reason(store, trace_id)}): the "
                              "timeline shows CPU lanes only, with no GPU streams."))
     tel = None
     if not info["telemetry_samples"]:
