@@ -167,3 +167,24 @@ def test_run_by_name(tmp_path):
         run_id = store.query("SELECT run_id FROM runs")["run_id"].iloc[0]
         assert run_traces(store, run="ddp2")[0] == run_id == run_traces(store, run=run_id[:8])[0]
         assert len(run_traces(store, run="ddp2")[1]) == 2
+
+
+def test_a_partial_run_says_its_world_and_missing_ranks(tmp_path):
+    """2 ranks of a world of 128 (issue 11): world_size is the run's, the missing ranks are named, and the
+    incomplete instances are not blamed on dropped records."""
+    import corpus
+    from click.testing import CliRunner
+
+    from kernelscope.analysis.comm import comm
+    from kernelscope.cli import cli
+    from kernelscope.storage.store import open_store
+
+    db = tmp_path / "p.duckdb"
+    res = CliRunner().invoke(cli, ["ingest", str(corpus.partial_ranks(tmp_path)), "--db", str(db)])
+    assert res.exit_code == 0, res.stderr
+    with open_store(db, read_only=True) as store:
+        r = comm(store)
+    assert r.scalars["world_size"] == 128
+    assert r.trust["missing_ranks"] == "1-63, 65-127"
+    assert any("2 of 128 ranks present" in w for w in r.warnings)
+    assert not any("dropped records" in w for w in r.warnings)

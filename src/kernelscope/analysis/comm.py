@@ -30,6 +30,8 @@ bytes/ns):
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 
 from ..errors import UsageError
@@ -162,6 +164,18 @@ def _instances(store, ids) -> tuple[pd.DataFrame, pd.DataFrame]:
     return inst, arrivals
 
 
+def _ranges(ranks: list[int]) -> str:
+    """[1, 2, 3, 5] -> '1-3, 5'."""
+    out, i = [], 0
+    while i < len(ranks):
+        j = i
+        while j + 1 < len(ranks) and ranks[j + 1] == ranks[j] + 1:
+            j += 1
+        out.append(str(ranks[i]) if i == j else f"{ranks[i]}-{ranks[j]}")
+        i = j + 1
+    return ", ".join(out)
+
+
 def comm(store, trace_ids=None, by=None, sweep=None, run: str | None = None, **_ignored) -> Result:
     """The communication analysis of one run (``run``: id or prefix; else the given traces; else the
     store's only run). See the module docstring for every definition."""
@@ -194,12 +208,17 @@ def comm(store, trace_ids=None, by=None, sweep=None, run: str | None = None, **_
     strag = tr[["rank"]].merge(strag, on="rank", how="left").fillna({"times_last": 0, "skew_caused_ns": 0})
     strag = strag.astype({"times_last": "int64", "skew_caused_ns": "int64"})
     strag = strag.sort_values(["skew_caused_ns", "rank"], ascending=[False, True]).reset_index(drop=True)
-    world = len(tr)
+    run_row = store.con.execute("SELECT world_size, missing_ranks FROM runs WHERE run_id = ?", [run_id]).fetchall()
+    missing = sorted(int(r) for r in json.loads(run_row[0][1] or "[]")) if run_row else []
+    world = int(run_row[0][0]) if run_row else len(tr)  # a partial run: the run's world, not the traces present
     incomplete = inst[inst["ranks"] < inst["group_size"]]
     mixed = inst[inst["types"] > 1]
     no_bytes = int(arrivals["nob"].sum()) if len(arrivals) else 0
     warnings = []
-    if len(incomplete):
+    if missing:
+        warnings.append(f"a partial run: {len(tr)} of {world} ranks present (missing ranks {_ranges(missing)}); "
+                        "skews, stragglers and bandwidths are among the present ranks only")
+    if len(incomplete) and not missing:
         warnings.append(f"{len(incomplete)} collective instances were seen on fewer ranks than their group size "
                         "(a rank's trace misses them: dropped records or a shorter capture)")
     if len(mixed):
@@ -224,6 +243,7 @@ def comm(store, trace_ids=None, by=None, sweep=None, run: str | None = None, **_
     }
     trust = {
         "instances_incomplete": int(len(incomplete)),
+        "missing_ranks": _ranges(missing) or None,  # '1-63, 65-127'; None for a whole run
         "instances_mixed_types": int(len(mixed)),
         "collectives_without_sizes": no_bytes,
         "clock_offsets_applied": {int(r): int(o) for r, o in zip(tr["rank"], tr["clock_offset_ns"])},
