@@ -30,7 +30,8 @@ For every file, as separate steps:
    the rendered page, with inputs built from the page as a user would produce them (each dropdown option
    (first 3), a click on row 0 of a table, a click on the first point of each figure trace with its
    customdata, a zoom to the middle half of the x range and a reset), outputs fed forward (the zoom store
-   feeds the timeline); the Perfetto export ``/export/<id>/perfetto.json``; and the store pages ``/``,
+   feeds the timeline); a callback answered 200 with the app's failure sentence (on_error) or an error
+   logged while serving counts as a traceback (with the logged traceback) or "error-shown"; the Perfetto export ``/export/<id>/perfetto.json``; and the store pages ``/``,
    ``/compare``, ``/compare?a=..&b=..``, ``/sweep``, ``/ranks``.
 4. ``--run-dir DIR`` (repeatable): ``kernelscope ingest DIR`` into a second store (``<STORE>-runs.duckdb``),
    then ``analyze comm`` on each run, ``traces``, and the dashboard's ``/ranks`` pages for each run.
@@ -51,6 +52,7 @@ import argparse
 import base64
 import collections
 import json
+import logging
 import os
 import pathlib
 import re
@@ -379,6 +381,10 @@ def _trigger_values(comp: dict, prop: str) -> list:
     return [comp.get(prop)]
 
 
+# ids of the app's sentences for a failure (a callback that raised; a store it could not read)
+ERROR_MARKS = ("msg-callback-error", "msg-store-error")
+
+
 class _Dash:
     def __init__(self, db):
         from kernelscope.dashboard.app import create_app
@@ -387,6 +393,13 @@ class _Dash:
         self.app.server.config["PROPAGATE_EXCEPTIONS"] = True
         self.client = self.app.server.test_client()
         self.deps = self.client.get("/_dash-dependencies").get_json()
+        self.last_text = ""
+        # a callback that raises may be answered 200 with a sentence (the app's on_error) and the traceback
+        # logged: catch both, so such a failure still counts
+        self.logged: list[logging.LogRecord] = []
+        handler = logging.Handler(logging.ERROR)
+        handler.emit = self.logged.append
+        logging.getLogger().addHandler(handler)
 
     def post(self, dep: dict, inputs: list[dict], state: list[dict], changed: str) -> tuple[int, dict | None]:
         output = dep["output"]
@@ -394,15 +407,24 @@ class _Dash:
         body = {"output": output, "outputs": outs if len(outs) > 1 else outs[0], "inputs": inputs,
                 "changedPropIds": [changed], "state": state}
         r = self.client.post("/_dash-update-component", data=json.dumps(body), content_type="application/json")
+        self.last_text = r.get_data(as_text=True)
         return r.status_code, (r.get_json(silent=True) if r.status_code == 200 else None)
 
     def request(self, label: str, fn) -> dict:
         t0 = time.perf_counter()
+        self.last_text = ""
+        del self.logged[:]
         try:
             code, detail = fn()
             status = "ok" if code in (200, 204) else ("http500" if code >= 500 else f"http{code}")
             rec = {"req": label, "code": code, "status": status, "err": "" if status == "ok" else str(detail)[:300],
                    "tb": []}
+            marks = [m for m in ERROR_MARKS if m in self.last_text]
+            if status == "ok" and (marks or self.logged):
+                tb = next((logging.Formatter().formatException(x.exc_info) for x in self.logged if x.exc_info), "")
+                rec.update(status="traceback" if tb else "error-shown",
+                           err=(_one_line(tb) or (self.logged[0].getMessage() if self.logged else "")
+                                or ", ".join(marks))[:300], tb=_tb_tail(tb))
         except Exception:  # noqa: BLE001 - the point is to record it
             text = traceback.format_exc()
             rec = {"req": label, "code": 500, "status": "traceback", "err": _one_line(text), "tb": _tb_tail(text)}
@@ -739,6 +761,7 @@ def main() -> int:
     bad = sum(1 for r in rows for x in r.get("commands", []) + r.get("dashboard", [])
               if x["status"] in ("traceback", "crash", "http500", "invariant"))
     bad += sum(1 for r in rows if r["ingest"].get("status") in ("traceback", "crash"))
+    bad += sum(1 for r in rows for x in r.get("dashboard", []) if x["status"] == "error-shown")
     return 1 if bad else 0
 
 
