@@ -56,8 +56,8 @@ Models we did not write, captured on 2026-11-25 on an NVIDIA H100 80GB HBM3 (dri
 
 - `qwen2_train_default/`: one forward + backward + AdamW step of a small Qwen2ForCausalLM (2 layers, d=256,
   batch 4 x seq 128, bf16 autocast) recorded with torch.profiler's **defaults** (CPU + CUDA, no shapes, no
-  stacks) and `export_chrome_trace`: what most users' traces look like. `info.json` holds the config.
-- `qwen2_train_full/`: the same step with shapes, memory, stacks and modules on; `info.json` holds
+  stacks) and `export_chrome_trace`: what most users' traces look like. `info.txt` (JSON) holds the config.
+- `qwen2_train_full/`: the same step with shapes, memory, stacks and modules on; `info.txt` (JSON) holds
   `torch.cuda.max_memory_allocated()` over the profiled step (reset before it).
 - `qwen2_fwd_eager/`, `qwen2_fwd_graph/`: a Qwen2-0.5B-shaped model (24 layers, bf16), one-token forward,
   eager and as one `torch.cuda.graph` replay, through our collector with un-profiled timing. The eager run

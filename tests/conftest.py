@@ -30,7 +30,7 @@ def trace_files() -> list[Path]:
             continue
         pattern = "**/*" if folder.name == "sample_traces" else "*"
         files += [p for p in folder.glob(pattern) if p.is_file() and p.name.endswith((".json", ".json.gz"))
-                  and p.name not in ("run.json", "info.json")]  # a run's / a capture's metadata, not a trace
+                  and p.name != "run.json"]  # a collector run's metadata, not a trace
     return sorted(files)
 
 

@@ -74,3 +74,16 @@ def test_worked_example_numbers_are_live(tmp_path):
     top_ops = json.loads(runner.invoke(cli, ["summary", "5f1e", "--json", "--db", db]).stdout)["top_operators"]
     assert "aten::linear" in example and top_ops[0]["name"] == "aten::linear"
     assert f"{top_ops[0]['kernel_time_ns']}" in example
+
+
+def test_the_main_job_ingests_every_shipped_sample(tmp_path):
+    """README's first command runs `kernelscope ingest sample_traces/` before the dashboard, behind `&&`: one
+    refused file there (a capture's metadata JSON, say) and the dashboard never starts."""
+    from click.testing import CliRunner
+
+    from kernelscope.cli import cli
+
+    res = CliRunner().invoke(cli, ["ingest", str(ROOT / "sample_traces"), "--db", str(tmp_path / "s.duckdb")])
+    assert res.exit_code == 0, res.stderr
+    assert "kernelscope:" not in res.stderr
+    assert res.stdout.count("ingested") >= 28
