@@ -20,7 +20,8 @@ Definitions (docs/metrics.md):
   device, summed over devices. gpu_span_ns: first GPU activity start to last GPU activity end (overall).
   idle_ns: per device gpu_span - busy, summed over devices (= gpu_span_ns - busy_ns on one device).
   latency_ns: first cpu_op start (always a top-level operator's start) to last GPU activity end.
-  exposed_host_ns: latency_ns - length of the union of GPU activity over all devices.
+  exposed_host_ns: latency_ns - length of the union of GPU activity over all devices inside
+  [first CPU op start, last GPU end] (both null when the GPU work ends before the first CPU op).
   Span-like numbers are null when there is no GPU activity (or, for latency, no cpu_op).
 
 Usage: python tests/reference_summary.py TRACE.json[.gz]   -> prints the numbers as JSON.
@@ -161,9 +162,11 @@ def reference_summary(path: str) -> dict:
         last = max(e for _, e in all_ivs)
         out["gpu_span_ns"] = last - first
         out["idle_ns"] = sum(d["idle_ns"] for d in per_device.values())
-        if cpu_op_starts:
-            out["latency_ns"] = last - min(cpu_op_starts)
-            out["exposed_host_ns"] = out["latency_ns"] - _union_length(all_ivs)
+        if cpu_op_starts and last >= min(cpu_op_starts):
+            t0 = min(cpu_op_starts)
+            out["latency_ns"] = last - t0
+            # GPU work inside the latency window only (work queued before the first operator is in neither)
+            out["exposed_host_ns"] = out["latency_ns"] - _union_length([(max(a, t0), b) for a, b in all_ivs if b > t0])
     return out
 
 

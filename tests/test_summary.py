@@ -127,6 +127,23 @@ def test_two_devices_overlap_and_skew(tmp_path):
     assert any("before their launch call" in w for w in got["warnings"])
 
 
+def test_gpu_work_before_the_first_operator_is_not_subtracted(tmp_path):
+    """Kernels queued before the profiler's window opened run before the first top-level operator (TraceLens'
+    H100 Qwen1.5 trace: exposed_host_ns was -10.6 ms). k0 [0, 100] us has no launch; aten::foo [200, 210] us
+    launches k1 [220, 230] us: latency 30 us, busy inside it 10 us, exposed host 20 us (was 30 - 110 = -80)."""
+    ev = kineto_event
+    path = write_kineto(tmp_path / "early.json", [
+        ev("kernel", "k0", 0.0, 100.0, pid=0, tid=7, device=0, stream=7, correlation=99),
+        ev("cpu_op", "aten::foo", 200.0, 10.0, **{"External id": 1}),
+        ev("cuda_runtime", "cudaLaunchKernel", 201.0, 2.0, correlation=1, **{"External id": 1}),
+        ev("kernel", "k1", 220.0, 10.0, pid=0, tid=7, device=0, stream=7, correlation=1),
+    ])
+    got = _ingest_and_summarise(tmp_path, path)
+    assert (got["busy_ns"], got["latency_ns"], got["exposed_host_ns"]) == (110_000, 30_000, 20_000)
+    want = reference_summary(str(path))
+    assert {k: got[k] for k in EXACT_KEYS} == {k: want[k] for k in EXACT_KEYS}
+
+
 def test_cpu_only_trace_has_null_spans(tmp_path):
     path = write_kineto(tmp_path / "cpu_only.json", [kineto_event("cpu_op", "aten::add", 1.0, 2.0)])
     got = _ingest_and_summarise(tmp_path, path)

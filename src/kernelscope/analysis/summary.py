@@ -13,7 +13,9 @@ Definitions (docs/metrics.md is the canonical text; every time is integer ns):
   ``exposed_host_ns`` = ``latency_ns - busy_ns``.
 - Several devices: ``kernel_time_ns``, ``busy_ns`` and ``idle_ns`` are sums over devices (the ``devices``
   table has each device's numbers), ``gpu_span_ns`` is the overall first start to last end, and
-  ``exposed_host_ns`` subtracts the union of GPU activity over all devices.
+  ``exposed_host_ns`` subtracts the union of GPU activity over all devices. ``exposed_host_ns`` counts only the
+  GPU activity inside the latency window (work that ran before the first top-level operator, queued before
+  the profiler's window opened, is in neither side), so it is never negative.
 - Span-like numbers (``gpu_span_ns``, ``idle_ns``, ``latency_ns``, ``exposed_host_ns``) are null when the
   trace has no GPU activity (``latency_ns`` also when it has no CPU operator, or when every GPU activity
   ends before the first top-level operator starts: a warning says so; it is never negative).
@@ -51,6 +53,7 @@ WITH g AS (
 SELECT g.kernels, g.memcpys, g.memsets,
   (SELECT count(*) FROM launches WHERE trace_id = $t AND activities > 0)         AS launches,
   o.cpu_ops, g.kernel_time_ns, g.gpu_span_ns, g.last_end_ns - o.first_top_ns    AS latency_ns,
+  o.first_top_ns, g.last_end_ns - g.gpu_span_ns                                   AS first_gpu_ns,
   (SELECT count(*) FROM annotations WHERE trace_id = $t AND kind = 'step')       AS steps,
   (SELECT count(*) FROM annotations WHERE trace_id = $t AND kind = 'user')       AS user_annotations
 FROM g, o
@@ -83,7 +86,8 @@ WITH o AS (
   SELECT start_ns, end_ns,
          max(end_ns) OVER (ORDER BY start_ns, end_ns
                            ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
-  FROM busy_intervals WHERE trace_id = $t
+  FROM (SELECT greatest(start_ns, $from) AS start_ns, end_ns FROM busy_intervals
+        WHERE trace_id = $t AND end_ns > $from)
 ), g AS (
   SELECT start_ns, end_ns,
          sum(CASE WHEN prev_end IS NULL OR start_ns > prev_end THEN 1 ELSE 0 END)
@@ -334,7 +338,14 @@ def summary(store, trace_id: str) -> Result:
     meta = _one(store, _SQL_TRACE, t=t)
     c, devices, busy, idle, latency = _core(store, t)
     has_gpu = len(devices) > 0
-    union_all = busy if len(devices) <= 1 else _one(store, _SQL_UNION_ALL_DEVICES, t=t)["busy_ns"]
+    # exposed host time is measured over the latency window: GPU work that ran before the first top-level
+    # operator (queued before the profiler's window opened) is not in latency_ns, so it is not subtracted
+    early = latency is not None and c["first_gpu_ns"] is not None and c["first_gpu_ns"] < c["first_top_ns"]
+    if len(devices) <= 1 and not early:
+        union_all = busy
+    else:
+        start = int(c["first_top_ns"]) if early else -(2 ** 62)
+        union_all = _one(store, _SQL_UNION_ALL_DEVICES, t=t, **{"from": start})["busy_ns"]
     scalars: dict[str, Any] = {
         "trace_id": meta.get("trace_id", t),
         "name": meta.get("name"),
