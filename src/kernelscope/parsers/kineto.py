@@ -649,8 +649,10 @@ class KinetoReader:
                     c = stripped[:1]
                     if c == b"[":
                         raise ParseError(
-                            "the top-level JSON value is an array, not an object with a traceEvents key; "
-                            "this is not a torch.profiler trace"
+                            "the top-level JSON value is an array of events, not an object with a traceEvents "
+                            "key: a bare Chrome trace, or PyTorch 1.8's first Kineto export, which kernelscope "
+                            "does not read; re-record with PyTorch >= 1.9 (or wrap the array as "
+                            "{\"traceEvents\": [...]})"
                         )
                     if c != b"{":
                         raise ParseError(
