@@ -152,3 +152,12 @@ def test_cpu_only_trace_has_null_spans(tmp_path):
     assert got["trust"]["kernels_with_launch"]["pct"] is None
     assert {k: got[k] for k in EXACT_KEYS} == {k: v for k, v in reference_summary(str(path)).items()
                                                if k in EXACT_KEYS}
+
+
+def test_a_trace_with_no_pytorch_event_says_it_may_not_be_one(tmp_path):
+    """A Chrome trace of another program (TensorFlow's trace-viewer demo data has only PERF/SAMPLE events)
+    ingests as an empty Kineto trace: the summary says it may not be a torch.profiler trace."""
+    ev = kineto_event
+    path = write_kineto(tmp_path / "tf.json", [ev("PERF", "step", 1.0, 5.0), ev("SAMPLE", "x", 2.0, 1.0)])
+    got = _ingest_and_summarise(tmp_path, path)
+    assert any("may not be a torch.profiler trace" in w for w in got["warnings"])

@@ -436,6 +436,9 @@ def summary(store, trace_id: str) -> Result:
                             "are null.")
         else:
             warnings.append("the trace has no GPU activity: GPU spans and latency are null.")
+        if not c["cpu_ops"] and not aside_dev:
+            warnings.append("the trace holds no PyTorch operator, runtime call or GPU activity: it may not be a "
+                            "torch.profiler trace (or its profiler window caught nothing).")
     elif c["latency_ns"] is not None and c["latency_ns"] < 0:
         warnings.append("every GPU activity ends before the first top-level operator starts (work launched "
                         "before the profiler's window, or clock skew): latency and exposed host time are null.")
