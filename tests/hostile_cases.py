@@ -1157,6 +1157,8 @@ for _label, (_make, _argv, _code, _match) in {
     "corrupt_data_report": (_corrupt_data_blocks, ["report", "compiled", "--format", "md", "--db", "{store}"], 3,
                             "damaged"),
     "corrupt_data_rm": (_corrupt_data_blocks, ["rm", "compiled", "--db", "{store}"], 3, "damaged"),
+    "corrupt_data_sql": (_corrupt_data_blocks, ["sql", "SELECT count(*), sum(dur_ns) FROM gpu_activities",
+                                                "--db", "{store}"], 3, "damaged"),
     "corrupt_data_label": (_corrupt_data_blocks, ["label", "compiled", "a=1", "--db", "{store}"], 3, "damaged"),
     "corrupt_data_export": (_corrupt_data_blocks, ["export", "--parquet", "{store}.export", "--db", "{store}"], 3,
                             "damaged"),

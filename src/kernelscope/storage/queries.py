@@ -12,6 +12,7 @@ import threading
 
 from ..errors import KernelscopeError, StoreError, TraceNotFound, UsageError
 from .ingest import insert_labels, label_number
+from .store import damaged_store_error
 
 
 def parse_label(text: str) -> tuple[str, str, float | None]:
@@ -325,6 +326,9 @@ class ReadonlySql:
             return KernelscopeError(
                 f"query needs more than the {_size_text(self.memory)} of memory kernelscope sql allows; "
                 f"narrow it (filter, aggregate, LIMIT) or raise {SQL_MEMORY_ENV}")
+        damaged = damaged_store_error(exc, self.path)
+        if damaged is not None:  # the store itself, not the query: the StoreError every other command gives
+            return damaged
         text = str(exc).strip()
         first = text.splitlines()[0] if text else type(exc).__name__
         return KernelscopeError(f"SQL error: {first}")
