@@ -35,6 +35,7 @@ import json
 import pandas as pd
 
 from ..errors import UsageError
+from ..storage.ranks import rank_ranges
 from .result import Result
 
 DESCRIPTION = ("Multi-rank run: collectives matched across ranks (bytes, algorithm/bus bandwidth, start/end "
@@ -164,18 +165,6 @@ def _instances(store, ids) -> tuple[pd.DataFrame, pd.DataFrame]:
     return inst, arrivals
 
 
-def _ranges(ranks: list[int]) -> str:
-    """[1, 2, 3, 5] -> '1-3, 5'."""
-    out, i = [], 0
-    while i < len(ranks):
-        j = i
-        while j + 1 < len(ranks) and ranks[j + 1] == ranks[j] + 1:
-            j += 1
-        out.append(str(ranks[i]) if i == j else f"{ranks[i]}-{ranks[j]}")
-        i = j + 1
-    return ", ".join(out)
-
-
 def comm(store, trace_ids=None, by=None, sweep=None, run: str | None = None, **_ignored) -> Result:
     """The communication analysis of one run (``run``: id or prefix; else the given traces; else the
     store's only run). See the module docstring for every definition."""
@@ -216,7 +205,7 @@ def comm(store, trace_ids=None, by=None, sweep=None, run: str | None = None, **_
     no_bytes = int(arrivals["nob"].sum()) if len(arrivals) else 0
     warnings = []
     if missing:
-        warnings.append(f"a partial run: {len(tr)} of {world} ranks present (missing ranks {_ranges(missing)}); "
+        warnings.append(f"a partial run: {len(tr)} of {world} ranks present (missing ranks {rank_ranges(missing)}); "
                         "skews, stragglers and bandwidths are among the present ranks only")
     if len(incomplete) and not missing:
         warnings.append(f"{len(incomplete)} collective instances were seen on fewer ranks than their group size "
@@ -243,7 +232,7 @@ def comm(store, trace_ids=None, by=None, sweep=None, run: str | None = None, **_
     }
     trust = {
         "instances_incomplete": int(len(incomplete)),
-        "missing_ranks": _ranges(missing) or None,  # '1-63, 65-127'; None for a whole run
+        "missing_ranks": rank_ranges(missing) or None,  # '1-63, 65-127'; None for a whole run
         "instances_mixed_types": int(len(mixed)),
         "collectives_without_sizes": no_bytes,
         "clock_offsets_applied": {int(r): int(o) for r, o in zip(tr["rank"], tr["clock_offset_ns"])},

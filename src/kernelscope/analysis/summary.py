@@ -31,6 +31,7 @@ from typing import Any
 
 import pandas as pd
 
+from ..storage.ranks import rank_ranges
 from .result import Result, py_scalar as _py
 
 DESCRIPTION = "Counts, GPU busy/idle/span, latency, top kernels and operators, trust."
@@ -268,7 +269,7 @@ def ingest_trust(store, trace_id: str) -> tuple[dict[str, Any], list[str]]:
                                 "ranks_present": int(row.get("ranks") or 0), "missing_ranks": missing}
         warnings.append(f"rank {row.get('rank')} of a partial run ({row.get('run_id')}): "
                         f"{int(row.get('ranks') or 0)} of {int(row['world_size'])} ranks present, "
-                        f"missing ranks {_rank_ranges(missing)}; run-wide numbers cover the present ranks only.")
+                        f"missing ranks {rank_ranges(missing)}; run-wide numbers cover the present ranks only.")
     else:
         trust["partial_run"] = None
     return trust, warnings
@@ -288,18 +289,6 @@ def no_gpu_reason(store, trace_id: str) -> str:
     if trust.get("truncated"):
         return "the kept part of a truncated trace: the cut may have taken its GPU events"
     return "a CPU-only trace"
-
-
-def _rank_ranges(ranks: list) -> str:
-    rs = sorted({int(r) for r in ranks})
-    out, i = [], 0
-    while i < len(rs):
-        j = i
-        while j + 1 < len(rs) and rs[j + 1] == rs[j] + 1:
-            j += 1
-        out.append(str(rs[i]) if i == j else f"{rs[i]}-{rs[j]}")
-        i = j + 1
-    return ", ".join(out)
 
 
 def _pct(part: int, whole: int) -> float | None:
