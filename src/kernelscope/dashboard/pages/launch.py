@@ -42,7 +42,7 @@ def tklqt_kpis(ls: dict) -> list[html.Div]:
                        "" if q is None else ("GPU-bound (q ≥ 1)" if q >= 1 else "CPU-bound (q < 1)")),
             "launched-but-not-started kernels on average: TKLQT / GPU span (Little's law)"),
         kpi("tklqt_ns", f"TKLQT ({rl.tklqt_sum_label(ls)})", ls.get("tklqt_ns"), ms_text(ls.get("tklqt_ns")),
-            f"a sum, not wall time: q = {rl.q_text(q)} = TKLQT / GPU span",
+            "a sum, not wall time" + ("" if q is None else f": q = {rl.q_text(q)} = TKLQT / GPU span"),
             "sum of launch-and-queue time over kernels not launched by a graph, one term per graph launch"),
     ]
 
