@@ -157,3 +157,18 @@ def test_page_and_state_from_the_url():
     assert page_name("/trace/abc") == "overview" and page_name("/") == "traces"
     assert trace_ref("/trace/x/notapage", "") == "x/notapage"  # an unknown page is part of the reference
     assert url_params("?trace=a&op=aten%3A%3Amm&t0=5&t0=7") == {"op": "aten::mm", "t0": "7"}
+
+
+def test_the_traces_page_marks_a_truncated_trace(tmp_path):
+    """A trace kept by ingest --salvage says TRUNCATED in the traces table too, not only in its trust section."""
+    import corpus
+
+    from kernelscope.storage.ingest import ingest_paths
+
+    db = tmp_path / "t.duckdb"
+    with open_store(db) as store:
+        (res,) = ingest_paths(store, [corpus.truncated(tmp_path)], progress=False, salvage=True)
+        assert res.status == "ingested", res.message
+    with open_store(db, read_only=True) as store:
+        got = traces.rows(store).set_index("trace_id")["notes"]
+    assert got[res.trace_id].startswith("TRUNCATED at byte ")

@@ -14,7 +14,8 @@ TABLE_ID = "traces-table"
 
 def rows(store) -> pd.DataFrame:
     """The traces table as shown: id, name, labels ('k=v, ...'), devices ('0, 1'), kernels, GPU span (ms,
-    three decimals; None without GPU activity). The DataTable row ``id`` is the trace id."""
+    three decimals; None without GPU activity), notes (what ingest found: truncated, negative durations, events
+    set aside, a partial run). The DataTable row ``id`` is the trace id."""
     df = list_traces(store)
     out = pd.DataFrame({
         "id": df["trace_id"],
@@ -25,6 +26,7 @@ def rows(store) -> pd.DataFrame:
         "kernels": df["kernels"].astype("int64"),
         "gpu_span_ms": pd.Series([None if pd.isna(v) else round(int(v) / NS_PER_MS, 3)
                                   for v in df["gpu_span_ns"]], dtype=object),
+        "notes": ["; ".join(n) if isinstance(n, (list, tuple)) else (n or "") for n in df["notes"]],  # truncated, negative durations, set-aside events, partial run
     })
     return out
 
@@ -45,7 +47,7 @@ def layout(store) -> html.Div:
             df,
             [("trace_id", "id", "text"), ("name", "name", "text"), ("labels", "labels", "text"),
              ("devices", "GPU devices", "text"), ("kernels", "kernels", "numeric"),
-             ("gpu_span_ms", "GPU span (ms)", "numeric")],
+             ("gpu_span_ms", "GPU span (ms)", "numeric"), ("notes", "notes", "text")],
             TABLE_ID,
             filter_action="native",
             page_size=50,
