@@ -3,7 +3,6 @@ independent stdlib reference (tests/reference_links.py), and named exact links p
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 

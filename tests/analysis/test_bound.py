@@ -9,7 +9,7 @@ import json
 
 import pytest
 from click.testing import CliRunner
-from storage.kineto_build import kern, op, rt, write_trace, x
+from storage.kineto_build import kern, op, rt, write_trace
 
 from kernelscope.analysis import bound as B
 from kernelscope.analysis.launch import launch
