@@ -309,3 +309,15 @@ def test_a_trace_with_device_events_is_never_called_cpu_only(conf, client, tmp_p
     assert "mtia_ccp_events" in acc
     assert "CPU-only trace" not in acc.replace("not a CPU-only trace", "")
     assert "a CPU-only trace" in said(_first(conf, "cpu_only"))
+
+
+def test_bandwidth_says_how_to_get_numbers_from_a_trace_without_shapes(conf):
+    """torch.profiler's defaults record no shapes: bandwidth models nothing and says why and what to do."""
+    from kernelscope.analysis.bandwidth import bandwidth
+    from kernelscope.storage.store import open_store
+
+    with open_store(conf.db, read_only=True) as store:
+        no = bandwidth(store, _first(conf, "qwen2_defaults"))
+        yes = bandwidth(store, _first(conf, "qwen2_full"))
+    assert no.scalars["modelled_gpu_ns"] == 0 and any("record_shapes=True" in w for w in no.warnings)
+    assert yes.scalars["modelled_gpu_ns"] > 0 and not any("without shapes" in w for w in yes.warnings)

@@ -602,6 +602,10 @@ def bandwidth(store, trace_id: str, *, peaks: str | Path | None = None, device: 
                         f"({int(g.loc[from_grads, 'gpu_ns'].sum())} ns) were given the tensor lists of the "
                         "gradients accumulated before them (shapes_source = 'accumulate_grad'; the "
                         "profiler records no tensor-list shapes), checked against their kernels' thread blocks.")
+    if len(g) and g["input_dims"].isna().all():
+        warnings.append("the trace was recorded without shapes (torch.profiler's default, record_shapes=False): "
+                        "no operator's FLOPs or bytes can be modelled; profile with record_shapes=True (or "
+                        "`kernelscope profile`) for bandwidth and roofline numbers.")
     if int(un["ns"]):
         warnings.append(f"{int(un['n'])} GPU activities ({int(un['ns'])} ns) have no leaf operator "
                         "(CUDA-graph replays or launches outside the trace) and are not modelled.")
