@@ -106,3 +106,20 @@ def page(base_url):
         pg.on("pageerror", lambda e: pg.console_errors.append(str(e)))
         yield pg
         browser.close()
+
+
+@pytest.fixture(scope="module")
+def client(dash_store):
+    """The Flask test client of the dashboard over ``dash_store`` (one app per test module)."""
+    from kernelscope.dashboard.app import create_app
+
+    return create_app(dash_store.db).server.test_client()
+
+
+@pytest.fixture(scope="module")
+def store(dash_store):
+    """``dash_store`` opened read-only for the module."""
+    from kernelscope.storage.store import open_store
+
+    with open_store(dash_store.db, read_only=True) as s:
+        yield s

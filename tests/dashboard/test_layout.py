@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
 
 from kernelscope.analysis.registry import get_analysis
 from kernelscope.dashboard.app import create_app
@@ -13,11 +12,6 @@ from kernelscope.storage.store import open_store
 
 from .tree import find_json as _find
 from .tree import plotly_values as _values
-
-
-@pytest.fixture(scope="module")
-def client(dash_store):
-    return create_app(dash_store.db).server.test_client()
 
 
 def _deps(client) -> list[dict]:

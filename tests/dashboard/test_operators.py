@@ -12,15 +12,8 @@ import pytest
 from kernelscope.analysis.registry import get_analysis
 from kernelscope.dashboard.app import create_app, route
 from kernelscope.dashboard.pages import operators as page
-from kernelscope.storage.store import open_store
 
 from .tree import find, texts
-
-
-@pytest.fixture(scope="module")
-def store(dash_store):
-    with open_store(dash_store.db, read_only=True) as s:
-        yield s
 
 
 def _table(result, name):

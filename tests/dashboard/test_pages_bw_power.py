@@ -15,7 +15,7 @@ import dash
 import pytest
 
 from kernelscope.analysis.registry import get_analysis
-from kernelscope.dashboard.app import create_app, route
+from kernelscope.dashboard.app import route
 from kernelscope.dashboard.pages import bandwidth, compare
 from kernelscope.reports.roofline import plottable
 from kernelscope.storage.store import open_store
@@ -28,11 +28,6 @@ from .tree import text_json as _text
 
 
 # ------------------------------------------------------------------ Flask test client helpers
-
-@pytest.fixture(scope="module")
-def client(dash_store):
-    return create_app(dash_store.db).server.test_client()
-
 
 
 

@@ -9,27 +9,15 @@ import statistics
 import pytest
 
 from kernelscope.analysis.registry import get_analysis
-from kernelscope.dashboard.app import create_app, route
+from kernelscope.dashboard.app import route
 from kernelscope.dashboard.pages import bound as bound_page
 from kernelscope.dashboard.pages import sweep as sweep_page
-from kernelscope.storage.store import open_store
 
 from .tree import find, texts
 from .tree import find_json as _find
 from .tree import page_json as _page
 from .tree import plotly_values as _vals
 from .tree import text_json as _text
-
-
-@pytest.fixture(scope="module")
-def client(dash_store):
-    return create_app(dash_store.db).server.test_client()
-
-
-@pytest.fixture(scope="module")
-def store(dash_store):
-    with open_store(dash_store.db, read_only=True) as s:
-        yield s
 
 
 

@@ -11,13 +11,6 @@ from kernelscope.reports import launch as rl
 from kernelscope.reports import sweep as rs
 from kernelscope.reports.blocks import Context, Table
 from kernelscope.reports.report import SECTIONS, build, report
-from kernelscope.storage.store import open_store
-
-
-@pytest.fixture(scope="module")
-def store(dash_store):
-    with open_store(dash_store.db, read_only=True) as s:
-        yield s
 
 
 def _md_rows(md: str, heading: str) -> list[dict]:

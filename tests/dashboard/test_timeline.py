@@ -11,25 +11,13 @@ from urllib.parse import parse_qs
 import numpy as np
 import pytest
 
-from kernelscope.dashboard.app import create_app, route
+from kernelscope.dashboard.app import route
 from kernelscope.dashboard.pages import timeline as page
 from kernelscope.reports import timeline as tfig
 from kernelscope.reports import timeline_data as td
-from kernelscope.storage.store import open_store
 
 from .tree import find, texts
 from .tree import find_json as _find_json
-
-
-@pytest.fixture(scope="module")
-def client(dash_store):
-    return create_app(dash_store.db).server.test_client()
-
-
-@pytest.fixture(scope="module")
-def store(dash_store):
-    with open_store(dash_store.db, read_only=True) as s:
-        yield s
 
 
 def _rows(store, tid):

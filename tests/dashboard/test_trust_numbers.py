@@ -21,10 +21,9 @@ from click.testing import CliRunner
 
 from kernelscope.analysis.registry import get_analysis
 from kernelscope.cli import cli
-from kernelscope.dashboard.app import create_app, route
+from kernelscope.dashboard.app import route
 from kernelscope.reports import launch as rl
 from kernelscope.reports.report import report
-from kernelscope.storage.store import open_store
 
 from .tree import find, texts
 from .tree import find_json as _find
@@ -32,17 +31,6 @@ from .tree import page_json as _page
 from .tree import text_json as _text
 
 NULL = re.compile(r"\bnull\b|\bNone\b|\bnan\b", re.IGNORECASE)
-
-
-@pytest.fixture(scope="module")
-def client(dash_store):
-    return create_app(dash_store.db).server.test_client()
-
-
-@pytest.fixture(scope="module")
-def store(dash_store):
-    with open_store(dash_store.db, read_only=True) as s:
-        yield s
 
 
 def _kpi_ids(tree, container: str) -> list[str]:

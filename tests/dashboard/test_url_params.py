@@ -14,7 +14,7 @@ import json
 import pytest
 
 from kernelscope.dashboard import params as P
-from kernelscope.dashboard.app import MAX_BODY_BYTES, create_app, route
+from kernelscope.dashboard.app import MAX_BODY_BYTES, route
 from kernelscope.dashboard.pages import ranks, timeline
 
 from .tree import find, find_json, text_json, texts
@@ -58,11 +58,6 @@ def test_every_page_parameter_is_declared_once():
     """Every parameter a page reads has one declaration; the cases above cover each of them."""
     assert set(CASES) == set(P.SPECS)
     assert {p for ps in PAGE_PARAMS.values() for p in ps} <= set(P.SPECS)
-
-
-@pytest.fixture(scope="module")
-def client(dash_store):
-    return create_app(dash_store.db).server.test_client()
 
 
 def _post(client, pathname, search):
