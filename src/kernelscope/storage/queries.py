@@ -7,11 +7,10 @@ import contextlib
 import math
 import os
 import pathlib
-import re
 import threading
 
 from ..errors import KernelscopeError, StoreError, TraceNotFound, UsageError
-from .ingest import insert_labels, label_number
+from .ingest import insert_labels, label_number, memory_bytes
 from .store import damaged_store_error
 
 
@@ -209,21 +208,15 @@ MAX_SQL_TIMEOUT_S = 86_400.0
 #: Largest query text read from a file or stdin.
 MAX_SQL_TEXT_BYTES = 1 << 20
 
-_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-          "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
-
 
 def sql_memory_bound() -> int:
     """Bytes a ``kernelscope sql`` query may add to its process: ``$KERNELSCOPE_SQL_MEMORY_LIMIT`` (e.g.
     ``512MB``, ``2GB``, ``1GiB``) or 1GB. DuckDB gets three quarters of it as its ``memory_limit`` (no
     spilling to disk), the rows being printed the rest."""
     text = os.environ.get(SQL_MEMORY_ENV) or DEFAULT_SQL_MEMORY
-    m = _SIZE_RE.match(text)
-    factor = _UNITS.get(m.group(2).lower()) if m else None
-    if factor is None:
+    n = memory_bytes(text)  # the sizes ingest's KERNELSCOPE_MEMORY_LIMIT takes
+    if n is None:
         raise UsageError(f"{SQL_MEMORY_ENV}={text!r} is not a memory size (e.g. 512MB or 2GB)")
-    n = int(float(m.group(1)) * factor)
     if n < 64 * 10**6:
         raise UsageError(f"{SQL_MEMORY_ENV}={text!r} is below the 64MB a query needs at least")
     return n
