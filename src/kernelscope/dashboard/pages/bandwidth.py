@@ -23,6 +23,7 @@ from ...reports.roofline import (
     roofline_figure,
     signature_rows,
 )
+from ...storage.catalog import trace_name
 from ...units import NS_PER_MS
 from .. import params as P
 from .common import count_text, message, table
@@ -89,7 +90,7 @@ def selection_text(row: dict | None) -> list:
 def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
     r = bandwidth_result(store, trace_id)
     s = r.scalars
-    name = store.query("SELECT name FROM traces WHERE trace_id = $t", {"t": trace_id})["name"].iloc[0]
+    name = trace_name(store, trace_id)
     body: list = [html.H2(f"Bandwidth and roofline: {name or trace_id}")]
     if not s.get("gpu_ns") and not s.get("unattributed_gpu_ns"):
         return html.Div(body + [message(

@@ -16,6 +16,7 @@ from dash import Input, Output, State, dcc, html
 from ...reports import cache
 from ...errors import KernelscopeError, TraceNotFound, UsageError
 from ...reports.compare import group_rows, groups_figure, headline_figure, headline_rows
+from ...storage import catalog
 from ...storage.queries import resolve_trace
 from ...storage.store import open_store
 from ..params import url_params
@@ -31,12 +32,10 @@ TOP_GROUPS = 100
 def options(store) -> dict:
     """Dropdown options: ``traces`` (label 'name · id', value trace id, newest first by name), ``sweeps``
     (values of the ``sweep`` label) and ``labels`` (keys of numeric labels, for ``by``)."""
-    tr = store.query("SELECT trace_id, name FROM traces WHERE format <> 'ncu' ORDER BY name, trace_id")
-    sw = store.query("SELECT DISTINCT value_text FROM labels WHERE key = 'sweep' ORDER BY 1")
-    lb = store.query("SELECT DISTINCT key FROM labels WHERE value_num IS NOT NULL ORDER BY 1")
+    tr = catalog.trace_choices(store)
     return {"traces": [{"label": f"{n or t} · {t}", "value": t} for t, n in zip(tr["trace_id"], tr["name"])],
-            "sweeps": [{"label": s, "value": s} for s in sw["value_text"]],
-            "labels": [{"label": k, "value": k} for k in lb["key"]]}
+            "sweeps": [{"label": s, "value": s} for s in catalog.sweep_names(store)],
+            "labels": [{"label": k, "value": k} for k in catalog.numeric_label_keys(store)]}
 
 
 def choice(trigger: str | None, a, b, sweep_a, sweep_b, by) -> dict:
@@ -71,8 +70,7 @@ def render(store, params: dict | None) -> list:
                                 "msg-compare-pick")]
             a, b = resolve_trace(store, p["a"]), resolve_trace(store, p["b"])
             r = cache.analysis(store, "diff", [a, b])
-            names = dict(store.query("SELECT trace_id, name FROM traces WHERE list_contains($ids, trace_id)",
-                                     {"ids": [a, b]}).itertuples(index=False, name=None))
+            names = catalog.trace_names(store, [a, b])
             title = f"{names.get(a) or a} (A, {a}) vs {names.get(b) or b} (B, {b})"
     except TraceNotFound as exc:
         return [message(f"Cannot compare: {exc}", "msg-compare-error", "error")]

@@ -20,6 +20,7 @@ from ...reports.power import (
 )
 from ...reports.missing import NA
 from ...reports.missing import shown as shown_text
+from ...storage.catalog import trace_name
 from ...units import NS_PER_MS
 from .common import message, table
 
@@ -53,7 +54,7 @@ def _trust_text(r) -> list[str]:
 
 
 def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
-    name = store.query("SELECT name FROM traces WHERE trace_id = $t", {"t": trace_id})["name"].iloc[0]
+    name = trace_name(store, trace_id)
     body: list = [html.H2(f"Power and energy: {name or trace_id}")]
     if not has_telemetry(store, trace_id):
         return html.Div(body + [message(

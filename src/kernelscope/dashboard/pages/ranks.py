@@ -28,6 +28,7 @@ from ...errors import KernelscopeError, UsageError
 from ...reports import ranks as rr
 from ...reports import timeline as tfig
 from ...reports import timeline_data as td
+from ...storage.catalog import traces_by_prefix
 from ...storage.store import open_store
 from ...units import NS_PER_MS
 from .common import message, ms_text, table
@@ -145,7 +146,7 @@ def render_run(store, params: dict, limit: int = td.EVENT_LIMIT) -> dict:
         run = str(runs["run_id"].iloc[0])
     info = td.run_info(store, run)
     if info is None:
-        tr = store.query("SELECT trace_id, name, run_id FROM traces WHERE starts_with(trace_id, $r)", {"r": run})
+        tr = traces_by_prefix(store, run)
         if len(tr) == 1 and not tr["run_id"].isna().iloc[0]:
             info = td.run_info(store, str(tr["run_id"].iloc[0]))  # a rank's trace id: its run
         if info is None and len(tr) == 1 and tr["run_id"].isna().iloc[0]:

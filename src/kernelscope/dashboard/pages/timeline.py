@@ -19,6 +19,7 @@ from dash import Input, Output, State, dcc, html
 from ...errors import KernelscopeError
 from ...reports import timeline as tfig
 from ...reports import timeline_data as td
+from ...storage.catalog import rank_of
 from ...storage.store import open_store
 from ...units import NS_PER_MS
 from .. import params as P
@@ -193,12 +194,11 @@ def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
 
 def _run_link(store, trace_id: str) -> list:
     """A link to the aligned timeline of the run this trace is a rank of (none outside a run)."""
-    row = store.query("SELECT t.run_id, t.rank FROM traces t JOIN rank_clocks k ON k.trace_id = t.trace_id "
-                      "WHERE t.trace_id = $t", {"t": trace_id})
-    if row.empty:
+    of = rank_of(store, trace_id)
+    if of is None:
         return []
-    href = "/ranks?" + urlencode({"run": row["run_id"].iloc[0], "view": "timeline"})
-    return [html.A(f"rank {int(row['rank'].iloc[0])}: every rank of its run aligned", href=href,
+    href = "/ranks?" + urlencode({"run": of[0], "view": "timeline"})
+    return [html.A(f"rank {of[1]}: every rank of its run aligned", href=href,
                    id="timeline-run-link", style={"marginLeft": "16px"})]
 
 
