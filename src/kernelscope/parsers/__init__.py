@@ -44,9 +44,9 @@ def parquet_dir_kind(path: str | Path) -> str | None:
 def _peek(path: Path, n: int = 4096, salvage: bool = False) -> bytes:
     """The first ``n`` decompressed bytes of a file, ParseError on unreadable/corrupt input (``salvage``: what
     decompresses before a cut gzip stream ends)."""
-    from kernelscope.parsers.kineto import _Source
+    from kernelscope.parsers.source import Source
 
-    src = _Source(path, salvage=salvage)
+    src = Source(path, salvage=salvage)
     try:
         head = src.read(n)
     finally:

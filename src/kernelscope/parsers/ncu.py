@@ -284,9 +284,9 @@ def read_ncu_csv(path: str | Path) -> NcuReport:
     row (values read as base units)."""
     import csv
 
-    from kernelscope.parsers.kineto import _Source
+    from kernelscope.parsers.source import Source
 
-    src = _Source(Path(path))
+    src = Source(Path(path))
     try:
         lines = _lines(src)
         first = next(lines, None)

@@ -296,11 +296,11 @@ class NsysReader:
 
     def _materialize(self, tmpdir: str) -> str:
         """A plain SQLite file to open: the path itself, a decompressed copy, or an nsys export."""
-        from kernelscope.parsers.kineto import _Source
+        from kernelscope.parsers.source import Source
 
         if self.path.name.endswith(".nsys-rep"):
             return self._export_report(tmpdir)
-        src = _Source(self.path)
+        src = Source(self.path)
         try:
             if not src.gz:
                 while src.read(4 << 20):
