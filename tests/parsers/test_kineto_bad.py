@@ -62,9 +62,9 @@ def test_missing_file_is_parse_error(tmp_path):
 
 def test_bad_event_deep_in_a_big_file_is_located(tmp_path, monkeypatch):
     """A broken event after many good ones: ParseError names the event index (not 'truncated')."""
-    import kernelscope.parsers.kineto as k
+    import kernelscope.parsers.source as source
 
-    monkeypatch.setattr(k, "BLOCK_BYTES", 4096)
+    monkeypatch.setattr(source, "BLOCK_BYTES", 4096)
     good = '{"ph": "X", "cat": "cpu_op", "name": "op", "pid": 1, "tid": 1, "ts": 1.000, "dur": 1.000}'
     events = [good] * 500 + ['{"ph": "X", "cat": "cpu_op", "name": "op" "pid": 1, "ts": 1, ]'] + [good] * 500
     path = tmp_path / "deep.json"

@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import edge_traces as et  # noqa: E402
 
 from kernelscope.parsers import detect_format, open_trace  # noqa: E402
-from kernelscope.parsers import kineto  # noqa: E402
+from kernelscope.parsers import kineto, source  # noqa: E402
 from kernelscope.parsers.schema import RAW_EVENTS  # noqa: E402
 
 
@@ -235,7 +235,7 @@ def test_dropped_record_notes_kept_verbatim(tmp_path):
 
 @pytest.mark.parametrize("block", [7, 64, 200, 1 << 22])
 def test_cutter_survives_boundary_text_in_strings(tmp_path, monkeypatch, block):
-    monkeypatch.setattr(kineto, "BLOCK_BYTES", block)
+    monkeypatch.setattr(source, "BLOCK_BYTES", block)
     rows, meta = read(et.tricky_strings(tmp_path))
     assert [r["name"] for r in rows] == ['weird}, {"ph": ] name', "a}, {b", "end ]}"]
     assert [r["ts_ns"] for r in rows] == [1000, 2000, 3000]
@@ -264,7 +264,7 @@ def test_gzip_twin_hashes_alike(tmp_path):
 def test_tiny_blocks_give_the_same_rows(tmp_path, monkeypatch, name, block):
     path = et.EDGE_CASES[name](tmp_path)
     want, meta_want = read(path)
-    monkeypatch.setattr(kineto, "BLOCK_BYTES", block)
+    monkeypatch.setattr(source, "BLOCK_BYTES", block)
     got, meta_got = read(path)
     assert got == want
     assert (meta_got.base_time_ns, meta_got.warnings, meta_got.content_hash) == (

@@ -67,9 +67,10 @@ class Source:
             self.close()
             raise ParseError("the file is empty (0 bytes); it holds no trace")
 
-    def read(self, n: int = BLOCK_BYTES) -> bytes:
+    def read(self, n: int | None = None) -> bytes:
+        """The next ``n`` decompressed bytes (default ``BLOCK_BYTES``, read when called); b"" at the end."""
         try:
-            block = self._f.read(n)
+            block = self._f.read(BLOCK_BYTES if n is None else n)
         except EOFError:
             raise ParseError("the gzip stream is truncated (it ends before its end marker: cut while being written "
                              f"or copied); {SALVAGE_HINT}, or copy the file again") from None

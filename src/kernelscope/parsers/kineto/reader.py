@@ -38,7 +38,8 @@ from kernelscope.parsers.kineto.fields import DECODE_ERRORS, ONE_DEC, RUN_DEC, E
 from kernelscope.parsers.kineto.repair import count_null_numbers, loose_event, repair_event, repair_run
 from kernelscope.parsers.kineto.toplevel import TopLevel, tail_ok
 from kernelscope.parsers.schema import TraceMeta
-from kernelscope.parsers.source import BLOCK_BYTES, SALVAGE_HINT, Source
+from kernelscope.parsers import source
+from kernelscope.parsers.source import SALVAGE_HINT, Source
 
 #: How far into the file ``"traceEvents"`` must appear.
 HEAD_LIMIT = 64 << 20
@@ -174,7 +175,7 @@ class KinetoReader:
                 if not block:
                     eof = True
                 buf += block
-            if len(buf) > cap + BLOCK_BYTES:  # no event ends within the cap: refuse before memory grows
+            if len(buf) > cap + source.BLOCK_BYTES:  # no event ends within the cap: refuse before memory grows
                 raise ParseError(
                     f"event {self._batches.seq} at byte {base} runs past {cap / (1 << 20):g} MB without ending (the "
                     "limit for one event; set KERNELSCOPE_MAX_EVENT_MB to raise it); a trace event this large "
