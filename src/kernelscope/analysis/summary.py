@@ -31,6 +31,7 @@ from typing import Any
 
 import pandas as pd
 
+from ..storage.intervals import union_sql
 from ..storage.ranks import rank_ranges
 from .result import Result, py_scalar as _py
 
@@ -81,22 +82,12 @@ FROM act LEFT JOIN busy ON busy.device = act.device
 ORDER BY act.device
 """
 
-# Length of the union of busy intervals over all devices (islands of overlapping intervals).
-_SQL_UNION_ALL_DEVICES = """
-WITH o AS (
-  SELECT start_ns, end_ns,
-         max(end_ns) OVER (ORDER BY start_ns, end_ns
-                           ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
-  FROM (SELECT greatest(start_ns, $from) AS start_ns, end_ns FROM busy_intervals
-        WHERE trace_id = $t AND end_ns > $from)
-), g AS (
-  SELECT start_ns, end_ns,
-         sum(CASE WHEN prev_end IS NULL OR start_ns > prev_end THEN 1 ELSE 0 END)
-           OVER (ORDER BY start_ns, end_ns ROWS UNBOUNDED PRECEDING) AS island
-  FROM o
-)
-SELECT CAST(coalesce(sum(e - s), 0) AS BIGINT) AS busy_ns
-FROM (SELECT min(start_ns) AS s, max(end_ns) AS e FROM g GROUP BY island)
+# Length of the union of busy intervals over all devices (islands of overlapping intervals;
+# storage/intervals.py has the one definition).
+_SQL_UNION_ALL_DEVICES = f"""
+SELECT CAST(coalesce(sum(end_ns - start_ns), 0) AS BIGINT) AS busy_ns
+FROM ({union_sql("(SELECT greatest(start_ns, $from) AS start_ns, end_ns FROM busy_intervals "
+                 "WHERE trace_id = $t AND end_ns > $from)")})
 """
 
 _SQL_TOP_KERNELS = """

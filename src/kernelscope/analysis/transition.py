@@ -38,6 +38,7 @@ from typing import Any
 import pandas as pd
 
 from ..errors import UsageError
+from ..storage.intervals import union_length_sql, union_sql
 from . import bound as bound_mod
 from . import comm as comm_mod
 from . import launch as launch_mod
@@ -84,33 +85,21 @@ SELECT i.trace_id,
 FROM ids i
 """
 
-# Union length (summed over devices) of GPU activities whose launch call starts inside a ProfilerStep.
-_STEP_BUSY_SQL = """
+# Union length (summed over devices) of GPU activities whose launch call starts inside a ProfilerStep
+# (unions as storage/intervals.py defines them).
+_STEP_BUSY_SQL = f"""
 WITH st AS (SELECT trace_id, start_ns, end_ns FROM annotations
             WHERE kind = 'step' AND trace_id IN (SELECT unnest($ids))),
 isl AS (  -- the steps of each trace merged into islands: inside a step = inside an island
-    SELECT trace_id, min(start_ns) AS s, max(end_ns) AS e FROM (
-        SELECT *, sum(CASE WHEN start_ns > coalesce(run_end, start_ns - 1) THEN 1 ELSE 0 END)
-                      OVER (PARTITION BY trace_id ORDER BY start_ns, end_ns ROWS UNBOUNDED PRECEDING) AS grp
-        FROM (SELECT trace_id, start_ns, end_ns,
-                     max(end_ns) OVER (PARTITION BY trace_id ORDER BY start_ns, end_ns
-                                       ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS run_end
-              FROM st))
-    GROUP BY trace_id, grp
+    SELECT trace_id, start_ns AS s, end_ns AS e FROM ({union_sql("st", by=("trace_id",))})
 ),
 sel AS (  -- activities whose launch call starts inside a step (the island starting at or before it)
     SELECT x.trace_id, x.device, x.start_ns, x.end_ns
     FROM activity_splits x ASOF JOIN isl ON x.trace_id = isl.trace_id AND x.launch_start_ns >= isl.s
     WHERE x.trace_id IN (SELECT unnest($ids)) AND x.launch_start_ns < isl.e
-),
-o AS (  -- the union's length: by start (ties in any order), each activity adds its part after every
-         -- earlier one's end
-    SELECT trace_id, greatest(0, end_ns - greatest(start_ns, coalesce(
-               max(end_ns) OVER (PARTITION BY trace_id, device ORDER BY start_ns
-                                 ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), start_ns))) AS add_ns
-    FROM sel
 )
-SELECT trace_id, CAST(sum(add_ns) AS BIGINT) AS step_busy_ns FROM o GROUP BY trace_id
+SELECT trace_id, CAST(sum(union_ns) AS BIGINT) AS step_busy_ns
+FROM ({union_length_sql("sel", by=("trace_id", "device"))}) GROUP BY trace_id
 """
 
 

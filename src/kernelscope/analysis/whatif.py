@@ -47,6 +47,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import UsageError
+from ..storage.intervals import union_sql
 from .result import Result, py_scalar as _py
 
 DESCRIPTION = "Predicted time with free launches (graphs/fusion) vs observed and the naive kernel sum."
@@ -60,18 +61,10 @@ SELECT activity_id, kind = 'kernel' AS is_kernel, device, stream, start_ns, end_
        launch_start_ns, launch_end_ns
 FROM activity_splits WHERE trace_id = $t AND launch_start_ns IS NOT NULL
 """
-_ISLANDS_SQL = """
-WITH steps AS (
-  SELECT start_ns, end_ns FROM annotations WHERE trace_id = $t AND kind = 'step'
-)
-SELECT min(start_ns) AS s, max(end_ns) AS e FROM (
-  SELECT *, sum(CASE WHEN start_ns > coalesce(run_end, start_ns - 1) THEN 1 ELSE 0 END)
-                OVER (ORDER BY start_ns, end_ns ROWS UNBOUNDED PRECEDING) AS grp
-  FROM (SELECT start_ns, end_ns,
-               max(end_ns) OVER (ORDER BY start_ns, end_ns ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
-                   AS run_end
-        FROM steps))
-GROUP BY grp ORDER BY s
+_ISLANDS_SQL = f"""
+SELECT start_ns AS s, end_ns AS e FROM (
+  {union_sql("(SELECT start_ns, end_ns FROM annotations WHERE trace_id = $t AND kind = 'step')")})
+ORDER BY s
 """
 
 
