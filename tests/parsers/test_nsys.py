@@ -297,9 +297,9 @@ def test_parquetdir_yields_the_sqlite_rows_and_meta(sqlite_path):
 
 def test_parquet_uint64_wraps_like_sqlite_integer(sqlite_path):
     """DIAGNOSTIC_EVENT.globalPid holds a uint64 above 2**63: loaded as SQLite's signed INTEGER holds it."""
-    from kernelscope.parsers.nsys import _ParquetSource
+    from kernelscope.parsers.nsys.source import ParquetSource
 
-    src = _ParquetSource(PARQUET_DIR)
+    src = ParquetSource(PARQUET_DIR)
     got = sorted(r[0] for r in src.con.execute("SELECT globalPid FROM DIAGNOSTIC_EVENT"))
     want = sorted(r[0] for r in sqlite3.connect(sqlite_path).execute("SELECT globalPid FROM DIAGNOSTIC_EVENT"))
     assert got == want and min(got) < 0

@@ -448,7 +448,8 @@ def _details(header: list[str], rows: Iterator[list[str]]) -> tuple[list[NcuKern
         if kid not in by_id:
             by_id[kid] = _ident(h, r, len(by_id))
             vals[kid] = {}
-        metric, unit = r[h["Metric Name"]], r[h["Metric Unit"]] if "Metric Unit" in h and h["Metric Unit"] < len(r) else ""
+        metric = r[h["Metric Name"]]
+        unit = r[h["Metric Unit"]] if "Metric Unit" in h and h["Metric Unit"] < len(r) else ""
         fields = wanted.get(metric)
         if not fields:
             continue

@@ -33,12 +33,22 @@ from typing import Any
 import pyarrow as pa
 
 from kernelscope.errors import ParseError
+from kernelscope.parsers import source
 from kernelscope.parsers.kineto.batch import BatchBuilder
-from kernelscope.parsers.kineto.fields import DECODE_ERRORS, ONE_DEC, RUN_DEC, EventTyped
-from kernelscope.parsers.kineto.repair import count_null_numbers, loose_event, repair_event, repair_run
+from kernelscope.parsers.kineto.fields import (
+    DECODE_ERRORS,
+    ONE_DEC,
+    RUN_DEC,
+    EventTyped,
+)
+from kernelscope.parsers.kineto.repair import (
+    count_null_numbers,
+    loose_event,
+    repair_event,
+    repair_run,
+)
 from kernelscope.parsers.kineto.toplevel import TopLevel, tail_ok
 from kernelscope.parsers.schema import TraceMeta
-from kernelscope.parsers import source
 from kernelscope.parsers.source import SALVAGE_HINT, Source
 
 #: How far into the file ``"traceEvents"`` must appear.

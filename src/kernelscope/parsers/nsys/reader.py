@@ -1,60 +1,11 @@
-"""Reader for Nsight Systems exports: SQLite (``nsys export --type sqlite``), plain or gzip, Parquet
-directories (``nsys export --type parquetdir``: one ``<TABLE>.parquet`` per table), and ``.nsys-rep``
-reports (exported to SQLite first when an ``nsys`` binary is on PATH).
-
-One mapping, two sources. The mapping is SQL over nsys's tables, run with Python's ``sqlite3`` (DuckDB's
-SQLite extension is downloaded at run time and cannot be assumed): a ``.sqlite.gz`` is decompressed to a
-temporary file that is removed after iteration; for a Parquet directory the tables the mapping reads
-(``TABLES_READ``) are loaded into an in-memory SQLite database, with each column converted to what nsys's
-SQLite export holds (uint64 -> int64 two's complement, as SQLite's INTEGER stores it; dictionaries
-decoded; booleans -> 0/1). Table and column lists come from the source (``sqlite_master`` / the Parquet
-files and their schemas), so missing tables and columns are handled alike.
-
-What becomes which ``RAW_EVENTS`` row (``kind``):
-
-===============================================  ==========================================================
-nsys table                                        rows
-===============================================  ==========================================================
-CUPTI_ACTIVITY_KIND_KERNEL                        kernel: demangled name, grid/block, registers, static +
-                                                  dynamic shared memory, device, stream; pid = device,
-                                                  tid = stream (as Kineto writes GPU events)
-CUPTI_ACTIVITY_KIND_RUNTIME                       runtime (eventClass 0) / driver (eventClass 1); names
-                                                  keep nsys's ``_vNNNN`` suffix (storage strips it)
-CUPTI_ACTIVITY_KIND_MEMCPY / _MEMSET              memcpy ``Memcpy HtoD (Pageable -> Device)`` (direction
-                                                  in ``text``) / memset ``Memset (Device)``; bytes
-CUPTI_ACTIVITY_KIND_SYNCHRONIZATION               sync (``Context sync``, ``Stream sync``, ...)
-CUPTI_ACTIVITY_KIND_GRAPH_TRACE                   kernel rows named ``CUDA graph N (graph-level trace)``
-                                                  plus a warning: re-capture with ``--cuda-graph-trace=node``
-NVTX_EVENTS push/pop (59), start/end (60)         emit_nvtx ranges (``name, seq = N, op_id = N, sizes =
-                                                  [[..]], input_op_ids = [..]``) -> cpu_op (name parsed,
-                                                  ``input_dims`` = the sizes JSON, ``seq_number``, op_id in
-                                                  ``text``); ``ProfilerStep#N`` and other ranges ->
-                                                  annotation; ``cat`` = ``nvtx`` or ``nvtx:<domain>``
-NVTX_EVENTS marks (34)                            instant
-PROFILER_OVERHEAD                                 other (cat ``nsys_overhead``): never GPU activity, never idle
-ThreadNames / PROCESSES                           meta (thread_name / process_name) for processes with events
-===============================================  ==========================================================
-
-Identifiers: pid = ``(globalTid >> 24) & 0xFFFFFF``, tid = ``globalTid & 0xFFFFFF``. A launch and its GPU
-work share ``correlationId`` *within a process* (``kernel.globalPid = runtime.globalTid & ~0xFFFFFF``);
-when GPU work of more than one process is present the process id is packed into the correlation
-(``correlationId + pid << 32``, with a warning) so that correlations stay unique trace-wide.
-
-Times: integer ns on the session clock; ``TraceMeta.base_time_ns`` = ``TARGET_INFO_SESSION_START_TIME.
-utcEpochNs``, or 0 when ``META_DATA_EXPORT`` says the export was ``--ts-normalize``d (already epoch ns).
-
-Exports differ by version and tables exist only when they have rows: missing tables and columns are read
-as absent; missing core tables and columns are listed in ``TraceMeta.warnings``.
-"""
+"""``NsysReader``: the mapping of an nsys export's tables to ``RAW_EVENTS`` rows (the table in the package
+docstring), one SQL query per table over the SQLite connection ``source.open_export`` gives."""
 
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import sqlite3
-import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -63,9 +14,10 @@ from typing import Any
 import pyarrow as pa
 
 from kernelscope.errors import ParseError
+from kernelscope.parsers.nsys.meta import read_meta
+from kernelscope.parsers.nsys.source import SqliteSource, open_export
+from kernelscope.parsers.nsys.tables import check_types
 from kernelscope.parsers.schema import RAW_EVENTS, TraceMeta
-
-SQLITE_MAGIC = b"SQLite format 3\x00"
 
 #: CUPTI memcpy kinds (CUpti_ActivityMemcpyKind) as Kineto abbreviates them.
 MEMCPY_KINDS = {
@@ -164,125 +116,6 @@ class _Batcher:
         return pa.RecordBatch.from_arrays(arrays, schema=RAW_EVENTS)
 
 
-_I64 = (-(2**63), 2**63 - 1)
-_I32 = (-(2**31), 2**31 - 1)
-_TIME = (-(2**62), 2**62)  # ns: +-146 years; an end - start of two such values cannot overflow int64
-_GPU_INT = {"start": _TIME, "end": _TIME, "deviceId": _I32, "streamId": _I64, "correlationId": _I64,
-            "globalPid": _I64}
-#: Columns the mapping reads as integers, with the range their RAW_EVENTS field (or arithmetic) holds;
-#: ``NsysReader._check_types`` refuses an export where one holds anything else.
-INT_COLUMNS = {
-    "CUPTI_ACTIVITY_KIND_KERNEL": {
-        **_GPU_INT, "gridX": _I32, "gridY": _I32, "gridZ": _I32, "blockX": _I32, "blockY": _I32, "blockZ": _I32,
-        "registersPerThread": _I32, "staticSharedMemory": _TIME, "dynamicSharedMemory": _TIME,
-        "demangledName": _I64, "shortName": _I64, "mangledName": _I64},
-    "CUPTI_ACTIVITY_KIND_RUNTIME": {"start": _TIME, "end": _TIME, "correlationId": _I64, "globalTid": _I64,
-                                    "nameId": _I64, "eventClass": _I64},
-    "CUPTI_ACTIVITY_KIND_MEMCPY": {**_GPU_INT, "bytes": _I64, "copyKind": _I64, "srcKind": _I64, "dstKind": _I64},
-    "CUPTI_ACTIVITY_KIND_MEMSET": {**_GPU_INT, "bytes": _I64, "memKind": _I64},
-    "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION": {**_GPU_INT, "syncType": _I64},
-    "CUPTI_ACTIVITY_KIND_GRAPH_TRACE": {**_GPU_INT, "graphId": _I64},
-    "NVTX_EVENTS": {"start": _TIME, "end": _TIME, "eventType": _I64, "globalTid": _I64, "domainId": _I64,
-                    "textId": _I64},
-    "PROFILER_OVERHEAD": {"start": _TIME, "end": _TIME, "globalTid": _I64, "nameId": _I64},
-    "ThreadNames": {"globalTid": _I64, "nameId": _I64},
-    "PROCESSES": {"pid": _I64},
-    "StringIds": {"id": _I64},
-    "TARGET_INFO_SESSION_START_TIME": {"utcEpochNs": _I64},
-    "TARGET_INFO_GPU": {"id": _I32, "smCount": _I32, "maxWarpsPerSm": _I32, "threadsPerWarp": _I32},
-    "TARGET_INFO_CUDA_DEVICE": {"gpuId": _I32, "cudaId": _I32},
-    "ENUM_CUDA_MEM_KIND": {"id": _I64},
-    "ENUM_CUPTI_SYNC_TYPE": {"id": _I64},
-}
-#: Text columns the mapping reads into string fields (names, NVTX texts).
-TEXT_COLUMNS = (("StringIds", "value"), ("NVTX_EVENTS", "text"), ("PROCESSES", "name"))
-
-#: Every nsys table the mapping reads (the Parquet source loads these, and only these, into SQLite).
-TABLES_READ = (
-    "StringIds", "META_DATA_EXPORT", "TARGET_INFO_SESSION_START_TIME", "TARGET_INFO_GPU", "TARGET_INFO_CUDA_DEVICE",
-    "DIAGNOSTIC_EVENT", "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_MEMCPY",
-    "CUPTI_ACTIVITY_KIND_MEMSET", "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", "CUPTI_ACTIVITY_KIND_GRAPH_TRACE",
-    "NVTX_EVENTS", "PROFILER_OVERHEAD", "ThreadNames", "PROCESSES", "ENUM_CUDA_MEM_KIND", "ENUM_CUPTI_SYNC_TYPE",
-)
-
-
-class _SqliteSource:
-    """An nsys SQLite export opened read-only: ``tables``, ``columns(table)``, ``con`` for the mapping's SQL."""
-
-    what = "SQLite file"
-    export_type = "sqlite"
-
-    def __init__(self, db: str):
-        try:
-            self.con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-        except sqlite3.Error as exc:
-            raise ParseError(f"cannot open the SQLite file ({exc}); check the file") from None
-
-    def tables(self) -> set[str]:
-        return {r[0] for r in self.con.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
-
-    def columns(self, table: str) -> list[str]:
-        return [r[1] for r in self.con.execute(f'PRAGMA table_info("{table}")')]
-
-    def close(self) -> None:
-        self.con.close()
-
-
-def _sqlite_column(arr: pa.ChunkedArray) -> list:
-    """A Parquet column as the Python values nsys's SQLite export holds for it."""
-    t = arr.type
-    if pa.types.is_dictionary(t):
-        arr = arr.cast(t.value_type)
-        t = t.value_type
-    if pa.types.is_unsigned_integer(t) or pa.types.is_boolean(t):
-        arr = arr.cast(pa.int64(), safe=False)  # uint64 above 2**63 wraps, as in SQLite's signed INTEGER
-    elif not (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_string(t)
-              or pa.types.is_large_string(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t)):
-        arr = arr.cast(pa.string())
-    return arr.to_pylist()
-
-
-class _ParquetSource(_SqliteSource):
-    """An ``nsys export --type parquetdir`` directory: every ``<TABLE>.parquet`` is a table; those in
-    ``TABLES_READ`` are loaded into an in-memory SQLite database with the export's column names."""
-
-    what = "Parquet directory"
-    export_type = "parquetdir"
-
-    def __init__(self, folder: Path):
-        import pyarrow.parquet as pq
-
-        self.files = {f.name[: -len(".parquet")]: f for f in sorted(folder.glob("*.parquet")) if f.is_file()}
-        self.schemas: dict[str, list[str]] = {}
-        self.con = sqlite3.connect(":memory:")
-        for name, f in self.files.items():
-            try:
-                self.schemas[name] = list(pq.read_schema(f).names)
-                if name not in TABLES_READ:
-                    continue
-                table = pq.read_table(f)
-            except (pa.ArrowException, OSError) as exc:
-                self.con.close()
-                raise ParseError(
-                    f"cannot read {f.name} of the Parquet export ({str(exc).splitlines()[0] if str(exc) else exc}); "
-                    "export the report again with `nsys export --type parquetdir`"
-                ) from None
-            cols = ", ".join(f'"{c}"' for c in table.column_names)
-            self.con.execute(f'CREATE TABLE "{name}" ({cols})')
-            if table.num_rows:
-                marks = ", ".join("?" * table.num_columns)
-                values = [_sqlite_column(c) for c in table.columns]
-                self.con.executemany(f'INSERT INTO "{name}" VALUES ({marks})', zip(*values))
-            if name == "StringIds" and "id" in table.column_names:  # looked up once per row, as nsys's key
-                self.con.execute('CREATE INDEX "StringIds_id" ON "StringIds" (id)')
-
-    def tables(self) -> set[str]:
-        return set(self.files)
-
-    def columns(self, table: str) -> list[str]:
-        return self.schemas.get(table, [])
-
-
 class NsysReader:
     """Iterate an nsys export (SQLite file, ``.sqlite.gz``, ``.nsys-rep`` or Parquet directory) as
     ``RAW_EVENTS`` record batches; ``meta`` is complete afterwards."""
@@ -292,76 +125,9 @@ class NsysReader:
         self.batch_rows = batch_rows
         self.meta = TraceMeta(format="nsys")
 
-    # ------------------------------------------------------------------------------------- file access
-
-    def _materialize(self, tmpdir: str) -> str:
-        """A plain SQLite file to open: the path itself, a decompressed copy, or an nsys export."""
-        from kernelscope.parsers.source import Source
-
-        if self.path.name.endswith(".nsys-rep"):
-            return self._export_report(tmpdir)
-        src = Source(self.path)
-        try:
-            if not src.gz:
-                while src.read(4 << 20):
-                    pass
-                self.meta.content_hash = src.sha.hexdigest()
-                return str(self.path)
-            out = os.path.join(tmpdir, "export.sqlite")
-            with open(out, "wb") as f:
-                while True:
-                    block = src.read(4 << 20)
-                    if not block:
-                        break
-                    f.write(block)
-            self.meta.content_hash = src.sha.hexdigest()
-            return out
-        finally:
-            src.close()
-
-    def _export_report(self, tmpdir: str) -> str:
-        import hashlib
-
-        nsys = shutil.which("nsys")
-        if nsys is None:
-            raise ParseError(
-                "this is an Nsight Systems report (.nsys-rep) and no `nsys` is on PATH to export it; run "
-                f"`nsys export --type sqlite -o {self.path.stem}.sqlite {self.path.name}` and ingest the .sqlite"
-            )
-        h = hashlib.sha256()
-        with open(self.path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 22), b""):
-                h.update(block)
-        self.meta.content_hash = h.hexdigest()
-        out = os.path.join(tmpdir, "export.sqlite")
-        proc = subprocess.run(
-            [nsys, "export", "--type", "sqlite", "--force-overwrite", "true", "-o", out, str(self.path)],
-            capture_output=True, text=True,
-        )
-        if proc.returncode != 0 or not os.path.exists(out):
-            last = (proc.stderr or proc.stdout or "").strip().splitlines()[-1:] or ["no output"]
-            raise ParseError(f"`nsys export --type sqlite` failed on the report ({last[0]}); export it by hand")
-        return out
-
-    def _hash_folder(self) -> None:
-        """content_hash of a Parquet export: sha256 over its ``.parquet`` files (name and bytes, by name)."""
-        import hashlib
-
-        h = hashlib.sha256()
-        for f in sorted(self.path.glob("*.parquet")):
-            h.update(f.name.encode() + b"\0")
-            with open(f, "rb") as fh:
-                for block in iter(lambda: fh.read(1 << 22), b""):
-                    h.update(block)
-        self.meta.content_hash = h.hexdigest()
-
     def __iter__(self) -> Iterator[pa.RecordBatch]:
         with tempfile.TemporaryDirectory(prefix="kernelscope-nsys-") as tmpdir:
-            if self.path.is_dir():
-                self._hash_folder()
-                src: _SqliteSource = _ParquetSource(self.path)
-            else:
-                src = _SqliteSource(self._materialize(tmpdir))
+            src = open_export(self.path, tmpdir, self.meta)
             try:
                 yield from self._read(src)
             except sqlite3.DatabaseError as exc:
@@ -374,7 +140,7 @@ class NsysReader:
 
     # ------------------------------------------------------------------------------------------ reading
 
-    def _read(self, src: _SqliteSource) -> Iterator[pa.RecordBatch]:
+    def _read(self, src: SqliteSource) -> Iterator[pa.RecordBatch]:
         con = src.con
         tables = src.tables()
         event_tables = {"CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS"}
@@ -392,8 +158,8 @@ class NsysReader:
         self.tables = tables
         self.cols = {t: src.columns(t) for t in tables}
         meta = self.meta
-        self._check_types(con, src.export_type)
-        self._read_meta(con)
+        check_types(con, self.cols, src.export_type)
+        read_meta(con, tables, self.cols, meta)
         for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME"):
             if t not in tables:
                 meta.warnings.append(f"the export has no {t} table (not traced, or no rows): its events are absent")
@@ -417,46 +183,6 @@ class NsysReader:
             yield last
         meta.events = b.seq
 
-    def _check_types(self, con, export_type: str = "sqlite") -> None:
-        """ParseError when a column the mapping reads as an integer holds anything else (text, a blob, a
-        fraction) or an integer out of the range its row field holds (``INT_COLUMNS``). nsys writes these
-        columns as INTEGER; SQLite stores whatever it is given, and its arithmetic would turn text into 0
-        (a wrong pid, a negative duration) instead of failing. One scan per table."""
-        for table, spec in INT_COLUMNS.items():
-            cols = [(c, rng) for c, rng in spec.items() if c in self.cols.get(table, ())]
-            if not cols:
-                continue
-            checks = []
-            for c, (lo, hi) in cols:
-                checks.append(f"""sum(CASE WHEN typeof("{c}") NOT IN ('integer', 'null') OR "{c}" < {lo} """
-                              f"""OR "{c}" > {hi} THEN 1 ELSE 0 END)""")
-            counts = con.execute(f'SELECT {", ".join(checks)} FROM "{table}"').fetchone()
-            for (c, (lo, hi)), bad in zip(cols, counts or ()):
-                if not bad:
-                    continue
-                rowid, value, kind = con.execute(
-                    f"""SELECT rowid, "{c}", typeof("{c}") FROM "{table}" WHERE typeof("{c}") NOT IN """
-                    f"""('integer', 'null') OR "{c}" < {lo} OR "{c}" > {hi} LIMIT 1"""
-                ).fetchone()
-                shown = repr(value)[:40] if kind != "integer" else f"{value} (out of range)"
-                more = f" and {bad - 1} more row{'s' if bad > 2 else ''}" if bad > 1 else ""
-                raise ParseError(
-                    f"{table}.{c} holds {shown} ({kind}) in row {rowid}{more}, where nsys writes integers: "
-                    f"the export is damaged or was edited; export the report again with `nsys export --type "
-                    f"{export_type}`"
-                )
-        for table, c in TEXT_COLUMNS:
-            if c not in self.cols.get(table, ()):
-                continue
-            row = con.execute(f"""SELECT rowid, "{c}", typeof("{c}") FROM "{table}" """
-                              f"""WHERE typeof("{c}") NOT IN ('text', 'null') LIMIT 1""").fetchone()
-            if row:
-                raise ParseError(
-                    f"{table}.{c} holds {repr(row[1])[:40]} ({row[2]}) in row {row[0]}, where nsys writes text: "
-                    f"the export is damaged or was edited; export the report again with `nsys export --type "
-                    f"{export_type}`"
-                )
-
     def _c(self, table: str, col: str, alias: str = "t", default: str = "NULL") -> str:
         """``alias.col`` when the table has the column, else ``default`` (and a note when it matters)."""
         if col in self.cols.get(table, ()):
@@ -476,73 +202,6 @@ class NsysReader:
 
     def _str(self, expr: str) -> str:
         return f"(SELECT value FROM StringIds WHERE id = {expr})"
-
-    def _read_meta(self, con) -> None:
-        meta = self.meta
-        export = {}
-        if "META_DATA_EXPORT" in self.tables:
-            export = {str(k): v for k, v in con.execute("SELECT name, value FROM META_DATA_EXPORT")}
-        meta.extra["nsys_export"] = {
-            k: export[k] for k in ("EXPORT_PRODUCT_VERSION", "EXPORT_SCHEMA_VERSION", "EXPORT_PARAM_TIME_NORMALIZE")
-            if k in export
-        }
-        normalized = str(export.get("EXPORT_PARAM_TIME_NORMALIZE", "false")).lower() == "true"
-        start = None
-        if "TARGET_INFO_SESSION_START_TIME" in self.tables and "utcEpochNs" in self.cols["TARGET_INFO_SESSION_START_TIME"]:
-            row = con.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME LIMIT 1").fetchone()
-            start = int(row[0]) if row and row[0] is not None else None
-        if normalized:
-            meta.base_time_ns = 0
-        elif start is not None:
-            meta.base_time_ns = start
-        else:
-            meta.base_time_ns = 0
-            meta.warnings.append(
-                "the export has no TARGET_INFO_SESSION_START_TIME.utcEpochNs: times stay relative to the "
-                "session start (not epoch ns)"
-            )
-        shift = str(export.get("EXPORT_PARAM_TIME_SHIFT", "0"))
-        if shift not in ("0", "", "None"):
-            meta.warnings.append(f"the export was written with a time shift of {shift} ns; times include it")
-        meta.device_properties = self._devices(con)
-        if "DIAGNOSTIC_EVENT" in self.tables and "text" in self.cols["DIAGNOSTIC_EVENT"]:
-            for (text,) in con.execute("SELECT text FROM DIAGNOSTIC_EVENT"):
-                t = str(text or "")
-                if re.search(r"\b(dropped|lost|overflow|discarded)\b", t, re.I):
-                    meta.dropped_notes.append(t)
-
-    def _devices(self, con) -> list[dict[str, Any]]:
-        """TARGET_INFO_GPU rows in Kineto's deviceProperties keys (plus nsys's uuid, bandwidth, ...)."""
-        if "TARGET_INFO_GPU" not in self.tables:
-            self.meta.warnings.append("the export has no TARGET_INFO_GPU table: no device properties")
-            return []
-        cuda_id = {}
-        if "TARGET_INFO_CUDA_DEVICE" in self.tables:
-            cuda_id = {int(g): int(c) for g, c in con.execute("SELECT gpuId, cudaId FROM TARGET_INFO_CUDA_DEVICE")}
-        cur = con.execute("SELECT * FROM TARGET_INFO_GPU")
-        names = [d[0] for d in cur.description]
-        out = []
-        keys = {
-            "name": "name", "totalMemory": "totalGlobalMem", "computeMajor": "computeMajor",
-            "computeMinor": "computeMinor", "maxThreadsPerBlock": "maxThreadsPerBlock",
-            "maxRegistersPerBlock": "regsPerBlock", "threadsPerWarp": "warpSize",
-            "maxShmemPerBlock": "sharedMemPerBlock", "smCount": "numSms",
-            "maxRegistersPerSm": "regsPerMultiprocessor", "maxShmemPerBlockOptin": "sharedMemPerBlockOptin",
-            "maxShmemPerSm": "sharedMemPerMultiprocessor", "memoryBandwidth": "memoryBandwidth",
-            "clockRate": "clockRate", "uuid": "uuid", "busLocation": "busLocation",
-            "l2CacheSize": "l2CacheSize", "chipName": "chipName",
-        }
-        for row in cur.fetchall():
-            r = dict(zip(names, row))
-            gid = r.get("id", len(out))
-            d: dict[str, Any] = {"id": cuda_id.get(int(gid), int(gid)) if gid is not None else len(out)}
-            for src, dst in keys.items():
-                if r.get(src) is not None:
-                    d[dst] = r[src]
-            if r.get("maxWarpsPerSm") is not None and r.get("threadsPerWarp") is not None:
-                d["maxThreadsPerMultiprocessor"] = int(r["maxWarpsPerSm"]) * int(r["threadsPerWarp"])
-            out.append(d)
-        return out
 
     def _correlation_packing(self, con) -> str:
         """SQL turning (correlationId, globalPid) into a trace-wide unique correlation."""
@@ -753,7 +412,8 @@ class NsysReader:
         pids = set()
         for t, col in (("CUPTI_ACTIVITY_KIND_RUNTIME", "globalTid"), ("NVTX_EVENTS", "globalTid")):
             if t in self.tables and col in self.cols[t]:
-                pids |= {r[0] for r in con.execute(f'SELECT DISTINCT ("{col}" >> 24) & 16777215 FROM "{t}"') if r[0] is not None}
+                rows = con.execute(f'SELECT DISTINCT ("{col}" >> 24) & 16777215 FROM "{t}"')
+                pids |= {r[0] for r in rows if r[0] is not None}
         names = ["kind", "ph", "name", "pid", "tid", "text"]
         out = []
         if "PROCESSES" in self.tables and {"pid", "name"} <= set(self.cols["PROCESSES"]):
