@@ -1,6 +1,6 @@
 """A fake ``pynvml`` for sampler tests: devices with fixed UUIDs, scripted failures and stalls.
 
-Only what ``kernelscope.collectors.nvml`` calls is implemented. Each device's averaged power is
+Only what ``kernelscope.collectors.nvml_devices`` calls is implemented. Each device's averaged power is
 ``1000 * (index + 1)`` mW and instant power ``1000 * (index + 1) + 1`` so rows can be traced back to
 their device; the energy counter rises by 10 mJ per read.
 """

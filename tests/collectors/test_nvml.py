@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fake_pynvml import FakeNVML  # noqa: E402
 
-from kernelscope.collectors import nvml  # noqa: E402
+from kernelscope.collectors import nvml, nvml_devices  # noqa: E402
 
 UUIDS = ["GPU-aaaaaaaa-0000-0000-0000-000000000000", "GPU-bbbbbbbb-0000-0000-0000-000000000000",
          "GPU-cccccccc-0000-0000-0000-000000000000"]
@@ -31,7 +31,7 @@ def fake(monkeypatch, tmp_path):
     def install(**kw):
         uuids = kw.pop("uuids", UUIDS)
         f = FakeNVML(uuids, **kw)
-        monkeypatch.setattr(nvml, "pynvml", f)
+        monkeypatch.setattr(nvml_devices, "pynvml", f)
         mod = tmp_path / "child_pynvml.py"
         mod.write_text(f"import sys\nsys.path.insert(0, {str(Path(__file__).resolve().parent)!r})\n"
                        f"from fake_pynvml import FakeNVML\npynvml = FakeNVML({uuids!r}, **{kw!r})\n")
@@ -123,7 +123,7 @@ def test_reordered_cuda_visible_devices_match_by_uuid(fake, monkeypatch, mode):
     fake()
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,0")
     # torch spells UUIDs without the GPU- prefix
-    monkeypatch.setattr(nvml, "_cuda_device_uuids", lambda devices=None: [UUIDS[2][4:], UUIDS[0][4:]])
+    monkeypatch.setattr(nvml_devices, "_cuda_device_uuids", lambda devices=None: [UUIDS[2][4:], UUIDS[0][4:]])
     s = nvml.make_sampler(period_ms=5, mode=mode)
     assert [d.index for d in s.devices] == [2, 0]
     t = _run(s, 0.1).to_pydict()
@@ -199,8 +199,8 @@ def test_device_info_for_provenance(fake):
 def test_pci_fallback_when_uuids_differ(fake, monkeypatch):
     """A CUDA UUID NVML does not know (e.g. MIG) is matched by the PCI address instead."""
     fake()
-    monkeypatch.setattr(nvml, "_cuda_device_uuids", lambda devices=None: ["11111111-0000"])
-    monkeypatch.setattr(nvml, "_cuda_device_pci", lambda devices=None: [(0, 3, 0)])  # NVML index 2
+    monkeypatch.setattr(nvml_devices, "_cuda_device_uuids", lambda devices=None: ["11111111-0000"])
+    monkeypatch.setattr(nvml_devices, "_cuda_device_pci", lambda devices=None: [(0, 3, 0)])  # NVML index 2
     s = nvml.make_sampler(quiet=True)
     assert [d.index for d in s.devices] == [2]
 

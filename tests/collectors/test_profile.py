@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fake_pynvml import FakeNVML  # noqa: E402
 
 import kernelscope  # noqa: E402
-from kernelscope.collectors import nvml, timing  # noqa: E402
+from kernelscope.collectors import nvml, nvml_devices, timing  # noqa: E402
 from kernelscope.collectors.profile import CLOCK_MARKER, profile  # noqa: E402
 from kernelscope.collectors.runner import run_script  # noqa: E402
 from kernelscope.errors import UsageError  # noqa: E402
@@ -207,7 +207,7 @@ def test_telemetry_written_as_parquet_when_sampler_has_rows(tmp_path, monkeypatc
     import pyarrow.parquet as pq
 
     fake = FakeNVML(["GPU-aaaa"])
-    monkeypatch.setattr(nvml, "pynvml", fake)
+    monkeypatch.setattr(nvml_devices, "pynvml", fake)
     child = tmp_path / "child_pynvml.py"  # the sampler process imports the same fake
     child.write_text(f"import sys\nsys.path.insert(0, {str(Path(__file__).resolve().parent)!r})\n"
                      "from fake_pynvml import FakeNVML\npynvml = FakeNVML(['GPU-aaaa'])\n")

@@ -1,6 +1,6 @@
 """Provenance: what a run ran on, recorded with every run (stored in ``traces.provenance``).
 
-NVML facts come through ``collectors.nvml`` (the one pynvml import site). Every missing fact is None.
+NVML facts come through ``collectors.nvml_devices`` (the one pynvml import site). Every missing fact is None.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def collect(devices=None, nvml: bool = True) -> dict:
             })
     prov["gpus"] = gpus
     if nvml and gpus:
-        from . import nvml as _nvml
+        from . import nvml_devices as _nvml
 
         prov.update(_nvml.driver_info())
         info = {_nvml.normalize_uuid(d["uuid"]): d for d in _nvml.device_info(devices)}
