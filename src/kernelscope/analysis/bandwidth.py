@@ -58,6 +58,7 @@ import pandas as pd
 import pyarrow as pa
 
 from ..errors import UsageError
+from ..storage.ncu import measured_dram_bytes
 from .opmodel import DTYPES, MIXED, foreach_chunks, infer_input_types, kernel_name_dtype, model_op
 from .result import Result
 
@@ -324,58 +325,6 @@ def _explode_foreach(store, t: str, g: pd.DataFrame, gi: np.ndarray, op_ids: np.
     return g.loc[keep].reset_index(drop=True)
 
 
-# ---------------------------------------------------------------- measured bytes (Nsight Compute)
-
-_SQL_NCU_ANY = """
-SELECT count(*) AS n FROM ncu_kernels WHERE trace_id = $t AND activity_id IS NOT NULL
-  AND dram_bytes_read IS NOT NULL AND dram_bytes_write IS NOT NULL
-"""
-# Per matched kernel (one row per activity: the latest ingested file wins when several measured it).
-_SQL_NCU_KERNELS = """
-WITH m AS (
-  SELECT activity_id, arg_max(dram_bytes_read, ingested_ns) AS dram_bytes_read,
-         arg_max(dram_bytes_write, ingested_ns) AS dram_bytes_write,
-         arg_max(duration_ns, ingested_ns) AS ncu_duration_ns,
-         arg_max(cache_control, ingested_ns) AS cache_control,
-         arg_max(clock_control, ingested_ns) AS clock_control
-  FROM ncu_kernels WHERE trace_id = $t AND activity_id IS NOT NULL
-    AND dram_bytes_read IS NOT NULL AND dram_bytes_write IS NOT NULL
-  GROUP BY activity_id
-)
-SELECT a.leaf_op_id AS op_id, a.activity_id, a.name AS kernel, a.dur_ns,
-       m.dram_bytes_read, m.dram_bytes_write, m.dram_bytes_read + m.dram_bytes_write AS measured_bytes,
-       m.ncu_duration_ns, m.cache_control, m.clock_control
-FROM m JOIN gpu_activities a ON a.trace_id = $t AND a.activity_id = m.activity_id
-WHERE a.leaf_op_id IS NOT NULL
-ORDER BY a.start_ns, a.activity_id
-"""
-# Kernels per leaf operator that has at least one measured kernel.
-_SQL_OP_KERNELS = """
-SELECT leaf_op_id AS op_id, count(*) AS kernels FROM gpu_activities
-WHERE trace_id = $t AND kind = 'kernel' AND leaf_op_id IN (SELECT unnest($ops))
-GROUP BY leaf_op_id
-"""
-
-
-def ncu_measured(store, trace_id: str) -> tuple[pd.DataFrame | None, pd.DataFrame | None]:
-    """Nsight Compute DRAM bytes of the trace's kernels (``ncu_kernels`` rows matched to them):
-    ``(per_kernel, per_op)``. ``per_op`` (``op_id``, ``measured_bytes``, ``ncu_duration_ns``) holds the
-    leaf operator instances whose every kernel was measured (read + write bytes summed over them; ncu
-    measures kernels only, not memcpy/memset). (None, None) when no matched row has DRAM bytes."""
-    if not int(store.query(_SQL_NCU_ANY, {"t": trace_id})["n"].iloc[0]):
-        return None, None
-    k = store.query(_SQL_NCU_KERNELS, {"t": trace_id})
-    if not len(k):
-        return None, None
-    ops = sorted({int(x) for x in k["op_id"]})
-    n = store.query(_SQL_OP_KERNELS, {"t": trace_id, "ops": ops}).set_index("op_id")["kernels"]
-    per = k.groupby("op_id").agg(measured_kernels=("activity_id", "count"), measured_bytes=("measured_bytes", "sum"),
-                                 ncu_duration_ns=("ncu_duration_ns", "sum")).reset_index()
-    per = per[per["measured_kernels"].to_numpy() == n.reindex(per["op_id"]).to_numpy()]
-    per = per[["op_id", "measured_bytes", "ncu_duration_ns"]].astype("int64").reset_index(drop=True)
-    return k, per
-
-
 # ---------------------------------------------------------------- the analysis
 
 DEFAULT_INSTANCES = 5
@@ -510,7 +459,7 @@ def bandwidth(store, trace_id: str, *, peaks: str | Path | None = None, device: 
             raise UsageError("measured bytes need the columns op_id and measured_bytes (one row per operator).")
         measured = measured_bytes[["op_id", "measured_bytes"]]
     else:
-        measured_k, measured = ncu_measured(store, t)
+        measured_k, measured = measured_dram_bytes(store, t)
     m_inst = None
     if measured is not None:
         m = measured.dropna(subset=["measured_bytes"])

@@ -20,6 +20,8 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from . import cache
+from ..storage import lookups
+from ..storage.ncu import measured_dram_bytes
 from ..units import NS_PER_MS
 from .blocks import Section, Table
 
@@ -35,35 +37,12 @@ ROOFS = [
 BOUND_COLOURS = {"memory": "#2563eb", "compute": "#dc2626"}
 NO_BOUND_COLOUR = "#6b7280"
 
-# Measured DRAM bytes per leaf operator instance from Nsight Compute rows matched to the trace's kernels
-# (storage/ncu.py): read + write bytes summed over the operator's kernels, only for operators whose every
-# kernel has a measurement (one per activity; the latest ingested file wins when several measured it).
-_SQL_NCU_ANY = """
-SELECT count(*) AS n FROM ncu_kernels WHERE trace_id = $t AND activity_id IS NOT NULL
-  AND dram_bytes_read IS NOT NULL AND dram_bytes_write IS NOT NULL
-"""
-_SQL_NCU_BYTES = """
-WITH m AS (
-  SELECT activity_id, arg_max(dram_bytes_read + dram_bytes_write, ingested_ns) AS b
-  FROM ncu_kernels WHERE trace_id = $t AND activity_id IS NOT NULL
-    AND dram_bytes_read IS NOT NULL AND dram_bytes_write IS NOT NULL
-  GROUP BY activity_id
-)
-SELECT a.leaf_op_id AS op_id, CAST(sum(m.b) AS BIGINT) AS measured_bytes
-FROM gpu_activities a LEFT JOIN m ON m.activity_id = a.activity_id
-WHERE a.trace_id = $t AND a.kind = 'kernel' AND a.leaf_op_id IS NOT NULL
-GROUP BY a.leaf_op_id HAVING count(m.b) = count(*)
-ORDER BY op_id
-"""
-
-
 def ncu_measured_bytes(store, trace_id: str) -> pd.DataFrame | None:
-    """``op_id, measured_bytes`` (DRAM bytes Nsight Compute measured, per leaf operator instance) for the
-    bandwidth analysis' ``measured_bytes`` option; None when no ncu row with DRAM bytes matches the trace."""
-    if not int(store.query(_SQL_NCU_ANY, {"t": trace_id})["n"].iloc[0]):
-        return None
-    df = store.query(_SQL_NCU_BYTES, {"t": trace_id})
-    return df if len(df) else None
+    """``op_id, measured_bytes`` (DRAM bytes Nsight Compute measured, per leaf operator instance whose every
+    kernel was measured: ``storage.ncu.measured_dram_bytes``) for the bandwidth analysis' ``measured_bytes``
+    option; None when no ncu row with DRAM bytes matches the trace."""
+    _, per_op = measured_dram_bytes(store, trace_id)
+    return per_op[["op_id", "measured_bytes"]] if per_op is not None and len(per_op) else None
 
 
 def bandwidth_result(store, trace_id: str):
@@ -297,8 +276,8 @@ def roofline_section(store, trace_ids: list[str], ctx, top: int = 15) -> Section
     None when no trace has GPU activity."""
     blocks: list = []
     for tid in trace_ids:
-        name = store.query("SELECT name FROM traces WHERE trace_id = $t", {"t": tid})["name"]
-        name = name.iloc[0] if len(name) and isinstance(name.iloc[0], str) else tid
+        name = lookups.trace_name(store, tid)
+        name = name if name is not None else tid
         r = bandwidth_result(store, tid)
         s = r.scalars
         if not s.get("gpu_ns") and not s.get("unattributed_gpu_ns"):

@@ -1,4 +1,5 @@
-"""Nsight Compute CSV -> ``ncu_kernels``, matched to the kernels of a trace of the same workload.
+"""Nsight Compute CSV -> ``ncu_kernels``, matched to the kernels of a trace of the same workload; and the
+one reading of those rows the analyses and reports share (``measured_dram_bytes``).
 
 Matching (ncu rows carry no timestamp or correlation id): a row's key is (``kernel_name_key``, grid,
 block); the i-th ncu row of a key (in ncu's launch order) is paired with the i-th kernel of that key in
@@ -201,4 +202,61 @@ def _standalone_trace(con, path: pathlib.Path, report, name, now: int) -> str:
     return tid
 
 
-__all__ = ["NcuResult", "best_trace", "ingest_ncu", "match_kernels", "ParseError"]
+# ---------------------------------------------------------------- reading: measured DRAM bytes
+
+_SQL_MEASURED_ANY = """
+SELECT count(*) AS n FROM ncu_kernels WHERE trace_id = $t AND activity_id IS NOT NULL
+  AND dram_bytes_read IS NOT NULL AND dram_bytes_write IS NOT NULL
+"""
+# Per matched kernel (one row per activity: the latest ingested file wins when several measured it).
+_SQL_MEASURED_KERNELS = """
+WITH m AS (
+  SELECT activity_id, arg_max(dram_bytes_read, ingested_ns) AS dram_bytes_read,
+         arg_max(dram_bytes_write, ingested_ns) AS dram_bytes_write,
+         arg_max(duration_ns, ingested_ns) AS ncu_duration_ns,
+         arg_max(cache_control, ingested_ns) AS cache_control,
+         arg_max(clock_control, ingested_ns) AS clock_control
+  FROM ncu_kernels WHERE trace_id = $t AND activity_id IS NOT NULL
+    AND dram_bytes_read IS NOT NULL AND dram_bytes_write IS NOT NULL
+  GROUP BY activity_id
+)
+SELECT a.leaf_op_id AS op_id, a.activity_id, a.name AS kernel, a.dur_ns,
+       m.dram_bytes_read, m.dram_bytes_write, m.dram_bytes_read + m.dram_bytes_write AS measured_bytes,
+       m.ncu_duration_ns, m.cache_control, m.clock_control
+FROM m JOIN gpu_activities a ON a.trace_id = $t AND a.activity_id = m.activity_id
+WHERE a.leaf_op_id IS NOT NULL
+ORDER BY a.start_ns, a.activity_id
+"""
+# Kernels per leaf operator that has at least one measured kernel.
+_SQL_OP_KERNELS = """
+SELECT leaf_op_id AS op_id, count(*) AS kernels FROM gpu_activities
+WHERE trace_id = $t AND kind = 'kernel' AND leaf_op_id IN (SELECT unnest($ops))
+GROUP BY leaf_op_id
+"""
+
+
+def measured_dram_bytes(store, trace_id: str):
+    """Nsight Compute DRAM bytes of a trace's kernels (``ncu_kernels`` rows matched to them, one per
+    activity: the latest ingested file wins when several measured it): ``(per_kernel, per_op)``.
+
+    ``per_kernel``: ``op_id`` (the kernel's leaf operator), ``activity_id``, ``kernel``, ``dur_ns``,
+    ``dram_bytes_read``, ``dram_bytes_write``, ``measured_bytes`` (read + write), ``ncu_duration_ns``,
+    ``cache_control``, ``clock_control``, in start order. ``per_op`` (``op_id``, ``measured_bytes``,
+    ``ncu_duration_ns``, int64, by op_id): the leaf operator instances whose every kernel was measured, summed
+    over them (ncu measures kernels only, not memcpy/memset). (None, None) when no matched row has DRAM bytes.
+    """
+    if not int(store.query(_SQL_MEASURED_ANY, {"t": trace_id})["n"].iloc[0]):
+        return None, None
+    k = store.query(_SQL_MEASURED_KERNELS, {"t": trace_id})
+    if not len(k):
+        return None, None
+    ops = sorted({int(x) for x in k["op_id"]})
+    n = store.query(_SQL_OP_KERNELS, {"t": trace_id, "ops": ops}).set_index("op_id")["kernels"]
+    per = k.groupby("op_id").agg(measured_kernels=("activity_id", "count"), measured_bytes=("measured_bytes", "sum"),
+                                 ncu_duration_ns=("ncu_duration_ns", "sum")).reset_index()
+    per = per[per["measured_kernels"].to_numpy() == n.reindex(per["op_id"]).to_numpy()]
+    per = per[["op_id", "measured_bytes", "ncu_duration_ns"]].astype("int64").reset_index(drop=True)
+    return k, per
+
+
+__all__ = ["NcuResult", "best_trace", "ingest_ncu", "match_kernels", "measured_dram_bytes", "ParseError"]
