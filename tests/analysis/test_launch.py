@@ -6,6 +6,7 @@ import json
 import re
 
 import pytest
+import reference_launch
 from click.testing import CliRunner
 from conftest import ROOT
 
@@ -92,6 +93,12 @@ def test_per_activity_split_by_hand(hand):
            for r in df.itertuples(index=False)}
     assert got == WANT
     assert set(df.loc[df.term, "name"]) == {"k1", "k2", "k3", "n1", "k4"}
+    # the independent reference used on every sample below gives the hand numbers too
+    ref = reference_launch.splits(store, t)
+    names = dict(zip(df.activity_id, df.name))
+    assert {names[i]: (r.lq_ns, r.api_ns, r.queue_ns, r.dispatch_ns, r.launch_delay_ns)
+            for i, r in ref.iterrows()} == WANT
+    assert {names[i] for i in ref.index[ref.term]} == {"k1", "k2", "k3", "n1", "k4"}
 
 
 def test_totals_by_hand(hand):
@@ -140,17 +147,22 @@ def _sample_ids(session_store):
     return sorted(set(session_store.ids.values()))
 
 
-def test_split_adds_up_and_tables_sum_on_every_sample(session_store):
+def test_split_equals_the_reference_and_tables_sum_on_every_sample(session_store):
+    """Each activity's api/queue/dispatch (dispatch is the remainder by definition, so their sum is lq by
+    construction) is checked against tests/reference_launch.py's pandas computation from the raw rows, and
+    each total against the reference's sum over the TKLQT terms."""
     ids = _sample_ids(session_store)
     assert ids
     with open_store(session_store.db, read_only=True) as store:
         for t in ids:
             df = activity_splits(store, t)
-            assert (df.api_ns + df.queue_ns + df.dispatch_ns == df.lq_ns).all(), t
+            ref = reference_launch.splits(store, t)
+            reference_launch.assert_matches(df, ref, t)
             assert (df.queue_ns >= 0).all() and (df.launch_delay_ns >= 0).all(), t
             r = launch(store, t)
             s = r.scalars
-            assert s["api_ns"] + s["queue_ns"] + s["dispatch_ns"] == s["tklqt_ns"], t
+            want = reference_launch.totals(ref)
+            assert {k: s[k] for k in want} == want, t
             for table in ("per_op", "per_leaf_op", "per_phase"):
                 assert int(r.table(table)["tklqt_ns"].sum()) == s["tklqt_ns"], (t, table)
             assert int(df.loc[df.term, "lq_ns"].sum()) == s["tklqt_ns"]
