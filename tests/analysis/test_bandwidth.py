@@ -314,7 +314,7 @@ def _samples(session_store):
 def samples(session_store):
     got = _samples(session_store)
     if not any(n.startswith("llama_prefill") for n in got):
-        pytest.skip("sample traces not present")
+        pytest.fail("sample traces not present")
     return got
 
 
@@ -360,7 +360,7 @@ def test_train_step_modelled_share(samples):
     from the AccumulateGrad gradients: test_bandwidth_foreach.py checks their numbers by hand)."""
     r = samples.get("train_step")
     if r is None:
-        pytest.skip("no train_step sample")
+        pytest.fail("no train_step sample")
     assert r.scalars["modelled_share"] >= 0.9
     assert r.trust["instances_lists_from_accumulate_grad"] == 8  # mul_ x2, lerp_, addcmul_, sqrt, div_, add_, addcdiv_
 
@@ -513,7 +513,7 @@ def nsys_pair(tmp_path_factory):
     """The Nsight Systems export (NVTX ranges: shapes, no dtypes) and its Kineto twin, one store."""
     sq, kin = NSIGHT / "encoder2_nvtx.sqlite.gz", NSIGHT / "encoder2_kineto" / "trace.json.gz"
     if not (sq.exists() and kin.exists()):
-        pytest.skip("Nsight sample traces not present")
+        pytest.fail("Nsight sample traces not present")
     db = tmp_path_factory.mktemp("nsys") / "bw.duckdb"
     ids = {}
     for key, path in (("nsys", sq), ("kineto", kin)):
@@ -547,7 +547,7 @@ def test_kineto_samples_with_dtypes_unchanged(session_store):
     with open_store(session_store.db, read_only=True) as s:
         row = s.query("SELECT trace_id FROM traces WHERE name = 'llama_prefill_b1'")
         if not len(row):
-            pytest.skip("llama_prefill_b1 sample not present")
+            pytest.fail("llama_prefill_b1 sample not present")
         t = row.iloc[0]["trace_id"]
         on, off = bandwidth(s, t), bandwidth(s, t, infer_dtypes=False)
     a, b = on.table("per_signature"), off.table("per_signature")

@@ -131,7 +131,7 @@ def _sample(session_store, name):
     with open_store(session_store.db, read_only=True) as s:
         row = s.query("SELECT trace_id FROM traces WHERE name = $n", {"n": name})
         if not len(row):
-            pytest.skip(f"{name} sample not present")
+            pytest.fail(f"{name} sample not present")
         return bandwidth(s, row.iloc[0]["trace_id"], instances="all")
 
 
@@ -177,7 +177,7 @@ def test_per_instance_bounded_by_signature(session_store):
     with open_store(session_store.db, read_only=True) as s:
         row = s.query("SELECT trace_id FROM traces WHERE name = 'llama_prefill_b1'")
         if not len(row):
-            pytest.skip("llama_prefill_b1 sample not present")
+            pytest.fail("llama_prefill_b1 sample not present")
         t = row.iloc[0]["trace_id"]
         full, top2, dflt = (bandwidth(s, t, instances="all"), bandwidth(s, t, instances=2), bandwidth(s, t))
     a = full.table("per_instance")

@@ -39,7 +39,7 @@ def _csv_bytes() -> list[int]:
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
     if not (DRAM.exists() and TWIN.exists()):
-        pytest.skip("Nsight sample files not present")
+        pytest.fail("Nsight sample files not present")
     s = open_store(tmp_path_factory.mktemp("ncu") / "s.duckdb")
     t = ingest_file(s, TWIN).trace_id
     res = ingest_ncu(s, DRAM, match=t)

@@ -14,7 +14,7 @@ def _id(session_store, name):
     for path, tid in session_store.ids.items():
         if name in str(path):
             return tid
-    pytest.skip(f"sample {name} not present")
+    pytest.fail(f"sample {name} not present")
 
 
 def test_replays_match_the_eager_twin(session_store):

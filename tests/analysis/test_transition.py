@@ -141,7 +141,7 @@ def sweep_db(tmp_path_factory):
     """The llama prefill sample sweep ingested as collector run directories (labels + un-profiled timings)."""
     runs = sorted((ROOT / "sample_traces").glob("llama_prefill_b*"))
     if not runs:
-        pytest.skip("no llama_prefill sample runs")
+        pytest.fail("no llama_prefill sample runs")
     db = str(tmp_path_factory.mktemp("sweep") / "sweep.duckdb")
     res = CliRunner().invoke(cli, ["ingest", *map(str, runs), "--db", db])
     assert res.exit_code == 0, res.output

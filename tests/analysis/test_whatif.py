@@ -140,7 +140,7 @@ RUNS = ("small_kernels_eager", "small_kernels_graph", "llama_prefill_b128")
 def runs(tmp_path_factory):
     """The sample run directories ingested as runs (trace + run.json: name, labels, un-profiled timings)."""
     if not all((SAMPLES / r / "run.json").is_file() for r in RUNS):
-        pytest.skip("sample run directories are missing")
+        pytest.fail("sample run directories are missing")
     db = tmp_path_factory.mktemp("whatif") / "runs.duckdb"
     res = CliRunner().invoke(cli, ["ingest", "--db", str(db), *[str(SAMPLES / r) for r in RUNS]])
     assert res.exit_code == 0, res.output
