@@ -25,6 +25,7 @@ from collections import OrderedDict
 import pandas as pd
 
 from ..analysis.registry import get_analysis
+from ..storage import lookups
 
 #: Most entries kept (Results, and the Timeline's base bins of a few MB each).
 MAX_ENTRIES = 48
@@ -94,12 +95,9 @@ def trace_stamps(store, trace_ids) -> tuple:
     """``((trace_id, ingested_ns or None), ...)`` of the given trace ids (one id, a list, or None for every
     trace of the store), in id order."""
     if trace_ids is None:
-        df = store.query("SELECT trace_id, ingested_ns FROM traces ORDER BY trace_id")
-        return tuple((str(t), None if pd.isna(n) else int(n)) for t, n in zip(df["trace_id"], df["ingested_ns"]))
+        return tuple(lookups.ingest_stamps(store).items())
     ids = [trace_ids] if isinstance(trace_ids, str) else list(trace_ids)
-    df = store.query("SELECT trace_id, ingested_ns FROM traces WHERE trace_id IN (SELECT unnest($ids))",
-                     {"ids": ids})
-    known = {str(t): None if pd.isna(n) else int(n) for t, n in zip(df["trace_id"], df["ingested_ns"])}
+    known = lookups.ingest_stamps(store, ids)
     return tuple((t, known.get(t)) for t in sorted(set(ids)))
 
 

@@ -14,6 +14,7 @@ import plotly.graph_objects as go
 
 from . import cache
 from ..units import NS_PER_MS, NS_PER_US, ms_text
+from ..storage import lookups
 from .blocks import Section, Table
 from .missing import value_or_na
 from ..analysis.summary import no_gpu_reason
@@ -220,7 +221,7 @@ def launch_section(store, trace_ids: list[str], ctx) -> Section | None:
     the what-if."""
     blocks: list = []
     for tid in trace_ids:
-        name = store.query("SELECT name FROM traces WHERE trace_id = $t", {"t": tid})["name"].iloc[0] or tid
+        name = lookups.trace_name(store, tid) or tid
         lr, wr = launch_results(store, tid)
         ls, ws = lr.scalars, wr.scalars
         if not has_launches(ls):

@@ -17,45 +17,18 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from . import cache
+from ..storage import lookups, series
 from ..units import NS_PER_MS
 from .blocks import Section, Table
 from .missing import na, shown
 from .data import busy_bins
 from .figures import MAX_BINS, bin_width_ns, busy_fraction_bins
 
-# Telemetry per (device, bin of width $w from the first sample $t0), time relative to the trace start:
-# t_ns = mean sample time in the bin; power/clock/temperature means over the bin's non-null samples;
-# energy = the counter's last value in the bin minus the device's first value (mJ since the first sample).
-_SQL_TEL_SPAN = """
-SELECT count(*) AS n, min(m.ts_ns - coalesce(t.clock_offset_ns, 0) - t.start_ns) AS t0,
-       max(m.ts_ns - coalesce(t.clock_offset_ns, 0) - t.start_ns) AS t1
-FROM telemetry m JOIN traces t ON t.trace_id = m.trace_id WHERE m.trace_id = $t
-"""
-_SQL_TEL_BINS = """
-WITH s AS (
-  SELECT coalesce(m.device_index, 0) AS device, m.ts_ns - coalesce(t.clock_offset_ns, 0) - t.start_ns AS t_ns,
-         m.power_mw, m.power_instant_mw, m.energy_mj, m.sm_clock_mhz, m.mem_clock_mhz, m.temperature_c
-  FROM telemetry m JOIN traces t ON t.trace_id = m.trace_id WHERE m.trace_id = $t
-), b AS (
-  SELECT *, (t_ns - $t0) // $w AS bin, min(energy_mj) OVER (PARTITION BY device) AS e0 FROM s
-)
-SELECT device, bin, count(*) AS samples, CAST(round(avg(t_ns)) AS BIGINT) AS t_ns,
-       avg(power_mw) / 1000.0 AS power_w, avg(power_instant_mw) / 1000.0 AS power_instant_w,
-       (max(energy_mj) - max(e0)) / 1000.0 AS energy_j,
-       avg(sm_clock_mhz) AS sm_clock_mhz, avg(mem_clock_mhz) AS mem_clock_mhz, avg(temperature_c) AS temperature_c
-FROM b GROUP BY device, bin ORDER BY device, bin
-"""
-_SQL_TRACE = """
-SELECT t.start_ns, t.end_ns, (SELECT min(start_ns) FROM gpu_activities a WHERE a.trace_id = $t) AS gpu_t0
-FROM traces t WHERE t.trace_id = $t
-"""
-
 
 def has_telemetry(store, trace_id: str) -> bool:
     """Whether the trace has any telemetry sample (checked before running the power analysis, which
     also runs the bandwidth analysis for its FLOPs)."""
-    return bool(int(store.query("SELECT count(*) AS n FROM (SELECT 1 FROM telemetry WHERE trace_id = $t "
-                                "LIMIT 1)", {"t": trace_id})["n"].iloc[0]))
+    return series.has_telemetry(store, trace_id)
 
 
 def telemetry_bins(store, trace_id: str, max_bins: int = MAX_BINS) -> pd.DataFrame:
@@ -64,20 +37,20 @@ def telemetry_bins(store, trace_id: str, max_bins: int = MAX_BINS) -> pd.DataFra
     power_w, power_instant_w, sm_clock_mhz, mem_clock_mhz, temperature_c (means of the non-null samples),
     energy_j (counter at the bin's last sample minus the device's first reading, J). Empty without
     telemetry."""
-    span = store.query(_SQL_TEL_SPAN, {"t": trace_id}).iloc[0]
+    span = series.telemetry_span(store, trace_id)
     if not int(span["n"]):
         return pd.DataFrame(columns=["device", "bin", "samples", "t_ns", "power_w", "power_instant_w",
                                      "energy_j", "sm_clock_mhz", "mem_clock_mhz", "temperature_c"])
     t0 = int(span["t0"])
     width = bin_width_ns(int(span["t1"]) - t0 + 1, max_bins)
-    return store.query(_SQL_TEL_BINS, {"t": trace_id, "t0": t0, "w": width})
+    return series.telemetry_bins(store, trace_id, t0, width)
 
 
 def busy_shading(store, trace_id: str, max_bins: int = MAX_BINS) -> pd.DataFrame:
     """GPU busy fraction per (device, bin) on the same axis as ``telemetry_bins``: columns device,
     start_ns (bin start, ns since ``traces.start_ns``), bin_ns, busy_fraction (0..1). Empty without GPU
     activity. Bins from ``reports.data.busy_bins`` (at most ``max_bins`` over the GPU span)."""
-    tr = store.query(_SQL_TRACE, {"t": trace_id}).iloc[0]
+    tr = series.trace_starts(store, trace_id)
     bins, span_ns, width = busy_bins(store, trace_id, max_bins)
     df = busy_fraction_bins(bins, span_ns, width)
     if not len(df) or pd.isna(tr["gpu_t0"]):
@@ -278,8 +251,8 @@ def power_section(store, trace_ids: list[str], ctx) -> Section | None:
     blocks: list = []
     rows = []
     for tid in trace_ids:
-        name = store.query("SELECT name FROM traces WHERE trace_id = $t", {"t": tid})["name"]
-        name = name.iloc[0] if len(name) and isinstance(name.iloc[0], str) else tid
+        name = lookups.trace_name(store, tid)
+        name = name if name is not None else tid
         if not has_telemetry(store, tid):
             blocks.append(f"{name}: no telemetry was recorded with this trace: no power, energy or clocks.")
             continue

@@ -12,6 +12,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from ..analysis.registry import get_analysis
+from ..storage import lookups
 from ..units import NS_PER_MS
 
 SEGMENTS = [  # (column, label, colour)
@@ -29,8 +30,7 @@ def comm_result(store, run: str | None = None):
 
 def run_list(store) -> pd.DataFrame:
     """The runs of the store: run_id, name, world_size, rank_source, offset_method."""
-    return store.query("SELECT run_id, name, world_size, rank_source, offset_method FROM runs "
-                       "WHERE run_id IN (SELECT run_id FROM traces WHERE run_id IS NOT NULL) ORDER BY name, run_id")
+    return lookups.runs(store)
 
 
 def breakdown_figure(ranks: pd.DataFrame) -> go.Figure:

@@ -18,60 +18,34 @@ from plotly.subplots import make_subplots
 
 from . import cache
 from ..errors import UsageError
+from ..storage import lookups
 from ..units import NS_PER_MS, ms_text
 from .blocks import Section, Table
 
 REGIME_COLORS = {"cpu_bound": "rgba(239, 68, 68, 0.12)", "gpu_bound": "rgba(34, 197, 94, 0.12)"}
 
-# Sweeps: the traces labelled sweep=NAME, with the numeric labels that tell their points apart.
-_SWEEPS_SQL = """
-WITH s AS (SELECT value_text AS sweep, trace_id FROM labels WHERE key = 'sweep'),
-c AS (SELECT sweep, count(DISTINCT trace_id) AS traces FROM s GROUP BY sweep),
-k AS (SELECT s.sweep, l.key, count(DISTINCT l.trace_id) AS n, count(DISTINCT l.value_num) AS nd
-      FROM s JOIN labels l ON l.trace_id = s.trace_id
-      WHERE l.value_num IS NOT NULL AND l.key <> 'unprofiled_ns' GROUP BY ALL)
-SELECT c.sweep, c.traces, k.key, k.nd
-FROM c LEFT JOIN k ON k.sweep = c.sweep AND k.n = c.traces AND k.nd = c.traces
-ORDER BY c.sweep, k.key
-"""
-# Each trace's name and its numeric value of label $by (null: none), for ordering a sweep's traces.
-_ORDER_SQL = """
-SELECT t.trace_id, coalesce(t.name, '') AS name,
-       (SELECT any_value(value_num) FROM labels l WHERE l.trace_id = t.trace_id AND l.key = $by) AS value_num
-FROM traces t WHERE list_contains($ids, t.trace_id)
-"""
-
 
 def order_by_label(store, trace_ids: list[str], by: str) -> list[str]:
     """``trace_ids`` in sweep order: by the numeric value of label ``by`` (ascending), ties by trace name
     then id; traces without a numeric ``by`` last, by name. Unknown ids keep their place at the end."""
-    df = store.query(_ORDER_SQL, {"ids": list(trace_ids), "by": by})
+    df = lookups.label_values(store, trace_ids, by)
     known = {r.trace_id: (pd.isna(r.value_num), 0.0 if pd.isna(r.value_num) else float(r.value_num), r.name,
                           r.trace_id) for r in df.itertuples(index=False)}
     return sorted((t for t in trace_ids if t in known), key=known.__getitem__) + \
         [t for t in trace_ids if t not in known]
 
 
-# Numeric labels whose values tell every trace carrying them apart (a sweep without a sweep=NAME label).
-_BY_SQL = """
-SELECT key, count(DISTINCT trace_id) AS traces FROM labels
-WHERE value_num IS NOT NULL AND key <> 'unprofiled_ns'
-GROUP BY key HAVING count(DISTINCT trace_id) >= 2 AND count(DISTINCT value_num) = count(DISTINCT trace_id)
-ORDER BY key
-"""
-
-
 def sweep_choices(store) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(sweeps, labels). ``sweeps``: per sweep name its ``traces`` and ``by`` keys (numeric labels that every
     trace of the sweep carries with distinct values; 'batch' first). ``labels``: numeric label ``key``s whose
     values differ between all ``traces`` carrying them."""
-    raw = store.query(_SWEEPS_SQL)
+    raw = lookups.sweep_keys(store)
     rows = []
     for sweep, g in raw.groupby("sweep", sort=True):
         keys = [k for k in g["key"] if isinstance(k, str)]
         keys.sort(key=lambda k: (k != "batch", k))
         rows.append({"sweep": sweep, "traces": int(g["traces"].iloc[0]), "by": keys})
-    return pd.DataFrame(rows, columns=["sweep", "traces", "by"]), store.query(_BY_SQL)
+    return pd.DataFrame(rows, columns=["sweep", "traces", "by"]), lookups.distinct_numeric_labels(store)
 
 
 def sweep_result(store, by: str = "batch", sweep: str | None = None, trace_ids: list[str] | None = None):
