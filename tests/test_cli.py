@@ -68,7 +68,7 @@ def run_cli(*args, db=None, env=None):
     argv = [sys.executable, "-m", "kernelscope.cli", *map(str, args)]
     if db is not None:
         argv += ["--db", str(db)]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env, check=False)
 
 
 def assert_one_line_error(proc, code=None):
@@ -97,6 +97,38 @@ def test_version():
     proc = run_cli("--version")
     assert proc.returncode == 0
     assert proc.stdout.strip() == f"kernelscope {__version__}"
+
+
+def test_python_dash_m_kernelscope_is_the_cli(store):
+    """`python -m kernelscope` is the console script: same version line, same output, same exit codes."""
+    db, _trace_id, _path = store
+    proc = subprocess.run([sys.executable, "-m", "kernelscope", "--version"], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert proc.returncode == 0 and proc.stdout.strip() == f"kernelscope {__version__}"
+    proc = subprocess.run([sys.executable, "-m", "kernelscope", "traces", "--json", "--db", str(db)],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == invoke("traces", "--json", db=db).stdout
+    proc = subprocess.run([sys.executable, "-m", "kernelscope", "summary", "nope", "--db", str(db)],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == TraceNotFound.exit_code
+    assert proc.stderr.startswith("kernelscope: ") and proc.stderr.count("\n") == 1
+
+
+def test_one_version_string():
+    """The package's metadata version is read from `kernelscope.__version__` (pyproject: dynamic), not a
+    second literal."""
+    import importlib.metadata
+    import re
+
+    from conftest import ROOT
+
+    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    project = text[text.index("[project]\n"):].split("\n[", 1)[0]
+    assert not re.search(r"^version\s*=", project, re.MULTILINE)
+    assert re.search(r'^dynamic = \["version"\]', project, re.MULTILINE)
+    assert 'version = { attr = "kernelscope.__version__" }' in text.split("[tool.setuptools.dynamic]\n", 1)[1]
+    assert importlib.metadata.version("kernelscope") == __version__
 
 
 def test_ingest_again_is_skipped_with_the_same_id(store, tmp_path):
@@ -136,7 +168,7 @@ def test_summary_numbers_of_the_tiny_trace(store):
 
 
 def test_trace_reference_by_prefix_and_by_file_name(store):
-    db, trace_id, path = store
+    db, trace_id, _path = store
     by_prefix = invoke("summary", trace_id[:6], "--json", db=db)
     by_name = invoke("summary", "tiny.json", "--json", db=db)
     assert by_prefix.exit_code == 0 and by_name.exit_code == 0, by_prefix.stderr + by_name.stderr
@@ -145,7 +177,7 @@ def test_trace_reference_by_prefix_and_by_file_name(store):
 
 
 def test_traces_json_and_csv(store):
-    db, trace_id, path = store
+    db, trace_id, _path = store
     rows = json.loads(invoke("traces", "--json", db=db).stdout)
     assert len(rows) == 1
     assert rows[0]["id"] == trace_id
@@ -340,7 +372,8 @@ def test_profile_without_torch_is_one_line(tmp_path):
     script.write_text("print('hi')\n")
     code = "import sys; sys.modules['torch'] = None; from kernelscope.cli import main; main()"
     proc = subprocess.run([sys.executable, "-c", code, "profile", "--db", str(tmp_path / "ks.duckdb"),
-                           "--", "python", str(script)], capture_output=True, text=True, timeout=60)
+                           "--", "python", str(script)], capture_output=True, text=True, timeout=60,
+                          check=False)
     assert_one_line_error(proc)
     assert "PyTorch" in proc.stderr
 
@@ -353,7 +386,7 @@ def test_ingest_a_folder_of_collector_runs(tmp_path):
 
     root = Path(__file__).resolve().parents[1] / "sample_traces"
     if not (root / "train_step" / "run.json").exists():
-        pytest.skip("sample_traces/train_step is not in this checkout")
+        pytest.fail("sample_traces/train_step is not in this checkout")
     runs = tmp_path / "runs"
     shutil.copytree(root / "train_step", runs / "train_step")
     write_trace(tmp_path / "runs" / "loose.json", tiny_trace())

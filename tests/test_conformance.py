@@ -124,7 +124,7 @@ def test_summary_invariants(conf, name):
 def test_every_analysis_works_or_says_why(conf, name, capsys):
     """Every registered single-trace analysis, computed once in-process and rendered in every CLI format (the
     CLI path itself is exercised on three variants below)."""
-    from kernelscope.cli import _emit_result
+    from kernelscope.cli.render import emit_result as _emit_result
     from kernelscope.storage.store import open_store
 
     tid = _first(conf, name)

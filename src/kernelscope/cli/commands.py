@@ -1,12 +1,6 @@
-"""The ``kernelscope`` command line: one click group of thin commands.
-
-Commands parse arguments, call storage/analysis functions and print. Heavy modules (duckdb, pandas,
-torch) are imported inside the commands so ``kernelscope --help`` stays fast. Every
-``KernelscopeError`` becomes one line ``kernelscope: <message>`` on stderr and its ``exit_code``.
-
-``python -m kernelscope.cli --readme`` prints the CLI reference that README.md embeds
-(``--write-readme`` rewrites that part of README.md in place).
-"""
+"""The ``kernelscope`` commands: each parses its arguments, calls storage/analysis functions and prints through
+``render``. Heavy modules (duckdb, pandas, torch) are imported inside the commands so ``kernelscope --help`` stays
+fast."""
 
 from __future__ import annotations
 
@@ -15,241 +9,9 @@ from typing import Any
 
 import click
 
-from . import __version__
-from .errors import KernelscopeError, UsageError
-
-FORMATS = ("table", "json", "csv")
-_HELP_WIDTH = 100
-
-
-class _Group(click.Group):
-    """A group that turns user errors into one line on stderr and the error's exit code."""
-
-    def invoke(self, ctx: click.Context):
-        try:
-            return super().invoke(ctx)
-        except KernelscopeError as exc:
-            click.echo(f"kernelscope: {one_line(str(exc))}", err=True)
-            ctx.exit(exc.exit_code)
-        except Exception as exc:  # a store that fails while read (DuckDB reads blocks lazily): one line
-            from .storage.store import damaged_store_error
-
-            err = damaged_store_error(exc)
-            if err is None:
-                raise
-            click.echo(f"kernelscope: {err}", err=True)
-            ctx.exit(err.exit_code)
-
-
-def one_line(text: str) -> str:
-    """``text`` with line breaks and other control characters escaped (a file name may hold a newline): an
-    error stays one line on stderr."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in text)
-
-
-# --------------------------------------------------------------------------------------------- options
-
-
-def _db_option(fn):
-    return click.option(
-        "--db",
-        "db",
-        type=click.Path(),  # a directory is refused by open_store in one line (click's error is three)
-        metavar="FILE",
-        envvar="KERNELSCOPE_DB",
-        show_envvar=True,
-        help="Store file. Default: $KERNELSCOPE_DB, else ./kernelscope.duckdb.",
-    )(fn)
-
-
-def _format_options(fn):
-    fn = click.option("--json", "as_json", is_flag=True, help="Same as --format json.")(fn)
-    fn = click.option(
-        "--format",
-        "fmt",
-        type=click.Choice(FORMATS),
-        default="table",
-        show_default=True,
-        help="Output format.",
-    )(fn)
-    return fn
-
-
-def _fmt(fmt: str, as_json: bool) -> str:
-    return "json" if as_json else fmt
-
-
-def _label_pairs(values) -> dict[str, Any]:
-    from .storage.queries import parse_label
-
-    labels: dict[str, str] = {}
-    for text in values:
-        key, value, _number = parse_label(text)
-        if not value.strip():
-            raise UsageError(f"label {text!r} has an empty value; write it as key=value (e.g. batch=8)")
-        labels[key] = value
-    return labels
-
-
-def typed_label(text: str) -> Any:
-    """A label's text as JSON shows it: an integer or a finite float when it reads as one, else the text."""
-    try:
-        return int(text)
-    except ValueError:
-        pass
-    try:
-        value = float(text)
-    except ValueError:
-        return text
-    return value if value == value and value not in (float("inf"), float("-inf")) else text
-
-
-def _db_path(db: str | None) -> str:
-    from .storage.store import default_db_path
-
-    return str(db) if db else str(default_db_path())
-
-
-def _open(db: str | None, read_only: bool):
-    from .storage.store import open_store
-
-    return open_store(_db_path(db), read_only=read_only)
-
-
-def _resolve(store, refs) -> list[str]:
-    from .storage.queries import resolve_trace
-
-    return [resolve_trace(store, ref) for ref in refs]
-
-
-# ------------------------------------------------------------------------------------------- rendering
-
-
-def _human_ns(ns: Any) -> str:
-    if ns is None or isinstance(ns, bool) or not isinstance(ns, (int, float)):
-        return ""
-    a = abs(ns)
-    if a >= 1_000_000_000:
-        return f"{ns / 1e9:.3f} s"
-    if a >= 1_000_000:
-        return f"{ns / 1e6:.3f} ms"
-    if a >= 1_000:
-        return f"{ns / 1e3:.3f} us"
-    return f"{ns} ns"
-
-
-def _flatten(prefix: str, value: Any, out: list[tuple[str, Any]]) -> None:
-    if isinstance(value, dict):
-        for k, v in value.items():
-            _flatten(f"{prefix}.{k}" if prefix else str(k), v, out)
-    elif isinstance(value, list):
-        if not value:
-            out.append((prefix, "none"))
-        for i, v in enumerate(value):
-            _flatten(f"{prefix}[{i}]", v, out)
-    else:
-        out.append((prefix, value))
-
-
-def _cell(value: Any, width: int = 70) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        if value != value:
-            return "-"
-        text = f"{value:.4g}" if abs(value) < 1 else f"{value:,.1f}"
-    elif isinstance(value, int) and not isinstance(value, bool):
-        text = str(value)
-    else:
-        text = str(value)
-    text = text.replace("\n", " ")
-    return text if len(text) <= width else text[: width - 3] + "..."
-
-
-def _text_table(df) -> str:
-    from .analysis.result import table_records
-
-    rows = table_records(df)
-    cols = [str(c) for c in df.columns]
-    if not rows:
-        return "(no rows)"
-    cells = [[_cell(r[c]) for c in cols] for r in rows]
-    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
-    numeric = [all(isinstance(r[c], (int, float)) or r[c] is None for r in rows) for c in cols]
-
-    def line(vals):
-        return "  ".join(v.rjust(w) if num else v.ljust(w) for v, w, num in zip(vals, widths, numeric)).rstrip()
-
-    return "\n".join([line(cols), line(["-" * w for w in widths])] + [line(row) for row in cells])
-
-
-def _emit_frame(df, fmt: str) -> None:
-    """One DataFrame: JSON list of row objects, CSV with a header, or an aligned text table."""
-    import json
-
-    from .analysis.result import table_records
-
-    if fmt == "json":
-        click.echo(json.dumps(table_records(df), indent=2, allow_nan=False))
-    elif fmt == "csv":
-        click.echo(df.to_csv(index=False), nl=False)
-    else:
-        click.echo(_text_table(df))
-
-
-def _emit_result(result, fmt: str, table: str | None) -> None:
-    """An analysis Result: JSON object, CSV (scalars as key,value rows, or one --table), or text."""
-    import pandas as pd
-
-    if table is not None:
-        _emit_frame(result.table(table), fmt)
-        return
-    if fmt == "json":
-        click.echo(result.to_json())
-        return
-    flat: list[tuple[str, Any]] = []
-    _flatten("", result.to_dict() | {"tables": None, "definition": None}, flat)
-    scalars = [(k, v) for k, v in flat if k.split(".")[0].split("[")[0] in _scalar_keys(result)]
-    if fmt == "csv":
-        click.echo(pd.DataFrame(scalars, columns=["key", "value"]).to_csv(index=False), nl=False)
-        return
-    width = max((len(k) for k, _ in scalars), default=0)
-    click.echo(f"{result.name}")
-    notes = {}
-    if result.name == "launch":  # TKLQT is a sum over kernels: the per-kernel mean and q lead (issue 11)
-        from .reports.launch import tklqt_lead, tklqt_sum_label
-
-        click.echo(f"  {tklqt_lead(result.scalars)}")
-        notes["tklqt_ns"] = tklqt_sum_label(result.scalars)
-    for key, value in scalars:
-        human = _human_ns(value) if key.endswith("_ns") else ""
-        human = ", ".join(x for x in (human, notes.get(key, "")) if x)
-        click.echo(f"  {key.ljust(width)}  {_cell(value, 100)}" + (f"  ({human})" if human else ""))
-    for name, df in result.tables.items():
-        click.echo(f"\n{name}")
-        click.echo(_text_table(df))
-    for w in result.warnings:
-        click.echo(f"warning: {w}", err=True)
-
-
-def _scalar_keys(result) -> set[str]:
-    return set(result.scalars) | {"trust"}
-
-
-# -------------------------------------------------------------------------------------------- commands
-
-
-@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"],
-                                           "max_content_width": _HELP_WIDTH})
-@click.version_option(__version__, "--version", prog_name="kernelscope", message="%(prog)s %(version)s")
-def cli():
-    """kernelscope: GPU profiling and trace analysis for PyTorch.
-
-    Ingest Kineto traces into a DuckDB store, then list, summarise, analyse and query them.
-    TRACE arguments accept a trace id, a unique id prefix, or the source file name.
-    """
+from ..errors import UsageError
+from .app import cli, db_option, db_path, format_options, label_pairs, one_line, open_db, output_format, resolve
+from .render import emit_frame, emit_result, emit_sql, typed_label
 
 
 @cli.command()
@@ -261,7 +23,7 @@ def cli():
 @click.option("--salvage", is_flag=True,
               help="Keep the complete events of a Kineto trace cut short (a job killed while writing it; a cut "
                    "gzip is decompressed as far as it goes) and mark the trace truncated.")
-@_db_option
+@db_option
 def ingest(paths, labels, name, no_python, salvage, db):
     """Ingest traces: Kineto (.json, .json.gz), Nsight Systems (.sqlite, .sqlite.gz, .nsys-rep, or a
     `nsys export --type parquetdir` folder), Nsight Compute CSVs (.csv, .csv.gz: matched to the stored
@@ -288,10 +50,10 @@ def ingest(paths, labels, name, no_python, salvage, db):
     Prints one line per file (ingested or skipped, with the trace id); failures go to stderr as
     `kernelscope: <path>: <reason>` and make the exit code non-zero. A file that fails leaves no rows.
     """
-    from .storage.ingest import ingest_paths
+    from ..storage.ingest import ingest_paths
 
-    label_map = _label_pairs(labels)
-    with _open(db, read_only=False) as store:
+    label_map = label_pairs(labels)
+    with open_db(db, read_only=False) as store:
         results = ingest_paths(store, paths, labels=label_map, name=name, python_functions=not no_python,
                                salvage=salvage)
     failed = 0
@@ -312,8 +74,8 @@ def ingest(paths, labels, name, no_python, salvage, db):
 
 
 @cli.command()
-@_format_options
-@_db_option
+@format_options
+@db_option
 def traces(fmt, as_json, db):
     """List stored traces: id, name, source, labels and headline counts.
 
@@ -321,10 +83,10 @@ def traces(fmt, as_json, db):
     activity over all devices), ingested_ns (JSON and CSV only), notes (a TRUNCATED trace, a partial run,
     negative durations stored as 0, device events set aside; `summary TRACE` has the details).
     """
-    from .storage.queries import list_traces
+    from ..storage.queries import list_traces
 
-    fmt = _fmt(fmt, as_json)
-    with _open(db, read_only=True) as store:
+    fmt = output_format(fmt, as_json)
+    with open_db(db, read_only=True) as store:
         df = list_traces(store).rename(columns={"trace_id": "id"})
     if fmt == "table":
         df["labels"] = [" ".join(f"{k}={v}" for k, v in lab.items()) for lab in df["labels"]]
@@ -340,15 +102,15 @@ def traces(fmt, as_json, db):
             df["labels"] = [json.dumps(lab, sort_keys=True) for lab in df["labels"]]
             df["devices"] = [json.dumps(devs) for devs in df["devices"]]
             df["notes"] = [json.dumps(n) for n in df["notes"]]
-    _emit_frame(df, fmt)
+    emit_frame(df, fmt)
 
 
 @cli.command()
 @click.argument("trace")
-@_format_options
+@format_options
 @click.option("--table", "table", default=None, metavar="NAME",
               help="Print only this table of the result (top_kernels, top_operators, ...).")
-@_db_option
+@db_option
 def summary(trace, fmt, as_json, table, db):
     """Summarise one trace: counts, GPU time, top kernels and operators, trust.
 
@@ -356,39 +118,39 @@ def summary(trace, fmt, as_json, table, db):
     trust section (matched launches, negative launch times, dropped records). Definitions:
     docs/metrics.md.
     """
-    from .analysis import get_analysis
+    from ..analysis import get_analysis
 
-    fmt = _fmt(fmt, as_json)
-    with _open(db, read_only=True) as store:
-        (trace_id,) = _resolve(store, [trace])
+    fmt = output_format(fmt, as_json)
+    with open_db(db, read_only=True) as store:
+        (trace_id,) = resolve(store, [trace])
         result = get_analysis("summary").fn(store, trace_id)
-    _emit_result(result, fmt, table)
+    emit_result(result, fmt, table)
 
 
 @cli.command()
 @click.argument("trace")
 @click.argument("labels", nargs=-1, required=True, metavar="KEY=VALUE...")
-@_db_option
+@db_option
 def label(trace, labels, db):
     """Set labels on a stored trace (replacing a label of the same key)."""
-    from .storage.queries import set_labels
+    from ..storage.queries import set_labels
 
-    label_map = _label_pairs(labels)
-    with _open(db, read_only=False) as store:
-        (trace_id,) = _resolve(store, [trace])
+    label_map = label_pairs(labels)
+    with open_db(db, read_only=False) as store:
+        (trace_id,) = resolve(store, [trace])
         set_labels(store, trace_id, label_map)
     click.echo(f"labelled  {trace_id}  " + " ".join(f"{k}={v}" for k, v in label_map.items()))
 
 
 @cli.command()
 @click.argument("traces_", nargs=-1, required=True, metavar="TRACE...")
-@_db_option
+@db_option
 def rm(traces_, db):
     """Remove traces and all their rows from the store."""
-    from .storage.queries import remove_traces
+    from ..storage.queries import remove_traces
 
-    with _open(db, read_only=False) as store:
-        ids = _resolve(store, traces_)
+    with open_db(db, read_only=False) as store:
+        ids = resolve(store, traces_)
         remove_traces(store, ids)
     for trace_id in ids:
         click.echo(f"removed   {trace_id}")
@@ -400,7 +162,7 @@ class _Seconds(click.ParamType):
     name = "seconds"
 
     def convert(self, value, param, ctx):
-        from .storage.queries import check_sql_timeout
+        from ..storage.queries import check_sql_timeout
 
         try:
             return check_sql_timeout(value)
@@ -413,7 +175,7 @@ def _sql_text(query: str | None, query_file: str | None) -> str:
     import os
     import stat
 
-    from .storage.queries import MAX_SQL_TEXT_BYTES
+    from ..storage.queries import MAX_SQL_TEXT_BYTES
 
     if query is not None and query_file is not None:
         raise UsageError("give the query either as QUERY or with --file, not both")
@@ -441,106 +203,14 @@ def _sql_text(query: str | None, query_file: str | None) -> str:
         raise UsageError(f"{where}: the query is not UTF-8 text") from None
 
 
-def _sql_rows(batch):
-    """Rows of an Arrow batch as tuples of plain Python values (lists stay whole lists)."""
-    return zip(*[col.to_pylist() for col in batch.columns]) if batch.num_columns else iter(())
-
-
-def _sql_cell_text(value: Any) -> str:
-    """A table cell (a json_safe value) in full: lists and structs as JSON text, others as tables show them."""
-    import json
-
-    if isinstance(value, (list, dict)):
-        return json.dumps(value, ensure_ascii=False)
-    return _cell(value, width=sys.maxsize)
-
-
-def _sql_csv_value(value: Any) -> Any:
-    import json
-    import math
-
-    from .analysis.result import json_safe
-
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return ""
-    if isinstance(value, (list, tuple, dict)):  # the whole list, as JSON text
-        return json.dumps(json_safe(value), ensure_ascii=False)
-    return value
-
-
-def _emit_sql(q, fmt: str, block_rows: int = 2000) -> None:
-    """Stream a query's result: JSON (a list of row objects), CSV with a header, or an aligned table whose
-    column widths come from its first ``block_rows`` rows. Every value is printed in full."""
-    import csv
-    import io
-    import json
-
-    from .analysis.result import json_safe
-
-    cols = q.columns
-    out = sys.stdout
-    if fmt == "json":
-        n = 0
-        for batch in q.batches():
-            for row in _sql_rows(batch):
-                text = json.dumps({c: json_safe(v) for c, v in zip(cols, row)}, indent=2, allow_nan=False,
-                                  ensure_ascii=False)
-                out.write(("[\n" if n == 0 else ",\n") + "\n".join("  " + line for line in text.split("\n")))
-                n += 1
-        out.write("\n]\n" if n else "[]\n")
-        return
-    if fmt == "csv":
-        buf = io.StringIO()
-        writer = csv.writer(buf, lineterminator="\n")
-        if cols:
-            writer.writerow(cols)
-        for batch in q.batches():
-            for row in _sql_rows(batch):
-                writer.writerow([_sql_csv_value(v) for v in row])
-            out.write(buf.getvalue())
-            buf.seek(0)
-            buf.truncate()
-        out.write(buf.getvalue())
-        return
-    widths: list[int] | None = None
-    numeric: list[bool] = []
-    block: list[tuple] = []
-
-    def flush(rows):
-        nonlocal widths, numeric
-        cells = [[_sql_cell_text(v) for v in row] for row in rows]
-        if widths is None:
-            widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(cols)]
-            numeric = [all(isinstance(r[i], (int, float)) or r[i] is None for r in rows)
-                       for i in range(len(cols))]
-            out.write(_line(cols) + "\n" + _line(["-" * w for w in widths]) + "\n")
-        for r in cells:
-            out.write(_line(r) + "\n")
-
-    def _line(vals):
-        return "  ".join(v.rjust(w) if num else v.ljust(w)
-                         for v, w, num in zip(vals, widths, numeric)).rstrip()
-
-    for batch in q.batches():
-        for row in _sql_rows(batch):
-            block.append(tuple(json_safe(v) for v in row))
-            if len(block) >= block_rows:
-                flush(block)
-                block = []
-    if block:
-        flush(block)
-    if widths is None:
-        out.write("(no rows)\n")
-
-
 @cli.command()
 @click.argument("query", required=False)
 @click.option("--file", "-f", "query_file", default=None, metavar="PATH",
               help="Read the query from this file ('-': standard input) instead of QUERY.")
 @click.option("--timeout", "timeout_s", type=_Seconds(), default=30.0, show_default=True,
               help="Cancel the query after this many seconds (above 0, at most 86400).")
-@_format_options
-@_db_option
+@format_options
+@db_option
 def sql(query, query_file, timeout_s, fmt, as_json, db):
     """Run one read-only SQL query on the store.
 
@@ -550,13 +220,13 @@ def sql(query, query_file, timeout_s, fmt, as_json, db):
     (DuckDB gets three quarters of it and never spills to disk); a query that needs more stops with one
     line. Rows stream out as they come; every value (lists too) prints in full.
     """
-    from .storage.queries import ReadonlySql
+    from ..storage.queries import ReadonlySql
 
     text = _sql_text(query, query_file)
-    fmt = _fmt(fmt, as_json)
-    with ReadonlySql(_db_path(db), text, timeout_s=timeout_s, bound_process=True) as q:
+    fmt = output_format(fmt, as_json)
+    with ReadonlySql(db_path(db), text, timeout_s=timeout_s, bound_process=True) as q:
         try:
-            _emit_sql(q, fmt)
+            emit_sql(q, fmt)
         except MemoryError as exc:  # printing ran out of the bound
             raise q.error(exc) from None
 
@@ -572,9 +242,9 @@ def sql(query, query_file, timeout_s, fmt, as_json, db):
                    "[default: batch].")
 @click.option("--sweep", "sweep", default=None, metavar="NAME",
               help="Multi-trace analyses: use the traces labelled sweep=NAME (instead of listing TRACEs).")
-@_format_options
+@format_options
 @click.option("--table", "table", default=None, metavar="NAME", help="Print only this table of the result.")
-@_db_option
+@db_option
 def analyze(name, traces_, list_, options, by, sweep, fmt, as_json, table, db):
     """Run the analysis NAME on one or more traces, or list the analyses with --list.
 
@@ -586,9 +256,9 @@ def analyze(name, traces_, list_, options, by, sweep, fmt, as_json, table, db):
 
     import pandas as pd
 
-    from .analysis import ANALYSES, get_analysis
+    from ..analysis import ANALYSES, get_analysis
 
-    fmt = _fmt(fmt, as_json)
+    fmt = output_format(fmt, as_json)
     if list_:
         df = pd.DataFrame([{"name": a.name, "description": a.description} for a in ANALYSES.values()])
         if fmt == "table":  # whole descriptions: they are the only documentation a user sees here
@@ -596,7 +266,7 @@ def analyze(name, traces_, list_, options, by, sweep, fmt, as_json, table, db):
             for row in df.itertuples(index=False):
                 click.echo(f"{row.name:<{width}}  {row.description}")
         else:
-            _emit_frame(df, fmt)
+            emit_frame(df, fmt)
         return
     if not name:
         raise UsageError("give an analysis name and at least one TRACE, or --list to see the analyses.")
@@ -605,17 +275,17 @@ def analyze(name, traces_, list_, options, by, sweep, fmt, as_json, table, db):
     if analysis.multi:
         if traces_ and sweep:
             raise UsageError(f"give either TRACEs or --sweep to `analyze {name}`, not both.")
-        with _open(db, read_only=True) as store:
-            ids = _resolve(store, traces_) if traces_ else None
+        with open_db(db, read_only=True) as store:
+            ids = resolve(store, traces_) if traces_ else None
             result = analysis.fn(store, ids, by=by or "batch", sweep=sweep, **kwargs)
-        _emit_result(result, fmt, table)
+        emit_result(result, fmt, table)
         return
     if by is not None or sweep is not None:
         raise UsageError(f"--by and --sweep apply to multi-trace analyses only; '{name}' takes TRACEs.")
     if not traces_:
         raise UsageError("give an analysis name and at least one TRACE, or --list to see the analyses.")
-    with _open(db, read_only=True) as store:
-        ids = _resolve(store, traces_)
+    with open_db(db, read_only=True) as store:
+        ids = resolve(store, traces_)
         results = [analysis.fn(store, trace_id, **kwargs) for trace_id in ids]
     if fmt == "json" and table is None and len(results) > 1:
         click.echo(json.dumps([r.to_dict() for r in results], indent=2, allow_nan=False))
@@ -623,7 +293,7 @@ def analyze(name, traces_, list_, options, by, sweep, fmt, as_json, table, db):
     for i, result in enumerate(results):
         if i and fmt == "table":
             click.echo("")
-        _emit_result(result, fmt, table)
+        emit_result(result, fmt, table)
 
 
 def _split_option(text: str) -> tuple[str, str]:
@@ -652,26 +322,26 @@ def _number(text: str) -> Any:
 @click.option("--fail-on", "fail_on", multiple=True, metavar="RULE",
               help="Exit 1 when B vs A breaks RULE: METRIC>THRESHOLD or METRIC<THRESHOLD, the threshold "
                    "signed, in % (relative) or absolute (ns), e.g. \"latency_ns>+5%\" (repeatable).")
-@_format_options
+@format_options
 @click.option("--table", "table", default=None, metavar="NAME", help="Print only this table of the result.")
-@_db_option
+@db_option
 def diff(a, b, sweeps, by, fail_on, fmt, as_json, table, db):
     """Compare trace B with trace A (or sweep B with sweep A with --sweeps): kernel groups matched by
     operator signature, normalised kernel name, then category; count/time deltas; headline changes.
 
     With --fail-on, prints one line per violated rule on stderr and exits 1 (for CI).
     """
-    from .analysis.diff import diff as diff_fn
-    from .analysis.diff import parse_rule, violations
+    from ..analysis.diff import diff as diff_fn
+    from ..analysis.diff import parse_rule, violations
 
-    fmt = _fmt(fmt, as_json)
+    fmt = output_format(fmt, as_json)
     rules = [parse_rule(r) for r in fail_on]
-    with _open(db, read_only=True) as store:
+    with open_db(db, read_only=True) as store:
         if sweeps:
             result = diff_fn(store, None, by=by, sweep=a, sweep_b=b)
         else:
-            result = diff_fn(store, _resolve(store, [a, b]), by=by)
-    _emit_result(result, fmt, table)
+            result = diff_fn(store, resolve(store, [a, b]), by=by)
+    emit_result(result, fmt, table)
     bad = violations(result, rules)
     for line in bad:
         click.echo(f"kernelscope: {line}", err=True)
@@ -691,7 +361,7 @@ def diff(a, b, sweeps, by, fail_on, fmt, as_json, table, db):
 @click.option("--format", "fmt", type=click.Choice(["html", "md"]), default=None,
               help="html (one self-contained file) or md (headline tables for a pull request); "
                    "default: from the -o suffix, else html.")
-@_db_option
+@db_option
 def report(traces_, by, sweep, output, fmt, db):
     """Write a report of one or more traces: one self-contained HTML file (plotly.js inline, opens
     offline) or a Markdown summary.
@@ -702,16 +372,16 @@ def report(traces_, by, sweep, output, fmt, db):
     import os
     import tempfile
 
-    from .analysis.transition import select_traces
-    from .reports.report import report as build_report
+    from ..analysis.transition import select_traces
+    from ..reports.report import report as build_report
 
     fmt = fmt or ("md" if output and output.lower().endswith(".md") else "html")
     if fmt == "html" and not output:
         raise UsageError("an HTML report needs a file: add -o report.html (or --format md for stdout).")
     if bool(traces_) == bool(sweep):
         raise UsageError("give TRACEs or --sweep NAME to `kernelscope report` (one of the two).")
-    with _open(db, read_only=True) as store:
-        ids = _resolve(store, traces_) if traces_ else select_traces(store, by or "batch", sweep)
+    with open_db(db, read_only=True) as store:
+        ids = resolve(store, traces_) if traces_ else select_traces(store, by or "batch", sweep)
         if not ids:
             raise UsageError(f"no trace carries the labels sweep={sweep} and {by or 'batch'}=<number>.")
         text = build_report(store, ids, by=by or ("batch" if sweep else None), fmt=fmt)
@@ -736,7 +406,7 @@ def report(traces_, by, sweep, output, fmt, db):
 @click.option("--run-dir", type=click.Path(file_okay=False), default=None,
               help="Where the trace and telemetry files go (default: a new folder ./runs/<name>-<UTC time> "
                    "under the current directory).")
-@_db_option
+@db_option
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def profile(name, labels, run_dir, db, command):
     """Run a Python script under the profiler and the GPU sampler, then ingest the result.
@@ -750,14 +420,14 @@ def profile(name, labels, run_dir, db, command):
             "`kernelscope profile` needs PyTorch, which is not installed; install it with "
             "`pip install 'kernelscope[collect]'` (or a torch build for your machine)."
         )
-    from .collectors.runner import run_script
+    from ..collectors.runner import run_script
 
     argv = list(command)
     if argv and argv[0] == "--":
         argv = argv[1:]
     if not argv:
         raise UsageError("give the command to profile after `--`, e.g. `kernelscope profile -- python s.py`.")
-    code = run_script(argv, name=name, labels=_label_pairs(labels), db=_db_path(db), run_dir=run_dir)
+    code = run_script(argv, name=name, labels=label_pairs(labels), db=db_path(db), run_dir=run_dir)
     sys.exit(code)
 
 
@@ -774,7 +444,7 @@ def profile(name, labels, run_dir, db, command):
 @click.option("--token", default=None, metavar="TEXT", envvar="KERNELSCOPE_DASHBOARD_TOKEN", show_envvar=True,
               help="Access token every request must carry (8+ characters of A-Z a-z 0-9 . _ ~ -). Default: "
                    "none on loopback; beyond it, a new random one, printed in the URL.")
-@_db_option
+@db_option
 def dashboard(host, port, token, db):
     """Serve the web dashboard over a store and print its URL.
 
@@ -785,23 +455,23 @@ def dashboard(host, port, token, db):
     once (?token=..., then a cookie) or send the X-Kernelscope-Token header. Stop with Ctrl-C.
     """
     try:
-        from .dashboard.app import serve, token_problem
+        from ..dashboard.app import serve, token_problem
     except ImportError as exc:  # dash is an extra
         raise UsageError(f"the dashboard needs dash ({exc.name} is missing): pip install 'kernelscope[dashboard]'")
     if token is not None and token_problem(token):
         raise UsageError(f"--token {token_problem(token)}")
     import pathlib
 
-    from .errors import StoreLockedError
+    from ..errors import StoreLockedError
 
-    if pathlib.Path(_db_path(db)).is_file():
+    if pathlib.Path(db_path(db)).is_file():
         try:  # a store from an older kernelscope is migrated once here; pages open it read-only
-            _open(db, read_only=False).close()
+            open_db(db, read_only=False).close()
         except StoreLockedError:  # an ingest is running: it migrates; pages say "busy" until it ends
             pass
-    with _open(db, read_only=True):  # a missing or foreign store fails here, in one line
+    with open_db(db, read_only=True):  # a missing or foreign store fails here, in one line
         pass
-    serve(_db_path(db), host=host, port=port, token=token)
+    serve(db_path(db), host=host, port=port, token=token)
 
 
 @cli.command()
@@ -809,68 +479,16 @@ def dashboard(host, port, token, db):
               help="Folder to write the Parquet dataset to (new or empty).")
 @click.option("--run", "run", default=None, metavar="RUN",
               help="Export only this run (a run id, or a trace id for a trace outside any run).")
-@_db_option
+@db_option
 def export(parquet_dir, run, db):
     """Export the store as a Parquet dataset: one folder per table, hive-partitioned by run and rank
     (DIR/<table>/run=<run>/rank=<rank>/data_0.parquet), plus a manifest of columns and types
     (docs/export.md). DuckDB, Spark or Trino read it in place; kernelscope's analyses run on it through
     `kernelscope.storage.export.open_parquet_store(DIR)`.
     """
-    from .storage.export import export_parquet
+    from ..storage.export import export_parquet
 
-    with _open(db, read_only=True) as store:
+    with open_db(db, read_only=True) as store:
         info = export_parquet(store, parquet_dir, run=run)
     click.echo(f"exported  {info.tables} tables, {info.rows:,} rows of {info.runs} run(s), "
                f"{info.bytes / 1e6:.2f} MB  {info.path}")
-
-
-# ---------------------------------------------------------------------------------------------------
-# ------------------------------------------------------------------------------------- CLI reference
-
-
-def cli_reference() -> str:
-    """The Markdown CLI reference README.md embeds: every command's --help text, at a fixed width."""
-    from click.testing import CliRunner
-
-    parts = []
-    for path, _cmd in _walk(cli, ["kernelscope"]):
-        res = CliRunner().invoke(cli, path[1:] + ["--help"], prog_name="kernelscope",
-                                 terminal_width=_HELP_WIDTH - 2)  # = live help on a wide terminal
-        parts.append(f"### `{' '.join(path)}`\n\n```text\n{res.output.rstrip()}\n```\n")
-    return "\n".join(parts)
-
-
-def _walk(cmd, path):
-    yield path, cmd
-    if isinstance(cmd, click.Group):
-        for name in sorted(cmd.commands):
-            yield from _walk(cmd.commands[name], path + [name])
-
-
-README_START = "<!-- cli-reference:start (generated by `python -m kernelscope.cli --write-readme`) -->"
-README_END = "<!-- cli-reference:end -->"
-
-
-def _write_readme(path: str = "README.md") -> None:
-    with open(path, encoding="utf-8") as fh:
-        text = fh.read()
-    head, sep1, rest = text.partition(README_START)
-    _, sep2, tail = rest.partition(README_END)
-    if not (sep1 and sep2):
-        raise UsageError(f"{path} has no `{README_START}` ... `{README_END}` markers.")
-    with open(path, "w", encoding="utf-8") as fh:
-        fh.write(head + README_START + "\n\n" + cli_reference() + "\n" + README_END + tail)
-
-
-def main(argv: list[str] | None = None) -> None:
-    """Console-script entry point."""
-    cli.main(args=argv, prog_name="kernelscope")
-
-
-if __name__ == "__main__":
-    if sys.argv[1:] == ["--readme"]:
-        click.echo(cli_reference(), nl=False)
-    elif sys.argv[1:] == ["--write-readme"]:
-        _write_readme()
-    else:
-        main()
