@@ -19,7 +19,7 @@ from . import launch as rl
 from ..analysis import bound as analysis_bound
 from ..analysis.recommend import recommend
 from ..errors import KernelscopeError
-from ..storage import lookups
+from ..storage import catalog
 from ..units import NS_PER_MS, ms_text
 from .blocks import Section, Table
 from .missing import is_missing, na, shown
@@ -194,7 +194,7 @@ def bound_figures(r) -> list[go.Figure]:
 
 
 def _name(store, tid: str) -> str:
-    return lookups.trace_name(store, tid) or tid
+    return catalog.trace_name(store, tid) or tid
 
 
 def bound_section(store, trace_ids: list[str], ctx) -> Section | None:
@@ -244,7 +244,7 @@ def energy_reason(power_result) -> str:
 
 
 def _numeric_label(store, tid: str) -> str | None:
-    keys = lookups.numeric_label_keys(store, tid)
+    keys = catalog.numeric_labels_of(store, tid)
     return "batch" if "batch" in keys else (keys[0] if keys else None)
 
 
@@ -252,7 +252,7 @@ def inflation(store, tid: str) -> tuple[float | None, str, str]:
     """(profiler inflation, sentence, why it is missing): the transition analysis' ``inflation`` = traced
     latency per iteration / un-profiled time (collector ``cuda_event`` timings, else label ``unprofiled_ns``)
     for this one trace; None with the reason (a sentence and a few words) when there is no un-profiled time."""
-    n_timings = lookups.cuda_event_timings(store, tid)
+    n_timings = catalog.cuda_event_timings(store, tid)
     by = _numeric_label(store, tid)
     if by is None:
         return None, ("No profiler inflation: the trace has no numeric label, so the transition analysis "
@@ -359,7 +359,7 @@ def extras_section(store, trace_ids: list[str], ctx) -> Section | None:
     rows, blocks = [], []
     for tid in trace_ids:
         name = _name(store, tid)
-        has_gpu = bool(lookups.gpu_activity_count(store, tid))
+        has_gpu = bool(catalog.gpu_activity_count(store, tid))
         x = headline_extras(store, tid, has_gpu)
         ls, (e_mj, e_key, e_text), (infl, infl_text) = x["launch"], x["energy"], x["inflation"]
         tk, mean = ls.get("tklqt_ns"), rl.mean_lq_ns(ls)

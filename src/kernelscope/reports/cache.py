@@ -25,7 +25,7 @@ from collections import OrderedDict
 import pandas as pd
 
 from ..analysis.registry import get_analysis
-from ..storage import lookups
+from ..storage import catalog
 
 #: Most entries kept (Results, and the Timeline's base bins of a few MB each).
 MAX_ENTRIES = 48
@@ -95,9 +95,9 @@ def trace_stamps(store, trace_ids) -> tuple:
     """``((trace_id, ingested_ns or None), ...)`` of the given trace ids (one id, a list, or None for every
     trace of the store), in id order."""
     if trace_ids is None:
-        return tuple(lookups.ingest_stamps(store).items())
+        return tuple(catalog.ingest_stamps(store).items())
     ids = [trace_ids] if isinstance(trace_ids, str) else list(trace_ids)
-    known = lookups.ingest_stamps(store, ids)
+    known = catalog.ingest_stamps(store, ids)
     return tuple((t, known.get(t)) for t in sorted(set(ids)))
 
 

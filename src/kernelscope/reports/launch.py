@@ -14,7 +14,7 @@ import plotly.graph_objects as go
 
 from . import cache
 from ..units import NS_PER_MS, NS_PER_US, ms_text
-from ..storage import lookups
+from ..storage import catalog
 from .blocks import Section, Table
 from .missing import value_or_na
 from ..analysis.summary import no_gpu_reason
@@ -221,7 +221,7 @@ def launch_section(store, trace_ids: list[str], ctx) -> Section | None:
     the what-if."""
     blocks: list = []
     for tid in trace_ids:
-        name = lookups.trace_name(store, tid) or tid
+        name = catalog.trace_name(store, tid) or tid
         lr, wr = launch_results(store, tid)
         ls, ws = lr.scalars, wr.scalars
         if not has_launches(ls):

@@ -17,7 +17,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from . import cache
-from ..storage import lookups, series
+from ..storage import catalog, series
 from ..units import NS_PER_MS
 from .blocks import Section, Table
 from .missing import na, shown
@@ -251,7 +251,7 @@ def power_section(store, trace_ids: list[str], ctx) -> Section | None:
     blocks: list = []
     rows = []
     for tid in trace_ids:
-        name = lookups.trace_name(store, tid)
+        name = catalog.trace_name(store, tid)
         name = name if name is not None else tid
         if not has_telemetry(store, tid):
             blocks.append(f"{name}: no telemetry was recorded with this trace: no power, energy or clocks.")

@@ -12,7 +12,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from ..analysis.registry import get_analysis
-from ..storage import lookups
+from ..storage import catalog
 from ..units import NS_PER_MS
 
 SEGMENTS = [  # (column, label, colour)
@@ -30,7 +30,7 @@ def comm_result(store, run: str | None = None):
 
 def run_list(store) -> pd.DataFrame:
     """The runs of the store: run_id, name, world_size, rank_source, offset_method."""
-    return lookups.runs(store)
+    return catalog.runs(store)
 
 
 def breakdown_figure(ranks: pd.DataFrame) -> go.Figure:

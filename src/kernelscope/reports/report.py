@@ -19,7 +19,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from .. import __version__
-from ..storage import lookups
+from ..storage import catalog
 from .blocks import Context, Section, Table
 from .missing import na, shown
 from .overview import overview_section
@@ -136,7 +136,7 @@ def report(store, trace_ids: list[str], by: str | None = None, fmt: str = "html"
     if by:
         trace_ids = _sweep.order_by_label(store, list(trace_ids), by)
     if title is None:
-        names = lookups.trace_names(store, trace_ids)
+        names = list(catalog.trace_names(store, trace_ids).values())  # only their count and a lone one show
         title = "kernelscope report: " + (names[0] if len(names) == 1 else f"{len(names)} traces")
     sections = build(store, trace_ids, by)
     return render_html(sections, title) if fmt == "html" else render_markdown(sections, title)

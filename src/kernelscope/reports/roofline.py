@@ -20,7 +20,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from . import cache
-from ..storage import lookups
+from ..storage import catalog
 from ..storage.ncu import measured_dram_bytes
 from ..units import NS_PER_MS
 from .blocks import Section, Table
@@ -276,7 +276,7 @@ def roofline_section(store, trace_ids: list[str], ctx, top: int = 15) -> Section
     None when no trace has GPU activity."""
     blocks: list = []
     for tid in trace_ids:
-        name = lookups.trace_name(store, tid)
+        name = catalog.trace_name(store, tid)
         name = name if name is not None else tid
         r = bandwidth_result(store, tid)
         s = r.scalars

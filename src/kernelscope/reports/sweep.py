@@ -18,7 +18,7 @@ from plotly.subplots import make_subplots
 
 from . import cache
 from ..errors import UsageError
-from ..storage import lookups
+from ..storage import catalog
 from ..units import NS_PER_MS, ms_text
 from .blocks import Section, Table
 
@@ -28,7 +28,7 @@ REGIME_COLORS = {"cpu_bound": "rgba(239, 68, 68, 0.12)", "gpu_bound": "rgba(34, 
 def order_by_label(store, trace_ids: list[str], by: str) -> list[str]:
     """``trace_ids`` in sweep order: by the numeric value of label ``by`` (ascending), ties by trace name
     then id; traces without a numeric ``by`` last, by name. Unknown ids keep their place at the end."""
-    df = lookups.label_values(store, trace_ids, by)
+    df = catalog.label_values(store, trace_ids, by)
     known = {r.trace_id: (pd.isna(r.value_num), 0.0 if pd.isna(r.value_num) else float(r.value_num), r.name,
                           r.trace_id) for r in df.itertuples(index=False)}
     return sorted((t for t in trace_ids if t in known), key=known.__getitem__) + \
@@ -39,13 +39,13 @@ def sweep_choices(store) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(sweeps, labels). ``sweeps``: per sweep name its ``traces`` and ``by`` keys (numeric labels that every
     trace of the sweep carries with distinct values; 'batch' first). ``labels``: numeric label ``key``s whose
     values differ between all ``traces`` carrying them."""
-    raw = lookups.sweep_keys(store)
+    raw = catalog.sweep_keys(store)
     rows = []
     for sweep, g in raw.groupby("sweep", sort=True):
         keys = [k for k in g["key"] if isinstance(k, str)]
         keys.sort(key=lambda k: (k != "batch", k))
         rows.append({"sweep": sweep, "traces": int(g["traces"].iloc[0]), "by": keys})
-    return pd.DataFrame(rows, columns=["sweep", "traces", "by"]), lookups.distinct_numeric_labels(store)
+    return pd.DataFrame(rows, columns=["sweep", "traces", "by"]), catalog.distinct_numeric_labels(store)
 
 
 def sweep_result(store, by: str = "batch", sweep: str | None = None, trace_ids: list[str] | None = None):
