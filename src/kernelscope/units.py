@@ -1,10 +1,27 @@
-"""The one place where unit conversions live. Stored times are int64 ns since the Unix epoch."""
+"""The one place where unit conversions live. Stored times are int64 ns since the Unix epoch.
+
+Every factor between units has a name here (time, power, energy, bytes, FLOPs); code elsewhere divides or
+multiplies by the name (``ns / NS_PER_MS``) or calls the function (``ns_to_ms(ns)``), never by a bare ``1e6``.
+Bytes and FLOPs use decimal prefixes (1 MB = 10^6 bytes, 1 GB/s = 10^9 bytes per second, 1 TFLOP = 10^12).
+"""
 
 from __future__ import annotations
 
+# time
 NS_PER_US = 1_000
 NS_PER_MS = 1_000_000
 NS_PER_S = 1_000_000_000
+US_PER_MS = 1_000
+MS_PER_S = 1_000
+# power and energy: NVML reports milliwatts and millijoules
+MW_PER_W = 1_000
+MJ_PER_J = 1_000
+# bytes (decimal, as sizes print) and FLOPs
+BYTES_PER_MB = 1_000_000
+BYTES_PER_GB = 1_000_000_000
+FLOP_PER_GFLOP = 1_000_000_000
+FLOP_PER_TFLOP = 1_000_000_000_000
+GFLOP_PER_TFLOP = 1_000
 
 
 def us_text_to_ns(text: str | bytes) -> int:
@@ -20,13 +37,13 @@ def us_text_to_ns(text: str | bytes) -> int:
     if "e" in text or "E" in text:
         from decimal import ROUND_HALF_UP, Decimal
 
-        return int((Decimal(text) * 1000).quantize(Decimal(1), rounding=ROUND_HALF_UP))
+        return int((Decimal(text) * NS_PER_US).quantize(Decimal(1), rounding=ROUND_HALF_UP))
     neg = text.startswith("-")
     if neg or text.startswith("+"):
         text = text[1:]
     whole, _, frac = text.partition(".")
     frac_digits = (frac + "000")[:3]
-    ns = int(whole or "0") * 1000 + int(frac_digits)
+    ns = int(whole or "0") * NS_PER_US + int(frac_digits)
     if len(frac) > 3 and frac[3] >= "5":
         ns += 1
     return -ns if neg else ns
@@ -45,7 +62,11 @@ def ns_to_s(ns: int | float) -> float:
 
 
 def mw_to_w(mw: int | float) -> float:
-    return mw / 1000.0
+    return mw / MW_PER_W
+
+
+def mj_to_j(mj: int | float) -> float:
+    return mj / MJ_PER_J
 
 
 def gbps(nbytes: int | float, dur_ns: int | float) -> float | None:
@@ -58,7 +79,7 @@ def gbps(nbytes: int | float, dur_ns: int | float) -> float | None:
 def tflops(flops: int | float, dur_ns: int | float) -> float | None:
     if not dur_ns or dur_ns <= 0:
         return None
-    return flops / dur_ns / 1000.0  # flop/ns == GFLOP/s
+    return flops / dur_ns / GFLOP_PER_TFLOP  # flop/ns == GFLOP/s
 
 
 def ms_text(ns) -> str:

@@ -33,7 +33,8 @@ from typing import Any
 
 import pandas as pd
 
-from .result import Result
+from ..units import FLOP_PER_TFLOP, MJ_PER_J, MW_PER_W, NS_PER_S, mw_to_w, ns_to_ms, ns_to_s
+from .result import Result, int_or_none
 
 DESCRIPTION = "Energy per trace/phase/unit (counter or integrated power), J/TFLOP, busy/idle power, clocks, throttling."
 MIN_STEPS = 10
@@ -108,7 +109,7 @@ def _integrated_mj(samples: pd.DataFrame, a: int, b: int) -> float | None:
 
     grid = np.unique(np.concatenate([[a, b], ts[(ts > a) & (ts < b)]]))
     p = np.interp(grid, ts, ps)
-    return float(np.sum((p[1:] + p[:-1]) / 2 * np.diff(grid)) / 1e9)  # mW x ns = 1e-9 mJ
+    return float(np.sum((p[1:] + p[:-1]) / 2 * np.diff(grid)) / NS_PER_S)  # mW x s = mJ
 
 
 def power(store, trace_id: str) -> Result:
@@ -162,8 +163,8 @@ def power(store, trace_id: str) -> Result:
 
     trace_mj = energy(a, b) if not no_window else None
     if source and trace_mj is None and not no_window:
-        warnings.append(f"the trace window ({(b - a) / 1e6:.1f} ms) is shorter than {MIN_STEPS} counter steps "
-                        f"({'?' if step is None else f'{step / 1e6:.1f} ms'} each) or not covered by telemetry: "
+        warnings.append(f"the trace window ({ns_to_ms(b - a):.1f} ms) is shorter than {MIN_STEPS} counter steps "
+                        f"({'?' if step is None else f'{ns_to_ms(step):.1f} ms'} each) or not covered by telemetry: "
                         "trace energy is null.")
     phases = store.query("SELECT ann_id, kind, name, start_ns, end_ns, dur_ns FROM annotations "
                          "WHERE trace_id = $t AND kind IN ('step', 'user') AND name NOT LIKE 'kernelscope::%' "
@@ -187,7 +188,7 @@ def power(store, trace_id: str) -> Result:
     steps = int(store.query("SELECT count(*) AS n FROM annotations WHERE trace_id = $t AND kind = 'step'",
                             {"t": t})["n"].iloc[0])
     if flops and per_iter is not None:
-        j_tflop = (per_iter / 1e3) / (flops / max(steps, 1) / 1e12)
+        j_tflop = (per_iter / MJ_PER_J) / (flops / max(steps, 1) / FLOP_PER_TFLOP)
 
     # busy / idle power
     bs = store.query(_SQL_BUSY_SAMPLES, dict(p, a=a, b=b))
@@ -200,8 +201,8 @@ def power(store, trace_id: str) -> Result:
     if no_window:
         p_reason = "the trace has no timed events"
     elif pstep is None or b - a < MIN_STEPS * pstep:
-        p_reason = (f"the trace window ({(b - a) / 1e6:.1f} ms) is shorter than {MIN_STEPS} steps of the "
-                    f"{pcol} reading ({'?' if pstep is None else f'{pstep / 1e6:.1f} ms'} each): its samples "
+        p_reason = (f"the trace window ({ns_to_ms(b - a):.1f} ms) is shorter than {MIN_STEPS} steps of the "
+                    f"{pcol} reading ({'?' if pstep is None else f'{ns_to_ms(pstep):.1f} ms'} each): its samples "
                     "repeat a few stale values")
     else:
         p_reason = None
@@ -211,15 +212,16 @@ def power(store, trace_id: str) -> Result:
             return {"samples": 0, "mean_w": None, "peak_w": None, "reason": "no samples"}
         if p_reason:
             return {"samples": int(len(df)), "mean_w": None, "peak_w": None, "reason": p_reason}
-        return {"samples": int(len(df)), "mean_w": float(df["p_mw"].mean()) / 1e3,
-                "peak_w": float(df["p_mw"].max()) / 1e3, "reason": None}
+        return {"samples": int(len(df)), "mean_w": mw_to_w(float(df["p_mw"].mean())),
+                "peak_w": mw_to_w(float(df["p_mw"].max())), "reason": None}
     busy_p, idle_p = stats(bs[bs.busy]), stats(bs[~bs.busy])
     if p_reason and len(bs):
         warnings.append(f"busy/idle power is null: {p_reason}.")
-    mean_mw = (busy_p["mean_w"] if busy_p["mean_w"] is not None else
-               (float(tel["power_mw"].mean()) / 1e3 if tel["power_mw"].notna().any() else None))
+    mean_w = (busy_p["mean_w"] if busy_p["mean_w"] is not None else
+              (mw_to_w(float(tel["power_mw"].mean())) if tel["power_mw"].notna().any() else None))
     ops = store.query(_SQL_OPS, {"t": t})
-    ops["energy_time_share_mj"] = (ops["kernel_time_ns"] * (mean_mw * 1e3) / 1e9) if mean_mw is not None else None
+    ops["energy_time_share_mj"] = ((ops["kernel_time_ns"] * (mean_w * MW_PER_W) / NS_PER_S) if mean_w is not None
+                                   else None)  # ns x mW / 1e9 = mJ
 
     # clocks and throttling over samples in the window (all when none)
     win = tel[(tel.t_ns >= a) & (tel.t_ns <= b)]
@@ -241,7 +243,7 @@ def power(store, trace_id: str) -> Result:
         "energy_source": source,
         "trace_energy_mj": trace_mj,
         "trace_window_ns": None if no_window else b - a,
-        "mean_power_w": (trace_mj / ((b - a) / 1e9) / 1e3) if trace_mj is not None else None,
+        "mean_power_w": mw_to_w(trace_mj / ns_to_s(b - a)) if trace_mj is not None else None,  # mJ/s = mW
         "energy_per_iteration_mj": per_iter,
         "unit": unit,
         "units_per_iteration": units,
@@ -262,17 +264,13 @@ def power(store, trace_id: str) -> Result:
         "counter_change_points": int(len(ech)),
         "min_window_ns": None if step is None else MIN_STEPS * step,
         "clock_offset_ns": off,
-        "energy_loop_iterations": None if not len(loop) else _int(loop["iteration"].iloc[0]),
+        "energy_loop_iterations": None if not len(loop) else int_or_none(loop["iteration"].iloc[0]),
     }
     if per_iter is None:
         warnings.append("no un-profiled energy loop recorded: energy per iteration and per unit are null.")
     return Result(name="power", definition=__doc__.strip(), scalars=scalars,
                   tables={"phases": phases, "energy_time_share": ops, "throttle": throttle},
                   warnings=warnings, trust=trust)
-
-
-def _int(v):
-    return None if pd.isna(v) else int(v)
 
 
 def _flops(store, trace_id: str, warnings: list[str]) -> float | None:

@@ -31,6 +31,11 @@ def py_scalar(v: Any) -> Any:
     return v.item() if hasattr(v, "item") else v
 
 
+def int_or_none(v: Any) -> int | None:
+    """One numpy/pandas/Python number as int; missing (None, NaN, NA) -> None."""
+    return None if v is None or pd.isna(v) else int(v)
+
+
 def json_safe(value: Any) -> Any:
     """Convert numpy/pandas scalars and containers to plain JSON values.
 

@@ -42,7 +42,7 @@ from ..storage.intervals import union_length_sql, union_sql
 from . import bound as bound_mod
 from . import comm as comm_mod
 from . import launch as launch_mod
-from .result import Result
+from .result import Result, int_or_none
 
 DESCRIPTION = ("Several traces: CPU->GPU-bound transition over a numeric label (--by batch), trace rule "
                "and un-profiled rule brackets.")
@@ -171,12 +171,12 @@ def transition(store, trace_ids: list[str] | None = None, by: str = "batch", swe
         m = met.loc[t]
         lr = launch_mod.tklqt(store, t)  # launch's tklqt_ns and mean_queue_depth alone
         split = bound_mod.idle_split(store, t)
-        span = _int(m["gpu_span_ns"])
+        span = int_or_none(m["gpu_span_ns"])
         busy = int(m["busy_ns"])
         steps = int(m["steps"])
         iters = max(1, steps)
         busy_iter = (int(step_busy.get(t, 0)) // iters) if steps else busy
-        latency = _int(m["latency_ns"])
+        latency = int_or_none(m["latency_ns"])
         lat_iter = latency // iters if latency is not None else None
         if not pd.isna(m["cuda_event_ns"]):
             unp, src = int(round(float(m["cuda_event_ns"]))), "cuda_event"
@@ -236,7 +236,3 @@ def transition(store, trace_ids: list[str] | None = None, by: str = "batch", swe
              "busy_per_iter": "union of GPU activities launched inside ProfilerStep phases / steps"}
     return Result(name="transition", definition=DEFINITION, scalars=scalars, tables={"points": df},
                   warnings=warnings, trust=trust)
-
-
-def _int(v) -> int | None:
-    return None if v is None or pd.isna(v) else int(v)
