@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -34,12 +35,29 @@ _SQL_GRADS = """
 SELECT start_ns, input_dims, input_types FROM cpu_ops
 WHERE trace_id = $t AND name = 'torch::autograd::AccumulateGrad' ORDER BY start_ns, op_id
 """
+
+
+class ForeachList(NamedTuple):
+    """The tensor list inferred for one ``_foreach_*`` operator: ``shapes`` (None when none was inferred,
+    ``reason`` then says why) and the element ``dtype``."""
+
+    shapes: list | None
+    dtype: str | None
+    reason: str | None
+
+
+NO_LIST = ForeachList(None, None, None)
+
+
+def _none(reason: str) -> ForeachList:
+    return ForeachList(None, None, reason)
+
 _FUNCTOR_DTYPE = re.compile(r"Functor<\s*([^,<>]+)")
 
 
-def foreach_lists(store, trace_id: str) -> dict[int, tuple[list | None, str | None, str | None]]:
+def foreach_lists(store, trace_id: str) -> dict[int, ForeachList]:
     """Tensor lists of the trace's ``_foreach_*`` operators, which Kineto does not record:
-    ``{op_id: (shapes, dtype, reason)}`` with ``shapes`` None and a ``reason`` when no list is inferred.
+    ``{op_id: ForeachList(shapes, dtype, reason)}``, ``shapes`` None and a ``reason`` when none is inferred.
 
     Rule (docs/metrics.md, "Tensor lists of _foreach_ operators"): an optimizer's ``_foreach_*`` calls
     run over the parameters that received a gradient in the backward pass before them, so the list is
@@ -61,32 +79,32 @@ def foreach_lists(store, trace_id: str) -> dict[int, tuple[list | None, str | No
         g_shape.append(d[0] if ok else None)
         g_type.append(ty[0] if ty and isinstance(ty[0], str) else None)
     f_start = fe["start_ns"].to_numpy("int64")
-    out: dict[int, tuple[list | None, str | None, str | None]] = {}
+    out: dict[int, ForeachList] = {}
     for r in fe.itertuples(index=False):
         names = list(r.kernels) if isinstance(r.kernels, (list, tuple, np.ndarray)) else []
         if not names:
             continue  # no multi_tensor_apply kernel: nothing to model (CPU work, or other kernels)
         i = int(np.searchsorted(g_start, r.start_ns, side="left"))  # AccumulateGrad calls before it: [0, i)
         if not i:
-            out[int(r.op_id)] = (None, None, "tensor-list shapes not recorded, and no AccumulateGrad before it "
-                                 "in the trace to infer them from")
+            out[int(r.op_id)] = _none("tensor-list shapes not recorded, and no AccumulateGrad before it in the "
+                                      "trace to infer them from")
             continue
         j = int(np.searchsorted(f_start, g_start[i - 1], side="left"))  # _foreach_ ops before the last one
         lo = int(np.searchsorted(g_start, f_start[j - 1], side="right")) if j else 0
         dtypes = {kernel_name_dtype(m.group(1)) if (m := _FUNCTOR_DTYPE.search(n)) else None for n in names}
         dtype = dtypes.pop() if len(dtypes) == 1 else None
         if int(r.other) or dtype is None or dtype == MIXED or dtype not in DTYPES:
-            out[int(r.op_id)] = (None, None, "tensor-list shapes not recorded, and its kernels do not name "
-                                 "one element dtype (or include other kernels)")
+            out[int(r.op_id)] = _none("tensor-list shapes not recorded, and its kernels do not name one element "
+                                      "dtype (or include other kernels)")
             continue
         shapes = [g_shape[k] for k in range(lo, i) if g_type[k] == dtype and g_shape[k] is not None]
         blocks = foreach_chunks(shapes)
         if not shapes or blocks != int(r.blocks):
-            out[int(r.op_id)] = (None, None, f"tensor-list shapes not recorded; the {len(shapes)} gradients "
-                                 f"accumulated before it need {blocks} thread blocks, its kernels ran "
-                                 f"{int(r.blocks)}")
+            out[int(r.op_id)] = _none(f"tensor-list shapes not recorded; the {len(shapes)} gradients "
+                                      f"accumulated before it need {blocks} thread blocks, its kernels ran "
+                                      f"{int(r.blocks)}")
             continue
-        out[int(r.op_id)] = (shapes, dtype, None)
+        out[int(r.op_id)] = ForeachList(shapes, dtype, None)
     return out
 
 
@@ -103,7 +121,7 @@ def explode_foreach(store, t: str, g: pd.DataFrame, gi: np.ndarray, op_ids: np.n
     rows = []
     for k, p in enumerate(pos):
         row = g.iloc[int(gi[p])].to_dict()
-        shapes, dtype, reason = lists.get(int(op_ids[p]), (None, None, None))
+        shapes, dtype, reason = lists.get(int(op_ids[p]), NO_LIST)
         if shapes is not None:
             types = json_value(row["input_types"]) or []
             dims = json_value(row["input_dims"]) or [[] for _ in types]

@@ -18,13 +18,14 @@ import pathlib
 import time
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import Literal
 
 from ..errors import KernelscopeError, ParseError, StoreError, TraceNotFound
 from ..parsers.ncu import (
     DEFAULT_CACHE_CONTROL,
-    GUESS_WARNINGS,
     DEFAULT_CLOCK_CONTROL,
     DEFAULT_SETTINGS_NOTE,
+    GUESS_WARNINGS,
     NcuKernel,
     kernel_name_key,
     read_ncu_csv,
@@ -42,7 +43,7 @@ _COLS = [
 @dataclass
 class NcuResult:
     path: str
-    status: str  # 'ingested' | 'skipped' | 'failed'
+    status: Literal["ingested", "skipped", "failed"]
     trace_id: str | None  # the matched trace, or the standalone 'ncu' trace row
     message: str
     kernels: int = 0
@@ -57,20 +58,14 @@ def _key(name: str, g: tuple, b: tuple) -> tuple:
     return (kernel_name_key(name), *g, *b)
 
 
-def _resolve_trace(con, ref: str) -> str:
-    rows = con.execute(
-        "SELECT trace_id FROM traces WHERE (trace_id = ? OR trace_id LIKE ? || '%' OR name = ?) "
-        "AND format <> 'ncu'", [ref, ref, ref]
-    ).fetchall()
-    ids = sorted({r[0] for r in rows})
-    exact = [i for i in ids if i == ref]
-    if exact:
-        return exact[0]
-    if len(ids) == 1:
-        return ids[0]
-    if not ids:
-        raise TraceNotFound(f"no trace matches {ref!r} for --match; list traces with `kernelscope traces`")
-    raise TraceNotFound(f"{ref!r} matches {len(ids)} traces ({', '.join(ids[:4])}...); give more of the id")
+def _match_trace(store, ref: str) -> str:
+    """The trace ``match=`` names: any TRACE reference (``queries.resolve_trace``), never an 'ncu' row."""
+    from .queries import resolve_trace
+
+    try:
+        return resolve_trace(store, ref, exclude_format="ncu")
+    except TraceNotFound:
+        raise TraceNotFound(f"no trace matches {ref!r} for --match; list traces with `kernelscope traces`") from None
 
 
 def best_trace(con, kernels: list[NcuKernel]) -> str | None:
@@ -138,7 +133,7 @@ def ingest_ncu(
         return NcuResult(str(path), "skipped", done[0][0], f"already stored with {done[0][0]}",
                          len(report.kernels))
     try:
-        trace_id = _resolve_trace(con, match) if match else best_trace(con, report.kernels)
+        trace_id = _match_trace(store, match) if match else best_trace(con, report.kernels)
     except KernelscopeError as exc:
         return NcuResult(str(path), "failed", None, str(exc))
     pairs = match_kernels(con, trace_id, report.kernels) if trace_id else {}
