@@ -36,6 +36,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from ..errors import UsageError
+from ..storage.labels import label_value
 from . import kernels as kernels_mod
 from . import launch as launch_mod
 from . import summary as summary_mod
@@ -164,13 +165,6 @@ def _sweep_points(store, sweep: str, by: str) -> dict:
     return {float(v): (t, txt) for t, v, txt in zip(df["trace_id"], df["value_num"], df["value_text"])}
 
 
-def _label(text: str, num: float):
-    try:
-        return int(text)
-    except (TypeError, ValueError):
-        return num
-
-
 def diff(store, trace_ids: list[str] | None = None, by: str = "batch", sweep: str | None = None,
          sweep_b: str | None = None) -> Result:
     """Diff of trace_ids = [A, B], or of the sweeps ``sweep`` (A) and ``sweep_b`` (B) paired by label ``by``."""
@@ -186,11 +180,11 @@ def diff(store, trace_ids: list[str] | None = None, by: str = "batch", sweep: st
             raise UsageError(f"sweeps {sweep} and {sweep_b} share no value of '{by}'; choose another --by.")
         if only:
             warnings.append(f"{by} values in one sweep only (not compared): "
-                            f"{', '.join(str(_label(*(pa_.get(v) or pb_[v])[1:], v)) for v in only)}.")
+                            f"{', '.join(str(label_value(*(pa_.get(v) or pb_[v])[1:], v)) for v in only)}.")
         heads, groups, pairs = [], [], []
         for v in common:
             (ta, txt), (tb, _) = pa_[v], pb_[v]
-            lab = _label(txt, v)
+            lab = label_value(txt, v)
             h, g = _pair(store, ta, tb)
             heads.append(h.assign(label=lab))
             groups.append(g.assign(label=lab))

@@ -32,8 +32,10 @@ from typing import Any
 import pandas as pd
 
 from ..storage.intervals import union_sql
+from ..storage.labels import label_value
 from ..storage.ranks import rank_ranges
 from .result import Result, py_scalar as _py
+from .rows import query_row, query_rows
 
 DESCRIPTION = "Counts, GPU busy/idle/span, latency, top kernels and operators, trust."
 TOP_N = 10
@@ -157,18 +159,6 @@ FROM traces t LEFT JOIN runs r ON r.run_id = t.run_id WHERE t.trace_id = $t
 """
 
 
-def _rows(store, sql: str, **params) -> list[dict[str, Any]]:
-    df = store.query(sql, params)
-    if not isinstance(df, pd.DataFrame):
-        df = pd.DataFrame(df)
-    return [{c: _py(v) for c, v in zip(df.columns, row)} for row in df.itertuples(index=False, name=None)]
-
-
-def _one(store, sql: str, **params) -> dict[str, Any]:
-    rows = _rows(store, sql, **params)
-    return rows[0] if rows else {}
-
-
 
 
 def _json_list(text: Any) -> list:
@@ -213,7 +203,7 @@ def ingest_trust(store, trace_id: str) -> tuple[dict[str, Any], list[str]]:
     - ``partial_run``: null, or for a trace of a run that lacks ranks: ``run_id``, ``world_size``,
       ``ranks_present``, ``missing_ranks``.
     """
-    row = _one(store, _SQL_INGEST_TRUST, t=trace_id)
+    row = query_row(store, _SQL_INGEST_TRUST, t=trace_id)
     cut = _json_obj(row.get("truncated"))
     neg = _json_obj(row.get("negative_durations"))
     aside = _json_obj(row.get("set_aside"))
@@ -293,7 +283,7 @@ def _table(store, sql: str, **params) -> pd.DataFrame:
 
 def _core(store, t: str):
     """(counts row, devices table, busy_ns, idle_ns, latency_ns): what summary and headline share."""
-    c = _one(store, _SQL_COUNTS, t=t)
+    c = query_row(store, _SQL_COUNTS, t=t)
     devices = _table(store, _SQL_DEVICES, t=t)
     has_gpu = len(devices) > 0
     busy = int(devices["busy_ns"].sum()) if has_gpu else 0
@@ -315,7 +305,7 @@ def headline(store, trace_id: str) -> dict[str, Any]:
 def summary(store, trace_id: str) -> Result:
     """Summarise one stored trace (definitions in this module's docstring and docs/metrics.md)."""
     t = trace_id
-    meta = _one(store, _SQL_TRACE, t=t)
+    meta = query_row(store, _SQL_TRACE, t=t)
     c, devices, busy, idle, latency = _core(store, t)
     has_gpu = len(devices) > 0
     # exposed host time is measured over the latency window: GPU work that ran before the first top-level
@@ -325,13 +315,13 @@ def summary(store, trace_id: str) -> Result:
         union_all = busy
     else:
         start = int(c["first_top_ns"]) if early else -(2 ** 62)
-        union_all = _one(store, _SQL_UNION_ALL_DEVICES, t=t, **{"from": start})["busy_ns"]
+        union_all = query_row(store, _SQL_UNION_ALL_DEVICES, t=t, **{"from": start})["busy_ns"]
     scalars: dict[str, Any] = {
         "trace_id": meta.get("trace_id", t),
         "name": meta.get("name"),
         "source": meta.get("source"),
-        "labels": {r["key"]: _label_value(r["value_text"], r["value_num"])
-                   for r in _rows(store, _SQL_LABELS, t=t)},
+        "labels": {r["key"]: label_value(r["value_text"], r["value_num"])
+                   for r in query_rows(store, _SQL_LABELS, t=t)},
         "kernels": c["kernels"],
         "memcpys": c["memcpys"],
         "memsets": c["memsets"],
@@ -367,8 +357,8 @@ def summary(store, trace_id: str) -> Result:
         df.drop(columns="instances", inplace=True)
         df["share"] = df["kernel_time_ns"] / kt if kt else float("nan")
 
-    tr = dict(_one(store, _SQL_TRUST, t=t), **instances)
-    overlaps = _one(store, _SQL_SAME_STREAM_OVERLAPS, t=t)["same_stream_overlaps"]
+    tr = dict(query_row(store, _SQL_TRUST, t=t), **instances)
+    overlaps = query_row(store, _SQL_SAME_STREAM_OVERLAPS, t=t)["same_stream_overlaps"]
     dropped = _json_list(meta.get("dropped_notes"))
     parser_warnings = _json_list(meta.get("warnings"))
     trust = {
@@ -432,13 +422,3 @@ def summary(store, trace_id: str) -> Result:
         warnings=warnings,
         trust=trust,
     )
-
-
-def _label_value(text: str, num: float | None) -> Any:
-    """A label as JSON shows it: numeric labels as numbers (integers stay integers), others as text."""
-    if num is None:
-        return text
-    try:
-        return int(text)
-    except ValueError:
-        return num

@@ -33,12 +33,12 @@ memcpy/memset on any stream; comm.comm_only_busy, summed over devices); ``comm_o
 from __future__ import annotations
 
 import statistics
-from typing import Any
 
 import pandas as pd
 
 from ..errors import UsageError
 from ..storage.intervals import union_length_sql, union_sql
+from ..storage.labels import label_value
 from . import bound as bound_mod
 from . import comm as comm_mod
 from . import launch as launch_mod
@@ -128,13 +128,6 @@ def bracket(labels: list, gpu_bound: list[bool], rule: str) -> tuple[dict | None
             "points": list(labels)}, None
 
 
-def _label(text: str, num: float) -> Any:
-    try:
-        return int(text)
-    except ValueError:
-        return float(num)
-
-
 def _points(store, trace_ids: list[str], by: str) -> pd.DataFrame:
     lab = store.query(_POINT_LABELS_SQL, {"by": by, "ids": list(trace_ids)})
     missing = lab[lab["value_num"].isna()]
@@ -147,7 +140,7 @@ def _points(store, trace_ids: list[str], by: str) -> pd.DataFrame:
         raise UsageError(f"several traces share {by}={dup['value_text'].iloc[0]} "
                          f"({', '.join(dup['trace_id'])}); give one trace per point (list the TRACEs, or "
                          "use --sweep NAME).")
-    lab["label"] = [_label(t, n) for t, n in zip(lab["value_text"], lab["value_num"])]
+    lab["label"] = [label_value(t, n) for t, n in zip(lab["value_text"], lab["value_num"])]
     return lab.sort_values("value_num").reset_index(drop=True)
 
 

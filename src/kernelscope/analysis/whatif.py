@@ -46,9 +46,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..errors import UsageError
+from ..errors import TraceNotFound, UsageError
 from ..storage.intervals import union_sql
-from .result import Result, py_scalar as _py
+from ..storage.queries import resolve_trace
+from .result import Result
+from .rows import query_row
 
 DESCRIPTION = "Predicted time with free launches (graphs/fusion) vs observed and the naive kernel sum."
 DEFINITION = __doc__.strip()
@@ -162,26 +164,23 @@ WHERE trace_id <> $t AND json_extract_string(device_properties, '$[0].name') =
 
 
 
-def _one(store, sql: str, **params) -> dict[str, Any]:
-    df = store.query(sql, params)
-    return {c: _py(df[c].iloc[0]) for c in df.columns} if len(df) else {}
-
-
-def _resolve_trace(store, ref: Any) -> str:
-    ref = str(ref)
-    df = store.query("SELECT trace_id FROM traces WHERE trace_id = $r OR name = $r ORDER BY ingested_ns DESC",
-                     {"r": ref})
-    if not len(df):
-        raise UsageError(f"whatif: no stored trace has the id or name '{ref}' (option twin); "
+def _twin_trace(store, ref: Any) -> str:
+    """The ``twin`` option's trace: any TRACE reference (``storage.queries.resolve_trace``)."""
+    missing = UsageError(f"whatif: no stored trace has the id or name '{ref}' (option twin); "
                          "see `kernelscope traces`.")
-    return str(df["trace_id"].iloc[0])
+    if not str(ref).strip():
+        raise missing
+    try:
+        return resolve_trace(store, ref)
+    except TraceNotFound:
+        raise missing from None
 
 
 def graph_gap(store, ids: list[str]) -> dict[str, Any] | None:
     """Median node-to-node gap pooled over the graph replays of traces ``ids``: {gap_ns, samples, traces}."""
     if not ids:
         return None
-    row = _one(store, _GRAPH_GAPS_SQL, ids=ids)
+    row = query_row(store, _GRAPH_GAPS_SQL, ids=ids)
     if not row.get("samples"):
         return None
     return {"gap_ns": int(row["gap_ns"]), "samples": int(row["samples"]), "traces": str(row["traces"]).split(",")}
@@ -205,7 +204,7 @@ def _prior(store, t: str) -> dict[str, Any] | None:
     """The shipped prior whose ``match`` fits the name of the trace's first device, else None."""
     import re
 
-    name = _one(store, "SELECT json_extract_string(device_properties, '$[0].name') AS n FROM traces "
+    name = query_row(store, "SELECT json_extract_string(device_properties, '$[0].name') AS n FROM traces "
                        "WHERE trace_id = $t", t=t).get("n")
     if not name:
         return None
@@ -214,7 +213,7 @@ def _prior(store, t: str) -> dict[str, Any] | None:
 
 def _observed(store, t: str) -> tuple[int | None, str, int, dict[str, Any]]:
     """(observed_ns, source, iterations, scope row); observed_ns None when neither is known."""
-    sc = _one(store, _SCOPE_SQL, t=t)
+    sc = query_row(store, _SCOPE_SQL, t=t)
     iterations = int(sc["steps"]) or 1
     if sc.get("unprofiled_timings"):
         med = int(round(sc["unprofiled_median_ns"]))
@@ -347,7 +346,7 @@ def _residual(store, t: str, acts: pd.DataFrame, twin: str | None) -> tuple[np.n
 def whatif(store, trace_id: str, twin: Any = None) -> Result:
     """Predicted time with free launches for one stored trace (definitions in the module docstring)."""
     t = trace_id
-    twin_id = _resolve_trace(store, twin) if twin is not None else None
+    twin_id = _twin_trace(store, twin) if twin is not None else None
     acts = _in_scope(store, t)
     observed, source, iterations, sc = _observed(store, t)
     warnings: list[str] = []

@@ -28,16 +28,12 @@ def human_ns(ns: Any) -> str:
 
 
 def typed_label(text: str) -> Any:
-    """A label's text as JSON shows it: an integer or a finite float when it reads as one, else the text."""
-    try:
-        return int(text)
-    except ValueError:
-        pass
-    try:
-        value = float(text)
-    except ValueError:
-        return text
-    return value if math.isfinite(value) else text
+    """A label's text as JSON shows it (``storage.labels.label_value`` of its stored number): an integer or a
+    finite float when it reads as one, else the text."""
+    from ..storage.ingest import label_number
+    from ..storage.labels import label_value
+
+    return label_value(text, label_number(text))
 
 
 def _flatten(prefix: str, value: Any, out: list[tuple[str, Any]]) -> None:

@@ -104,7 +104,8 @@ def pd_isna(v) -> bool:
     return isinstance(v, float) and math.isnan(v)
 
 
-def _one(ref: str, level: str, ids: list[str]) -> str | None:
+def _unique_match(ref: str, level: str, ids: list[str]) -> str | None:
+    """The one trace id ``ref`` matches at this level; None when none; ambiguity is a UsageError."""
     uniq = sorted(set(ids))
     if len(uniq) == 1:
         return uniq[0]
@@ -114,15 +115,21 @@ def _one(ref: str, level: str, ids: list[str]) -> str | None:
     return None
 
 
-def resolve_trace(store, ref) -> str:
+def resolve_trace(store, ref, *, exclude_format: str | None = None) -> str:
     """The trace id for ``ref``: a full id, a unique id prefix, a source file name or path, or a name.
 
-    Tried in that order; the first kind that matches decides (ambiguity there is an error).
+    Tried in that order; the first kind that matches decides (ambiguity there is an error). The one
+    resolution of a user's trace reference: TRACE arguments, the dashboard's ``?trace=``, whatif's ``twin``
+    and an ncu CSV's ``match`` (``exclude_format='ncu'``: never a trace holding only ncu rows).
     """
     ref = str(ref).strip()
     if not ref:
         raise UsageError("empty trace reference; give a trace id, id prefix or file name")
-    rows = store.con.execute("SELECT trace_id, source, name FROM traces").fetchall()
+    if exclude_format is None:
+        rows = store.con.execute("SELECT trace_id, source, name FROM traces").fetchall()
+    else:
+        rows = store.con.execute("SELECT trace_id, source, name FROM traces WHERE format <> ?",
+                                 [exclude_format]).fetchall()
     if any(r[0] == ref for r in rows):
         return ref
     for level, ids in (
@@ -131,7 +138,7 @@ def resolve_trace(store, ref) -> str:
         ("source path", [r[0] for r in rows if _same_path(r[1], ref)]),
         ("name", [r[0] for r in rows if r[2] == ref]),
     ):
-        found = _one(ref, level, ids)
+        found = _unique_match(ref, level, ids)
         if found:
             return found
     raise TraceNotFound(
