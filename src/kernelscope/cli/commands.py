@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from ..errors import UsageError
+from ..units import BYTES_PER_MB
 from .app import cli, db_option, db_path, format_options, label_pairs, one_line, open_db, output_format, resolve
 from .render import emit_frame, emit_result, emit_sql, typed_label
 
@@ -397,7 +398,7 @@ def report(traces_, by, sweep, output, fmt, db):
     except BaseException:
         os.unlink(tmp)
         raise
-    click.echo(f"wrote {output} ({os.path.getsize(out) / 1e6:.1f} MB, {len(ids)} traces)")
+    click.echo(f"wrote {output} ({os.path.getsize(out) / BYTES_PER_MB:.1f} MB, {len(ids)} traces)")
 
 
 @cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -491,4 +492,4 @@ def export(parquet_dir, run, db):
     with open_db(db, read_only=True) as store:
         info = export_parquet(store, parquet_dir, run=run)
     click.echo(f"exported  {info.tables} tables, {info.rows:,} rows of {info.runs} run(s), "
-               f"{info.bytes / 1e6:.2f} MB  {info.path}")
+               f"{info.bytes / BYTES_PER_MB:.2f} MB  {info.path}")

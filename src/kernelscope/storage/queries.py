@@ -10,6 +10,7 @@ import pathlib
 import threading
 
 from ..errors import KernelscopeError, StoreError, TraceNotFound, UsageError
+from ..units import BYTES_PER_GB, BYTES_PER_MB
 from .ingest import insert_labels, label_number, memory_bytes
 from .store import damaged_store_error
 
@@ -224,13 +225,13 @@ def sql_memory_bound() -> int:
     n = memory_bytes(text)  # the sizes ingest's KERNELSCOPE_MEMORY_LIMIT takes
     if n is None:
         raise UsageError(f"{SQL_MEMORY_ENV}={text!r} is not a memory size (e.g. 512MB or 2GB)")
-    if n < 64 * 10**6:
+    if n < 64 * BYTES_PER_MB:
         raise UsageError(f"{SQL_MEMORY_ENV}={text!r} is below the 64MB a query needs at least")
     return n
 
 
 def _size_text(n: int) -> str:
-    return f"{n / 1e9:g}GB" if n >= 10**9 else f"{n / 1e6:g}MB"
+    return f"{n / BYTES_PER_GB:g}GB" if n >= BYTES_PER_GB else f"{n / BYTES_PER_MB:g}MB"
 
 
 def check_sql_timeout(timeout_s) -> float:
