@@ -31,6 +31,7 @@ from typing import Any, Callable
 import pandas as pd
 
 from ..errors import KernelscopeError
+from ..units import NS_PER_US, ns_to_ms
 from . import bandwidth, bound, kernels, launch, whatif
 from .result import Result
 
@@ -145,7 +146,7 @@ def _num(v: Any) -> float | None:
 
 
 def _ms(ns: float) -> str:
-    return f"{ns / 1e6:.2f} ms"
+    return f"{ns_to_ms(ns):.2f} ms"
 
 
 def _finding(rule: str, share: float, message: str, evidence: list, saving_ns: int | None = None) -> dict:
@@ -234,7 +235,8 @@ def rule_short_kernels(res: dict[str, Result]) -> list[dict]:
         return []
     s = k.scalars
     msg = (f"{share:.0%} of kernel time is in {s['short_kernels']} kernels shorter than "
-           f"{s['short_ns'] / 1000:g} us (kernels): fuse them (torch.compile) or capture the loop in a CUDA graph.")
+           f"{s['short_ns'] / NS_PER_US:g} us (kernels): fuse them (torch.compile) or capture the loop in a CUDA "
+           "graph.")
     ev = [_ev("kernels", "short_kernel_share", s["short_kernel_share"]),
           _ev("kernels", "short_kernels", s["short_kernels"]), _ev("kernels", "short_ns", s["short_ns"])]
     return [_finding("short_kernels", share, msg, ev)]

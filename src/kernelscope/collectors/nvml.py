@@ -58,6 +58,7 @@ from kernelscope.collectors.nvml_devices import (
     open_devices,
 )
 from kernelscope.errors import UsageError
+from kernelscope.units import MS_PER_S, NS_PER_MS, ns_to_ms
 
 __all__ = [
     "DEFAULT_MODE", "MODES", "SLOW_GROUPS", "TELEMETRY_SCHEMA", "NullSampler", "ProcessSampler", "Sampler",
@@ -105,11 +106,11 @@ def interval_stats(table: pa.Table, window: tuple[int, int] | None = None) -> di
         ts.sort()
         for a, b in zip(ts, ts[1:]):
             if window is None or (b > window[0] and a < window[1]):
-                gaps.append((b - a) / 1e6)
+                gaps.append(ns_to_ms(b - a))
         inside += len(ts) if window is None else sum(window[0] <= t <= window[1] for t in ts)
     gaps.sort()
     out = {"median_ms": None, "p95_ms": None, "max_ms": None, "intervals": len(gaps), "samples": inside,
-           "window_ms": None if window is None else (window[1] - window[0]) / 1e6}
+           "window_ms": None if window is None else ns_to_ms(window[1] - window[0])}
     if gaps:
         n = len(gaps)
         mid = (gaps[(n - 1) // 2] + gaps[n // 2]) / 2
@@ -154,7 +155,7 @@ class _Ticker:
             # NVML stamps field values when it reads them; that time is immune to this process
             # waiting (GIL, scheduler) after the call. Used when it lies within the call (1 ms slack).
             nv_ts = row.pop("_ts_ns", None)
-            if nv_ts is not None and before - 1_000_000 <= nv_ts <= after + 1_000_000:
+            if nv_ts is not None and before - NS_PER_MS <= nv_ts <= after + NS_PER_MS:
                 row["ts"] = nv_ts
                 self.nvml_stamped += 1
             else:
@@ -186,7 +187,7 @@ class _SamplerBase:
     def __init__(self, devices: list[NvmlDevice], period_ms: float = 10, slow_period_ms: float = 100):
         self.devices = devices
         self.period_ms, self.slow_period_ms = period_ms, slow_period_ms
-        self.period_s, self.slow_period_s = period_ms / 1e3, slow_period_ms / 1e3
+        self.period_s, self.slow_period_s = period_ms / MS_PER_S, slow_period_ms / MS_PER_S
         self.table = TELEMETRY_SCHEMA.empty_table()
         self.errors = 0
         self.nvml_stamped = 0
@@ -410,7 +411,7 @@ def _child_main(argv: list[str]) -> int:
         print(f"no NVML device: {reason}", flush=True)
         return 1
     _rows_to_table([])  # pa.array imports pandas (~0.4 s): pay it before "ready", not in stop()
-    ticker = _Ticker(devs, a.slow_period_ms / 1e3)
+    ticker = _Ticker(devs, a.slow_period_ms / MS_PER_S)
     ticker.tick()
     print("ready", flush=True)
     stdin = sys.stdin.buffer
@@ -418,7 +419,7 @@ def _child_main(argv: list[str]) -> int:
     def wait_stop(timeout_s: float) -> bool:
         return bool(select.select([stdin], [], [], timeout_s)[0])  # a line or EOF on stdin: stop
 
-    _loop(ticker, a.period_ms / 1e3, wait_stop)
+    _loop(ticker, a.period_ms / MS_PER_S, wait_stop)
     table = _rows_to_table(ticker.rows)
     with pa.OSFile(a.out, "wb") as sink, pa.ipc.new_file(sink, TELEMETRY_SCHEMA) as w:
         w.write_table(table)

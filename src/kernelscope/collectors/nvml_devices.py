@@ -19,6 +19,8 @@ from __future__ import annotations
 import os
 import warnings
 
+from ..units import NS_PER_US
+
 pynvml = None  # the one import site; tests replace this attribute with a fake module
 
 _FI_TOTAL_ENERGY = 83  # NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION, mJ
@@ -149,7 +151,7 @@ class NvmlDevice:
                         row[col] = int(v)
                         stamp = getattr(fv, "timestamp", 0)  # NVML's own read time, epoch us
                         if stamp and "_ts_ns" not in row:
-                            row["_ts_ns"] = int(stamp) * 1000
+                            row["_ts_ns"] = int(stamp) * NS_PER_US
         if "field_values" in self.unsupported or "power_mw" in self.unsupported:
             if row["power_mw"] is None:
                 row["power_mw"] = self._call("power_usage", self.nv.nvmlDeviceGetPowerUsage)

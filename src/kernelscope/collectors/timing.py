@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import time
 
+from ..units import MJ_PER_J, NS_PER_MS, NS_PER_S, mw_to_w, ns_to_s
+
 
 def _sync(torch, cuda: bool) -> None:
     if cuda:
@@ -55,7 +57,7 @@ def measure(fn, *, warmup: int = 5, iters: int = 20, energy_device=None, energy_
         rows.append({"kind": "wall", "iteration": i, "dur_ns": t1 - t0, "energy_mj": None})
         if cuda:
             rows.append({"kind": "cuda_event", "iteration": i,
-                         "dur_ns": round(a.elapsed_time(b) * 1e6), "energy_mj": None})
+                         "dur_ns": round(a.elapsed_time(b) * NS_PER_MS), "energy_mj": None})
     details: dict = {"warmup": warmup, "iters": iters}
     if energy_device is not None and energy_device.energy_mj() is not None:
         walls = sorted(r["dur_ns"] for r in rows if r["kind"] == "wall")
@@ -84,7 +86,7 @@ def _energy_loop(fn, torch, cuda, dev, min_s, max_s, min_steps, every):
         if e is not None and e != e_prev:
             steps.append((now, e))
             e_prev = e
-        elapsed = (now - t_begin) / 1e9
+        elapsed = ns_to_s(now - t_begin)
         if (len(steps) >= min_steps + 1 and elapsed >= min_s) or elapsed >= max_s:
             break
     _sync(torch, cuda)
@@ -94,8 +96,8 @@ def _energy_loop(fn, torch, cuda, dev, min_s, max_s, min_steps, every):
         info["note"] = "the energy counter did not step twice: no energy per iteration"
         return None, info
     (ta, ea), (tb, eb) = steps[0], steps[-1]
-    power_w = (eb - ea) / ((tb - ta) / 1e9) / 1e3
+    power_w = mw_to_w((eb - ea) / ns_to_s(tb - ta))  # mJ/s = mW
     per_iter_ns = wall // n
     info.update({"avg_power_w": power_w, "energy_window_ns": tb - ta})
     return {"kind": "energy_loop", "iteration": n, "dur_ns": per_iter_ns,
-            "energy_mj": power_w * per_iter_ns / 1e6}, info
+            "energy_mj": power_w * per_iter_ns / (NS_PER_S / MJ_PER_J)}, info  # W x ns = nJ

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernelscope.errors import ParseError
+from kernelscope.units import NS_PER_S
 
 DEFAULT_CACHE_CONTROL = "all"
 DEFAULT_CLOCK_CONTROL = "base"
@@ -170,7 +171,7 @@ def unit_factor(unit: str) -> float | None:
     u = u.split("/")[0] if ("/" in u and not u.startswith(("cycle/",))) else u
     m = re.match(r"^(Ki|Mi|Gi|Ti|[kKmunMGT]?)(second|sec|s)$", u)
     if m:
-        return _SCALE[m.group(1)] * 1e9  # to ns
+        return _SCALE[m.group(1)] * NS_PER_S  # to ns
     m = re.match(r"^(Ki|Mi|Gi|Ti|[kKmunMGT]?)(byte|B)$", u)
     if m:
         return _SCALE[m.group(1)]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from ..units import NS_PER_MS
+from ..units import NS_PER_MS, NS_PER_US
 
 #: Most bins a binned time series may have (DESIGN.md "Dashboard": <= ~2k bins when zoomed out).
 MAX_BINS = 2000
@@ -72,7 +72,7 @@ def busy_fraction_figure(bins: pd.DataFrame, span_ns: int, width_ns: int) -> go.
             name=f"GPU {device}",
             hovertemplate="%{x:.3f} ms: %{y:.1f}% busy<extra>GPU " + str(device) + "</extra>",
         ))
-    width_text = f"{width_ns / 1000:,.1f} µs" if width_ns < NS_PER_MS else f"{width_ns / NS_PER_MS:,.3f} ms"
+    width_text = f"{width_ns / NS_PER_US:,.1f} µs" if width_ns < NS_PER_MS else f"{width_ns / NS_PER_MS:,.3f} ms"
     n_bins = int(df["bin"].max()) + 1 if not df.empty else 0
     fig.update_layout(
         title={"text": f"GPU busy over time ({n_bins} bins of {width_text})", "font": {"size": 14}},

@@ -15,10 +15,10 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from ..units import NS_PER_MS
+from ..units import MW_PER_W, NS_PER_MS, NS_PER_US
 
 LANE_PX = 26
-TELEMETRY = [("power_mw", "power (W)", 1e-3), ("sm_clock_mhz", "SM clock (MHz)", 1.0),
+TELEMETRY = [("power_mw", "power (W)", 1 / MW_PER_W), ("sm_clock_mhz", "SM clock (MHz)", 1.0),
              ("gpu_util_pct", "GPU util (%)", 1.0)]
 _COLORS = {"cpu": ["#2563eb", "#0891b2", "#7c3aed", "#db2777", "#ea580c", "#65a30d"],
            "api": "#6b7280", "ann": "#a16207",
@@ -175,7 +175,7 @@ def events_figure(lanes: pd.DataFrame, events: pd.DataFrame, a: int, b: int, ori
             x, y = segments(d["start_ns"], d["end_ns"], origin, lane)
             kw = {}
             if with_names:
-                dur_us = ((d["end_ns"] - d["start_ns"]) / 1000.0).round(3).tolist()
+                dur_us = ((d["end_ns"] - d["start_ns"]) / NS_PER_US).round(3).tolist()
                 text = [""] * (3 * len(d))
                 text[0::3] = [f"{str(n)[:NAME_CHARS]}<br>{u:,} µs" for n, u in zip(d["name"], dur_us)]
                 kw = {"text": text, "hovertemplate": "%{text}<extra></extra>"}
@@ -277,7 +277,7 @@ def run_events_figure(lanes: pd.DataFrame, events: pd.DataFrame, a: int, b: int,
             color = COLLECTIVE_COLORS.get(group, COLLECTIVE_COLORS["other"]) if is_coll else \
                 _COLORS.get(group, _COLORS["kernel"])
             x, y = segments(d["start_ns"], d["end_ns"], origin, lane)
-            dur_us = ((d["end_ns"] - d["start_ns"]) / 1000.0).round(3).tolist()
+            dur_us = ((d["end_ns"] - d["start_ns"]) / NS_PER_US).round(3).tolist()
             text = [""] * (3 * len(d))
             text[0::3] = [f"rank {int(r)}: {str(n)[:NAME_CHARS]}<br>{u:,} µs" + (f"<br>{group} {i}" if is_coll else "")
                           for r, n, u, i in zip(d["rank"], d["name"], dur_us, d["inst"])]

@@ -12,6 +12,7 @@ import json
 
 import pandas as pd
 
+from ..units import NS_PER_US
 from .timeline import SOURCES, count_events, telemetry, trace_info
 
 #: Most events one Perfetto export holds (the first ones by start when the window has more).
@@ -86,7 +87,7 @@ def chrome_trace_text(store, trace_id: str, a: int, b: int, limit: int = EXPORT_
                     if not pd.isna(getattr(r, k))}
             if args:
                 parts.append(json.dumps({"name": "telemetry", "ph": "C", "pid": pid,
-                                         "ts": round((int(r.t_ns) - origin) / 1000.0, 3), "args": args}))
+                                         "ts": round((int(r.t_ns) - origin) / NS_PER_US, 3), "args": args}))
     parts += [json.dumps({"name": "process_name", "ph": "M", "pid": pid, "args": {"name": name}})
               for pid, name in pids.items()]
     cut = n > limit
