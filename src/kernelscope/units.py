@@ -19,6 +19,7 @@ MJ_PER_J = 1_000
 # bytes (decimal, as sizes print) and FLOPs
 BYTES_PER_MB = 1_000_000
 BYTES_PER_GB = 1_000_000_000
+BYTES_PER_MIB = 1 << 20  # binary, as caches are sized
 FLOP_PER_GFLOP = 1_000_000_000
 FLOP_PER_TFLOP = 1_000_000_000_000
 GFLOP_PER_TFLOP = 1_000

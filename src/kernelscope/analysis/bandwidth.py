@@ -54,6 +54,7 @@ import pandas as pd
 import pyarrow as pa
 
 from ..errors import UsageError
+from ..units import BYTES_PER_MIB, GFLOP_PER_TFLOP
 from .bandwidth_measured import (
     Measured,
     measured_kernels_table,
@@ -269,7 +270,7 @@ def bandwidth(store, trace_id: str, *, peaks: str | Path | None = None, device: 
         "flops": flops,
         "bytes": bytes_moved,
         "achieved_gbps": bytes_moved / modelled_gpu_ns if modelled_gpu_ns else None,
-        "achieved_tflops": flops / modelled_gpu_ns / 1e3 if modelled_gpu_ns else None,
+        "achieved_tflops": flops / modelled_gpu_ns / GFLOP_PER_TFLOP if modelled_gpu_ns else None,
         "instances": int(len(inst.op_id)),
         "instances_shown": int(len(per_instance)),
         "signatures": int(len(sig)),
@@ -419,7 +420,7 @@ def _attach_peaks(groups: pd.DataFrame, dev_rows: dict[int, dict[str, Any] | Non
         column = peak_tflops_column(dtype, tensor_core)
         peak_gbps.append(row["mem_bw_gbps"] if row else None)
         peak_tflops.append(row.get(column) if row and column else None)
-        l2_bytes.append(row["l2_mb"] * 2**20 if row and row.get("l2_mb") else None)
+        l2_bytes.append(row["l2_mb"] * BYTES_PER_MIB if row and row.get("l2_mb") else None)
     groups["peak_gbps"] = pd.array(peak_gbps, dtype="Float64")
     groups["peak_tflops"] = pd.array(peak_tflops, dtype="Float64")
     groups["l2_bytes"] = pd.array(l2_bytes, dtype="Float64")
@@ -441,7 +442,7 @@ def _above_peak(groups: pd.DataFrame, inst: Instances) -> AbovePeak:
     the time the peak needs for its group's bytes (FLOPs): gpu_ns < bytes / peak_gbps."""
     with np.errstate(divide="ignore", invalid="ignore"):
         ns_at_peak_bw = np.nan_to_num(floats(groups["bytes"]) / floats(groups["peak_gbps"]), nan=-1.0)
-        ns_at_peak_flops = np.nan_to_num(floats(groups["flops"]) / (floats(groups["peak_tflops"]) * 1e3),
+        ns_at_peak_flops = np.nan_to_num(floats(groups["flops"]) / (floats(groups["peak_tflops"]) * GFLOP_PER_TFLOP),
                                          nan=-1.0)
     gpu_ns, group_of = inst.gpu_ns, inst.group_of
     ran = gpu_ns > 0
@@ -477,7 +478,7 @@ def _per_instance_table(groups: pd.DataFrame, inst: Instances, signature_of: np.
     fits_cache = groups["fits_cache"].to_numpy(bool)[kept_group]
     with np.errstate(divide="ignore", invalid="ignore"):
         gpu_ns = np.where(inst.gpu_ns[keep] > 0, inst.gpu_ns[keep].astype(float), np.nan)
-        achieved_gbps, achieved_tflops = bytes_moved / gpu_ns, flops / gpu_ns / 1e3
+        achieved_gbps, achieved_tflops = bytes_moved / gpu_ns, flops / gpu_ns / GFLOP_PER_TFLOP
         pct_peak_bw, pct_peak_flops = 100 * achieved_gbps / peak_gbps, 100 * achieved_tflops / peak_tflops
     df["achieved_gbps"], df["achieved_tflops"] = achieved_gbps, achieved_tflops
     df["pct_peak_flops"] = pct_peak_flops

@@ -11,6 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..units import BYTES_PER_MB, BYTES_PER_MIB, GFLOP_PER_TFLOP
+
 SIGNATURE_COLUMNS = ["calls", "activities", "gpu_ns", "flops", "bytes", "dtype", "tensor_core", "rule",
                      "dtype_source", "shapes_source", "achieved_gbps", "achieved_tflops", "pct_peak_bw",
                      "pct_peak_flops", "intensity", "bound", "fits_cache", "peak_gbps", "peak_tflops", "note"]
@@ -39,11 +41,11 @@ def add_rates(df: pd.DataFrame) -> None:
     gpu_ns = df["gpu_ns"].astype("Float64").where(df["gpu_ns"] > 0)
     nbytes, flops = df["bytes"].astype("Float64"), df["flops"].astype("Float64")
     df["achieved_gbps"] = nbytes / gpu_ns
-    df["achieved_tflops"] = flops / gpu_ns / 1e3
+    df["achieved_tflops"] = flops / gpu_ns / GFLOP_PER_TFLOP
     df["pct_peak_bw"] = 100 * df["achieved_gbps"] / df["peak_gbps"]
     df["pct_peak_flops"] = 100 * df["achieved_tflops"] / df["peak_tflops"]
     df["intensity"] = flops / nbytes.where(nbytes > 0)
-    ridge_flop_per_byte = df["peak_tflops"] * 1e3 / df["peak_gbps"]
+    ridge_flop_per_byte = df["peak_tflops"] * GFLOP_PER_TFLOP / df["peak_gbps"]
     known = (df["intensity"].notna() & ridge_flop_per_byte.notna()).to_numpy(dtype=bool)
     below = (df["intensity"] < ridge_flop_per_byte).fillna(False).to_numpy(dtype=bool)
     bound = pd.Series(None, index=df.index, dtype="object")
@@ -61,8 +63,9 @@ def notes(pct_peak_bw: np.ndarray, pct_peak_flops: np.ndarray, fits_cache: np.nd
             out.append("above the dense FLOP peak: a modelling or peak-table error")
         elif bw > 100 and fits:
             out.append(f"pct_peak_bw left null: the modelled bytes moved at {bw:.0f}% of the DRAM peak, "
-                       f"which is not DRAM bandwidth: all {nbytes / 1e6:.1f} MB fit in the {cache / 2**20:.0f} MiB "
-                       "last-level cache, so data written just before was read from cache")
+                       f"which is not DRAM bandwidth: all {nbytes / BYTES_PER_MB:.1f} MB fit in the "
+                       f"{cache / BYTES_PER_MIB:.0f} MiB last-level cache, so data written just before was read "
+                       "from cache")
         elif bw > 100:
             out.append("above the DRAM peak without a cache explanation: a modelling or peak-table error")
         else:

@@ -20,7 +20,7 @@ from ..analysis import bound as analysis_bound
 from ..analysis.recommend import recommend
 from ..errors import KernelscopeError
 from ..storage import catalog
-from ..units import NS_PER_MS, ms_text
+from ..units import NS_PER_MS, mj_to_j, ms_text
 from .blocks import Section, Table
 from .missing import is_missing, na, shown
 from ..analysis.summary import no_gpu_reason
@@ -219,11 +219,11 @@ def energy(power_result) -> tuple[float | None, str, str]:
     s = power_result.scalars
     if s.get("trace_energy_mj") is not None:
         return (float(s["trace_energy_mj"]), "trace_energy_mj",
-                f"{s['trace_energy_mj'] / 1000:,.3f} J over the trace window ({s.get('energy_source')}; mean "
+                f"{mj_to_j(s['trace_energy_mj']):,.3f} J over the trace window ({s.get('energy_source')}; mean "
                 f"{s.get('mean_power_w') or 0:,.1f} W).")
     if s.get("energy_per_iteration_mj") is not None:
         return (float(s["energy_per_iteration_mj"]), "energy_per_iteration_mj",
-                f"{s['energy_per_iteration_mj'] / 1000:,.3f} J per iteration (un-profiled energy loop); "
+                f"{mj_to_j(s['energy_per_iteration_mj']):,.3f} J per iteration (un-profiled energy loop); "
                 f"trace-window energy {na(energy_reason(power_result))}.")
     if s.get("energy_source") is None:
         return None, "", "No energy: the trace has no telemetry (no energy counter or power samples)."
@@ -368,7 +368,7 @@ def extras_section(store, trace_ids: list[str], ctx) -> Section | None:
                      "mean queue depth q": ls.get("mean_queue_depth"),
                      "TKLQT: sum over kernels (ms)": None if tk is None else round(tk / NS_PER_MS, 3),
                      "kernels in the sum": rl.tklqt_terms(ls),
-                     "energy (J)": na(x["energy_why"]) if e_mj is None else round(e_mj / 1000, 3),
+                     "energy (J)": na(x["energy_why"]) if e_mj is None else round(mj_to_j(e_mj), 3),
                      "energy is": {"trace_energy_mj": "trace window", "energy_per_iteration_mj": "per iteration"}
                      .get(e_key, na()),
                      "profiler inflation (×)": na(x["inflation_why"]) if infl is None else round(infl, 3)})

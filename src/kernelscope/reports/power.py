@@ -18,7 +18,7 @@ from plotly.subplots import make_subplots
 
 from . import cache
 from ..storage import catalog, series
-from ..units import NS_PER_MS
+from ..units import MJ_PER_J, NS_PER_MS
 from .blocks import Section, Table
 from .missing import na, shown
 from .data import busy_bins
@@ -119,7 +119,7 @@ def phase_energy_figure(phases: pd.DataFrame) -> go.Figure | None:
     if not len(p):
         return None
     labels = [f"{n} ({k})" for n, k in zip(p["name"], p["kind"])]
-    fig = go.Figure(go.Bar(x=(p["energy_mj"].astype(float) / 1000).tolist(), y=labels, orientation="h",
+    fig = go.Figure(go.Bar(x=(p["energy_mj"].astype(float) / MJ_PER_J).tolist(), y=labels, orientation="h",
                            hovertemplate="%{y}: %{x:,.3f} J<extra></extra>"))
     fig.update_layout(title={"text": "Energy per phase (J)", "font": {"size": 14}}, template="plotly_white",
                       height=120 + 24 * len(p), margin={"l": 200, "r": 20, "t": 40, "b": 40},
@@ -191,10 +191,10 @@ def headline(result) -> list[dict]:
         ("energy_source", "energy source", s.get("energy_source"), s.get("energy_source"),
          "energy_counter (NVML total energy) or integrated_power (trapezoids over power samples)"),
         ("trace_energy_mj", "trace energy", s.get("trace_energy_mj"),
-         txt(s.get("trace_energy_mj"), ",.3f", 1000, " J"), "energy of the trace window (counter difference)"),
+         txt(s.get("trace_energy_mj"), ",.3f", MJ_PER_J, " J"), "energy of the trace window (counter difference)"),
         ("mean_power_w", "mean power (trace)", s.get("mean_power_w"), txt(s.get("mean_power_w"), ",.1f", 1, " W"),
          "trace energy / trace window"),
-        ("energy_per_iteration_mj", "energy per iteration", e_iter, txt(e_iter, ",.3f", 1000, " J"),
+        ("energy_per_iteration_mj", "energy per iteration", e_iter, txt(e_iter, ",.3f", MJ_PER_J, " J"),
          "from the un-profiled energy loop"),
         ("energy_per_unit_mj", f"energy per {unit or 'unit'}", s.get("energy_per_unit_mj"),
          txt(s.get("energy_per_unit_mj"), ",.3f", 1, " mJ"),

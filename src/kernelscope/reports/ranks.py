@@ -13,7 +13,7 @@ import plotly.graph_objects as go
 
 from ..analysis.registry import get_analysis
 from ..storage import catalog
-from ..units import NS_PER_MS
+from ..units import BYTES_PER_MB, NS_PER_MS
 
 SEGMENTS = [  # (column, label, colour)
     ("compute_ns", "compute", "#2563eb"),
@@ -71,7 +71,7 @@ def straggler_table(collectives: pd.DataFrame, top: int = 20) -> pd.DataFrame:
     return pd.DataFrame({
         "instance": c["process_group"].astype(str) + ":" + c["pg_seq"].astype(str),
         "collective": c["collective"],
-        "MB": c["bytes"] / 1e6,
+        "MB": c["bytes"] / BYTES_PER_MB,
         "start skew ms": c["start_skew_ns"] / NS_PER_MS,
         "end skew ms": c["end_skew_ns"] / NS_PER_MS,
         "straggler": c["straggler_rank"],

@@ -22,7 +22,7 @@ import plotly.graph_objects as go
 from . import cache
 from ..storage import catalog
 from ..storage.ncu import measured_dram_bytes
-from ..units import NS_PER_MS
+from ..units import GFLOP_PER_TFLOP, NS_PER_MS
 from .blocks import Section, Table
 
 # Compute roofs drawn from a device-peak row: (column, label). Empty cells (unsupported) are skipped.
@@ -82,7 +82,7 @@ def ceilings(device_peaks: dict | None) -> pd.DataFrame:
             v = num(peak.get(col))
             if v:
                 rows.append({"device": peak.get("device"), "mem_bw_gbps": bw, "roof": label, "column": col,
-                             "tflops": v, "ridge": v * 1000.0 / bw})
+                             "tflops": v, "ridge": v * GFLOP_PER_TFLOP / bw})
     return pd.DataFrame(rows, columns=["device", "mem_bw_gbps", "roof", "column", "tflops", "ridge"])
 
 
@@ -133,7 +133,8 @@ def roofline_figure(sig: pd.DataFrame, device_peaks: dict | None, selected: int 
     for device, c in ceil.groupby("device", sort=False):
         bw = float(c["mem_bw_gbps"].iloc[0])
         top = float(c["ridge"].max())
-        fig.add_trace(go.Scatter(x=[x_lo, top], y=[x_lo * bw / 1000.0, top * bw / 1000.0], mode="lines",
+        fig.add_trace(go.Scatter(x=[x_lo, top], y=[x_lo * bw / GFLOP_PER_TFLOP, top * bw / GFLOP_PER_TFLOP],
+                                 mode="lines",
                                  name=f"{device}: memory {bw:,.0f} GB/s", line={"color": "#111827", "width": 2},
                                  hovertemplate=f"memory bandwidth {bw:,.0f} GB/s<extra>{device}</extra>"))
         used = set(pd.to_numeric(sig["peak_tflops"].astype("Float64"), errors="coerce").dropna().round(6)) \
