@@ -239,7 +239,7 @@ def _dims(text: str | None) -> tuple[int | None, int | None, int | None]:
     return None, None, None
 
 
-def _int(text: str | None) -> int | None:
+def _id_cell(text: str | None) -> int | None:
     """An identifier cell (ID, Process ID, Device, ...) as an int; None when empty, not a number, or not
     an integer that fits int64 (``inf``, ``1e308``)."""
     v = parse_value(text)
@@ -328,13 +328,13 @@ def _ident(h: dict[str, int], r: list[str], index: int) -> NcuKernel:
         i = h.get(col)
         return r[i] if i is not None and i < len(r) else None
 
-    k = NcuKernel(ncu_id=_int(cell("ID")) if _int(cell("ID")) is not None else index, launch_index=index,
+    k = NcuKernel(ncu_id=_id_cell(cell("ID")) if _id_cell(cell("ID")) is not None else index, launch_index=index,
                   name=cell("Kernel Name") or "")
-    k.process_id = _int(cell("Process ID"))
-    dev = _int(cell("Device"))
+    k.process_id = _id_cell(cell("Process ID"))
+    dev = _id_cell(cell("Device"))
     k.device = dev if dev is not None and -(2**31) <= dev < 2**31 else None
-    k.context = _int(cell("Context"))
-    k.stream = _int(cell("Stream"))
+    k.context = _id_cell(cell("Context"))
+    k.stream = _id_cell(cell("Stream"))
     k.cc = cell("CC")
     k.grid_x, k.grid_y, k.grid_z = _dims(cell("Grid Size"))
     k.block_x, k.block_y, k.block_z = _dims(cell("Block Size"))
@@ -410,8 +410,8 @@ def _raw(header: list[str], rows: Iterator[list[str]]) -> tuple[list[NcuKernel],
         if len(r) < len(header) // 2:
             continue
         k = _ident(h, r, len(out))
-        if "ID" in h and _int(r[h["ID"]]) is not None:
-            kid = _int(r[h["ID"]])
+        if "ID" in h and _id_cell(r[h["ID"]]) is not None:
+            kid = _id_cell(r[h["ID"]])
             ids[kid] = ids.get(kid, 0) + 1
             if ids[kid] > 1:
                 raise ParseError(
@@ -443,7 +443,7 @@ def _details(header: list[str], rows: Iterator[list[str]]) -> tuple[list[NcuKern
     for r in rows:
         if len(r) <= need:
             continue
-        kid = _int(r[h["ID"]]) if "ID" in h else None
+        kid = _id_cell(r[h["ID"]]) if "ID" in h else None
         if kid is None:
             continue
         if kid not in by_id:
