@@ -50,6 +50,7 @@ from kernelscope.parsers.kineto.repair import (
 from kernelscope.parsers.kineto.toplevel import TopLevel, tail_ok
 from kernelscope.parsers.schema import TraceMeta
 from kernelscope.parsers.source import SALVAGE_HINT, Source
+from kernelscope.units import BYTES_PER_MIB
 
 #: How far into the file ``"traceEvents"`` must appear.
 HEAD_LIMIT = 64 << 20
@@ -73,7 +74,7 @@ def max_event_bytes() -> int:
         mb = float(env) if env else 0.0
     except ValueError:
         mb = 0.0
-    return int(mb * (1 << 20)) if mb > 0 and math.isfinite(mb) else MAX_EVENT_BYTES
+    return int(mb * BYTES_PER_MIB) if mb > 0 and math.isfinite(mb) else MAX_EVENT_BYTES
 
 
 class KinetoReader:
@@ -187,8 +188,8 @@ class KinetoReader:
                 buf += block
             if len(buf) > cap + source.BLOCK_BYTES:  # no event ends within the cap: refuse before memory grows
                 raise ParseError(
-                    f"event {self._batches.seq} at byte {base} runs past {cap / (1 << 20):g} MB without ending (the "
-                    "limit for one event; set KERNELSCOPE_MAX_EVENT_MB to raise it); a trace event this large "
+                    f"event {self._batches.seq} at byte {base} runs past {cap / BYTES_PER_MIB:g} MB without ending "
+                    "(the limit for one event; set KERNELSCOPE_MAX_EVENT_MB to raise it); a trace event this large "
                     "is damaged or not a trace"
                 )
             if eof:
