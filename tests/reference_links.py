@@ -1,6 +1,6 @@
 """Independent reference for kernel -> launch call -> leaf operator -> top-level operator links.
 
-Standard library only (json, gzip, bisect); shares no code with kernelscope. Definitions (docs/metrics.md):
+Standard library only (json, gzip, bisect, heapq); shares no code with kernelscope. Definitions (docs/metrics.md):
 a kernel's launch call is the cuda_runtime/cuda_driver event with the same correlation id; its leaf
 operator is the innermost cpu_op on the launch call's (pid, tid) open at the call's start (open at t when
 start <= t < end, in exact integer ns); the top-level operator is the outermost such op.
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bisect
 import gzip
+import heapq
 import json
 from decimal import Decimal
 from pathlib import Path
@@ -46,21 +47,39 @@ def kernel_links(path: Path) -> dict[tuple, tuple]:
             a = e.get("args", {})
             kernels.append((a.get("device", e["pid"]), a.get("stream", e["tid"]), _ns(e["ts"], base), e["name"],
                             a.get("correlation")))
-    starts = {}
-    for key, lst in ops.items():
+    for lst in ops.values():
         lst.sort(key=lambda o: (o[0], -o[1]))
-        starts[key] = [o[0] for o in lst]
+    queries: dict[tuple, list[tuple[int, int]]] = {}  # (pid, tid) -> [(launch start, kernel index)]
     out = {}
-    for dev, stream, start, name, corr in kernels:
+    for k, (dev, stream, start, name, corr) in enumerate(kernels):
         link = launches.get(corr)
         if link is None:
             out[(dev, stream, start, name)] = (None, None, None)
             continue
         pid, tid, t, api = link
-        lst = ops.get((pid, tid), [])
-        i = bisect.bisect_right(starts.get((pid, tid), []), t)
-        enclosing = [o for o in lst[:i] if o[0] <= t < o[1]]
-        leaf = enclosing[-1][2] if enclosing else None
-        top = enclosing[0][2] if enclosing else None
-        out[(dev, stream, start, name)] = (api, leaf, top)
+        queries.setdefault((pid, tid), []).append((t, k))
+    for key, qs in queries.items():
+        for k, enclosing in _open_at(ops.get(key, []), qs):
+            dev, stream, start, name, corr = kernels[k]
+            leaf = enclosing[-1][2] if enclosing else None
+            top = enclosing[0][2] if enclosing else None
+            out[(dev, stream, start, name)] = (launches[corr][3], leaf, top)
     return out
+
+
+def _open_at(lst: list[tuple[int, int, str]], queries: list[tuple[int, int]]):
+    """For each (t, k) of ``queries``: (k, the ops of ``lst`` open at t, i.e. start <= t < end, in ``lst``'s
+    order). ``lst`` is sorted by (start, -end). One sweep over time: an op joins the open set at its start and
+    leaves at its end (a heap by end), so each query costs the open set's size, not the thread's op count."""
+    open_pos: list[int] = []  # positions in lst of the open ops, ascending (so in lst's order)
+    ends: list[tuple[int, int]] = []  # heap of (end, position)
+    j = 0
+    for t, k in sorted(queries):
+        while j < len(lst) and lst[j][0] <= t:
+            open_pos.append(j)  # j only grows: open_pos stays sorted
+            heapq.heappush(ends, (lst[j][1], j))
+            j += 1
+        while ends and ends[0][0] <= t:
+            _, pos = heapq.heappop(ends)
+            del open_pos[bisect.bisect_left(open_pos, pos)]
+        yield k, [lst[p] for p in open_pos]
