@@ -4,11 +4,11 @@
 - busy <= gpu span; idle + busy = gpu span; category times sum to kernel time; per-operator TKLQT sums
   to the total; api, queue and dispatch (so lq) equal tests/reference_launch.py's pandas split, computed
   and stored (summary, bound, kernels, launch);
-- the launch split stored at ingest (tables activity_splits and op_launch, schema 003, storage/derive.py)
-  equals the split computed from the raw tables by the independent SQL of launch.activity_splits, and the
-  per-operator sums recomputed here in pandas from that independent split;
-- the 003 migration's INSERTs are derive.launch_splits_sql('TRUE') verbatim and, run on a store, give the
-  rows ingest gave (the path an older store takes when migrated);
+- the launch split stored at ingest (tables activity_splits and op_launch, schema 003, storage/splits.py)
+  equals the split computed from the raw tables independently (tests/reference_launch.py's pandas split, with
+  the links joined here in pandas), and the per-operator sums recomputed here in pandas from that split;
+- the 003 migration holds the schema only, and its backfill (the registry's launch_splits step, run for
+  every stored trace) gives the rows ingest gave (the path an older store takes when migrated);
 - the light headline functions diff uses (summary.headline, launch.tklqt) equal the full analyses;
 - kernels' grouped computation equals a per-kernel pandas computation of the same definitions;
 - recommend reuses the results it is given instead of running the analyses again.
@@ -29,7 +29,7 @@ from kernelscope.analysis import kernels as K
 from kernelscope.analysis import launch as L
 from kernelscope.analysis import recommend as R
 from kernelscope.analysis import summary as S
-from kernelscope.storage import derive
+from kernelscope.storage import derivations
 from kernelscope.storage.store import open_store
 
 
@@ -70,10 +70,24 @@ def _sorted(df: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     return df.sort_values(by, na_position="first").reset_index(drop=True)
 
 
+def _independent_split(store, t: str) -> pd.DataFrame:
+    """tests/reference_launch.py's split of every activity with a launch call, with the activity's raw columns,
+    its launch call's start and end, and its links: top/leaf operator the activity's, else the launch call's;
+    phase the launch call's."""
+    acts = store.query("SELECT activity_id, kind, device, stream, start_ns, end_ns, is_graph, launch_id, top_op_id, "
+                       "leaf_op_id FROM gpu_activities WHERE trace_id = $t AND launch_id IS NOT NULL", {"t": t})
+    calls = store.query("SELECT launch_id, start_ns AS launch_start_ns, end_ns AS launch_end_ns, top_op_id AS l_top, "
+                        "leaf_op_id AS l_leaf, phase_id FROM launches WHERE trace_id = $t", {"t": t})
+    x = acts.merge(calls, on="launch_id", how="inner")
+    x["top_op_id"] = x["top_op_id"].fillna(x["l_top"])
+    x["leaf_op_id"] = x["leaf_op_id"].fillna(x["l_leaf"])
+    return x.join(reference_launch.splits(store, t), on="activity_id", how="inner")
+
+
 def test_stored_split_equals_the_independent_split(session_store):
     with open_store(session_store.db, read_only=True) as store:
         for t in _ids(session_store):
-            ref = _sorted(L.activity_splits(store, t)[_COLS], ["activity_id"])
+            ref = _sorted(_independent_split(store, t)[_COLS], ["activity_id"])
             got = _sorted(store.query("SELECT * FROM activity_splits WHERE trace_id = $t", {"t": t})[_COLS],
                           ["activity_id"])
             pd.testing.assert_frame_equal(got, ref, check_dtype=False, obj=t)
@@ -116,10 +130,10 @@ def test_stored_kernels_per_operator_instance_equal_pandas(session_store):
                         for r in got.itertuples()} == want, (t, link)
 
 
-def test_migration_003_is_the_derive_sql_and_repopulates_the_same_rows(session_store, tmp_path):
+def test_migration_003_is_schema_only_and_its_backfill_repopulates_the_same_rows(session_store, tmp_path):
     text = resources.files("kernelscope.storage").joinpath("schema", "003_launch_splits.sql").read_text("utf-8")
-    for stmt in derive.launch_splits_sql("TRUE"):
-        assert stmt in text
+    assert not re.search(r"^\s*(INSERT|UPDATE)\b", text, re.M | re.I)  # rows come from the registry's step
+    assert [s.name for s in derivations.backfill_steps(3)] == ["launch_splits"]
     db = tmp_path / "copy.duckdb"
     shutil.copy(session_store.db, db)
     with open_store(db) as store:
@@ -128,8 +142,7 @@ def test_migration_003_is_the_derive_sql_and_repopulates_the_same_rows(session_s
         store.con.execute("DELETE FROM activity_splits")
         store.con.execute("DELETE FROM op_launch")
         store.con.execute("DELETE FROM op_kernels")
-        for stmt in derive.launch_splits_sql("TRUE"):  # what the migration runs on an older store
-            store.con.execute(stmt)
+        derivations.backfill(store.con, 3)  # what the migration runs on an older store
         for tb, keys in (("activity_splits", ["trace_id", "activity_id"]),
                          ("op_launch", ["trace_id", "link", "op_id"]), ("op_kernels", ["trace_id", "link", "op_id"])):
             after = store.query(f"SELECT * FROM {tb}")

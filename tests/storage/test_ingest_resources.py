@@ -4,6 +4,7 @@ forces 16 and 64 threads on a trace that ran out of memory with the old settings
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -16,7 +17,7 @@ from click.testing import CliRunner
 
 from kernelscope.cli import cli
 from kernelscope.errors import UsageError
-from kernelscope.storage import derive, ingest
+from kernelscope.storage import derivations, ingest
 from kernelscope.storage.ingest import (
     MEMORY_PER_THREAD,
     MIN_MEMORY,
@@ -97,18 +98,23 @@ def _duckdb_text(memory: str) -> str:
     return con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
 
 
+def _fill_events(monkeypatch, fill) -> None:
+    """Make ``fill`` the function of the registry's first step (the event tables) for this test."""
+    monkeypatch.setitem(derivations.STEPS, "events", dataclasses.replace(derivations.STEPS["events"], fill=fill))
+
+
 @pytest.fixture
 def spy(monkeypatch):
     """Record (threads, memory_limit) of the connection each time a trace's tables are inserted."""
     seen: list[tuple[int, str]] = []
-    real = derive.insert_events
+    real = derivations.STEPS["events"].fill
 
     def recording(con, trace_id, base):
         seen.append((int(con.execute("SELECT current_setting('threads')").fetchone()[0]),
                      con.execute("SELECT current_setting('memory_limit')").fetchone()[0]))
         return real(con, trace_id, base)
 
-    monkeypatch.setattr(derive, "insert_events", recording)
+    _fill_events(monkeypatch, recording)
     return seen
 
 
@@ -150,14 +156,14 @@ def test_out_of_memory_derives_again_with_fewer_threads_and_less_memory(tmp_path
     same rows as a plain ingest; the ingest line says so (one file, a run directory, a rank run). Out of memory
     is raised by a stand-in while more than one thread runs (the real one needs a trace of ~1 GB: a 1.09 GB
     tile ran out at 8 threads and 1 GB on 16 cores and ingested at 2 threads and 256 MB, docs/ingest.md)."""
-    real = derive.insert_events  # the spy
+    real = derivations.STEPS["events"].fill  # the spy
 
     def oom_above_one(con, trace_id, base):
         real(con, trace_id, base)
         if int(con.execute("SELECT current_setting('threads')").fetchone()[0]) > 1:
             raise duckdb.OutOfMemoryException("Out of Memory Error: failed to pin block (stand-in)")
 
-    monkeypatch.setattr(derive, "insert_events", oom_above_one)
+    _fill_events(monkeypatch, oom_above_one)
     monkeypatch.setenv("KERNELSCOPE_THREADS", "16")
     monkeypatch.setenv("KERNELSCOPE_INGEST_WORKERS", "1")
     db = tmp_path / "s.duckdb"
@@ -167,7 +173,7 @@ def test_out_of_memory_derives_again_with_fewer_threads_and_less_memory(tmp_path
     assert len(lines) == 3 and all("derived the tables again with 1 thread and 256MB" in x for x in lines), lines
     assert [t for t, _m in spy] == [16, 2, 1] * 3  # per trace: 16 -> 2 -> 1 threads
     assert {m for t, m in spy if t < 16} == {_duckdb_text("256MB")}
-    monkeypatch.setattr(derive, "insert_events", real)
+    _fill_events(monkeypatch, real)
     monkeypatch.delenv("KERNELSCOPE_THREADS")
     with open_store(tmp_path / "plain.duckdb") as plain, open_store(db, read_only=True) as got:
         ingest_paths(plain, [SAMPLES / "train_step", SAMPLES / "ddp2"])

@@ -119,11 +119,10 @@ def test_readonly_sql_times_out(db):
 def test_a_store_missing_a_lower_migration_gets_it(tmp_path):
     """A store made between two releases can have 4 applied but not 3: opening it writable applies 3
     (with its backfill), read-only names what is missing."""
-    from kernelscope.storage.store import migrations
-
     from pathlib import Path
 
     from kernelscope.storage.ingest import ingest_paths
+    from kernelscope.storage.store import migrations
 
     p = tmp_path / "s.duckdb"
     with open_store(p) as store:
@@ -222,8 +221,8 @@ def test_schema_6_backfill_equals_ingest(tmp_path):
 
 
 def test_schema_7_backfill_equals_ingest(tmp_path):
-    """device_time is filled for stored traces by the migration as ingest fills it (ranks.insert_device_time),
-    on a two-rank run with collectives; compute + exposed comm + exposed memcpy = busy on every device."""
+    """device_time is filled for stored traces by the migration as ingest fills it (the "device_time" step,
+    collectives.insert_device_time), on a two-rank run with collectives; compute + exposed comm + exposed memcpy = busy on every device."""
     from pathlib import Path
 
     from kernelscope.storage.ingest import ingest_paths

@@ -42,46 +42,21 @@ from .result import Result, py_scalar as _py
 DESCRIPTION = "Launch-and-queue time (api/queue/dispatch), TKLQT, mean queue depth, per operator and phase."
 DEFINITION = __doc__.strip()
 
-# One row per GPU activity of the trace with a launch call, with its launch split. 'term' says whether
-# the row is a TKLQT term: a non-graph kernel, or the first node (by start, then activity_id) of a graph
-# launch (its lq is the graph launch's lq). {cols} picks the output columns (every formula lives in 'x',
-# so unused columns are pruned by DuckDB and never sorted by the window).
-_SPLIT_SQL = """
-WITH a AS (
-  SELECT activity_id, kind, name, device, stream, start_ns, end_ns, dur_ns, is_graph, launch_id,
-         leaf_op_id, top_op_id,
-         lag(end_ns) OVER (PARTITION BY device, stream ORDER BY start_ns, activity_id) AS prev_end
-  FROM gpu_activities WHERE trace_id = $t
-), first_node AS (
-  SELECT min({{'s': start_ns, 'a': activity_id}}).a AS activity_id
-  FROM gpu_activities
-  WHERE trace_id = $t AND launch_id IN (SELECT launch_id FROM gpu_activities WHERE trace_id = $t AND is_graph)
-  GROUP BY launch_id
-), s AS (
-  SELECT a.*, l.start_ns AS launch_start_ns, l.end_ns AS launch_end_ns, l.dur_ns AS launch_dur_ns,
-         l.launch_type, l.phase_id, l.top_op_id AS launch_top_op_id, l.leaf_op_id AS launch_leaf_op_id,
-         a.start_ns - l.start_ns AS lq_ns, least(l.dur_ns, a.start_ns - l.start_ns) AS api_ns,
-         coalesce(a.prev_end, l.end_ns) AS ready_ns, f.activity_id IS NOT NULL AS first_node
-  FROM a LEFT JOIN launches l ON l.trace_id = $t AND l.launch_id = a.launch_id
-  LEFT JOIN first_node f ON f.activity_id = a.activity_id
-  WHERE a.launch_id IS NOT NULL
-), x AS (
-  SELECT activity_id, kind, name, device, stream, start_ns, end_ns, dur_ns, is_graph, launch_id,
-         launch_type, launch_start_ns, launch_end_ns, launch_dur_ns, ready_ns,
-         coalesce(top_op_id, launch_top_op_id) AS top_op_id, coalesce(leaf_op_id, launch_leaf_op_id) AS leaf_op_id,
-         phase_id, lq_ns, api_ns,
-         greatest(0, least(ready_ns - launch_end_ns, lq_ns - api_ns)) AS queue_ns,
-         lq_ns - api_ns - greatest(0, least(ready_ns - launch_end_ns, lq_ns - api_ns)) AS dispatch_ns,
-         greatest(0, start_ns - launch_end_ns) AS launch_delay_ns,
-         (kind = 'kernel' AND (NOT is_graph OR first_node)) AS term
-  FROM s
-)
-SELECT {cols} FROM x
+# One row per GPU activity of the trace with a launch call: the split stored at ingest (activity_splits, the
+# "launch_splits" step of storage/derivations.py, the one text of these definitions) with the activity's name
+# and duration and its launch call's type and duration; ready_ns = prev_end_ns, else the launch call's end.
+# 'term' says whether the row is a TKLQT term.
+_ACTIVITIES_SQL = """
+SELECT s.activity_id, s.kind, g.name, s.device, s.stream, s.start_ns, s.end_ns, g.dur_ns, s.is_graph, s.launch_id,
+       l.launch_type, s.launch_start_ns, s.launch_end_ns, l.dur_ns AS launch_dur_ns,
+       coalesce(s.prev_end_ns, s.launch_end_ns) AS ready_ns, s.top_op_id, s.leaf_op_id, s.phase_id, s.lq_ns,
+       s.api_ns, s.queue_ns, s.dispatch_ns, s.launch_delay_ns, s.term
+FROM activity_splits s
+JOIN gpu_activities g ON g.trace_id = s.trace_id AND g.activity_id = s.activity_id
+LEFT JOIN launches l ON l.trace_id = s.trace_id AND l.launch_id = s.launch_id
+WHERE s.trace_id = $t
+ORDER BY s.start_ns, s.activity_id
 """
-ALL_COLUMNS = ("activity_id, kind, name, device, stream, start_ns, end_ns, dur_ns, is_graph, launch_id, "
-               "launch_type, launch_start_ns, launch_end_ns, launch_dur_ns, ready_ns, top_op_id, leaf_op_id, "
-               "phase_id, lq_ns, api_ns, queue_ns, dispatch_ns, launch_delay_ns, term")
-ACTIVITIES_SQL = _SPLIT_SQL.format(cols=ALL_COLUMNS)
 
 _TOTALS_SQL = """
 SELECT
@@ -165,14 +140,10 @@ GROUP BY sp.device, sp.gpu_span_ns ORDER BY sp.device
 """
 
 
-def _acts() -> str:
-    return ACTIVITIES_SQL.strip()
-
-
 def activity_splits(store, trace_id: str) -> pd.DataFrame:
     """Per GPU activity with a matched launch call: lq_ns, api_ns, queue_ns, dispatch_ns, launch_delay_ns,
-    ready_ns, the links, and ``term`` (whether the row is a TKLQT term). Ordered by start."""
-    return store.query(_acts() + " ORDER BY start_ns, activity_id", {"t": trace_id})
+    ready_ns, the links, and ``term`` (whether the row is a TKLQT term), as stored at ingest. Ordered by start."""
+    return store.query(_ACTIVITIES_SQL, {"t": trace_id})
 
 
 
@@ -218,8 +189,8 @@ def launch(store, trace_id: str, _tables: Collection[str] | None = None) -> Resu
     """Launch overhead of one stored trace (definitions in this module's docstring and docs/metrics.md).
 
     The per-activity split and its per-operator-instance sums are computed once at ingest
-    (storage/derive.py: tables activity_splits and op_launch, schema 003, the same definitions as
-    ``activity_splits`` here); every scalar and table is aggregated from them in SQL.
+    (storage/splits.py: tables activity_splits and op_launch, schema 003; ``activity_splits`` here reads the
+    former); every scalar and table is aggregated from them in SQL.
 
     ``_tables`` (callers that need part of the result, e.g. recommend): compute only these tables; the
     scalars are all there except ``launch_bound_ops`` when neither per_op nor launch_bound is asked for."""

@@ -9,8 +9,8 @@ the bound analysis (analysis/bound.py has the definitions; docs/metrics.md "CPU-
 - queued_intervals: the intervals TKLQT sums, with the queue depth of their stream just after each opened.
 
 Every statement reads only the trace's stored rows (busy_intervals, activity_splits, gpu_activities,
-launches, cpu_ops), so ``insert_idle`` runs at the end of ingest (derive.insert_events) and, for traces
-stored before schema 005, in the migration (store._BACKFILL).
+launches, cpu_ops), so ``insert_idle`` (the "idle" step of storage/derivations.py) runs at ingest after the
+event tables and the launch splits and, for traces stored before schema 005, as the migration's backfill.
 """
 
 from __future__ import annotations

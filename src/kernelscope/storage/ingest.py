@@ -26,7 +26,7 @@ import pyarrow as pa
 from .. import __version__
 from ..errors import KernelscopeError, ParseError, StoreError, UsageError
 from ..parsers.schema import RAW_EVENTS, TraceMeta
-from . import derive, ranks
+from . import derivations, derive, ranks, rawfacts, staging
 
 #: Env variables forcing an ingest connection's DuckDB memory_limit / threads (``ingest_resources``).
 MEMORY_ENV = "KERNELSCOPE_MEMORY_LIMIT"
@@ -454,7 +454,7 @@ def ingest_reader(
         raw = scratch / "raw.parquet"
         rows = _stage(reader, raw, on_batch)
         clock.lap("parse+stage")
-        derive.raw_view(con, raw)
+        staging.raw_view(con, raw)
         meta: TraceMeta = reader.meta
         content_hash = meta.content_hash or _hash_file(path)
         existing = _stored_id(con, content_hash)
@@ -463,7 +463,7 @@ def ingest_reader(
                 str(path), "skipped", existing, f"already stored as {existing}", rows,
                 time.perf_counter() - t0,
             )
-        facts = derive.raw_facts(con, meta)
+        facts = rawfacts.raw_facts(con, meta)
         retried = []
         while True:
             try:
@@ -483,7 +483,7 @@ def ingest_reader(
     if retried:
         msg += (f"; DuckDB ran out of memory and derived the tables again with {retried[-1].threads} "
                 f"thread{'s' if retried[-1].threads != 1 else ''} and {retried[-1].memory}")
-    for note in derive.facts_notes(facts):
+    for note in rawfacts.facts_notes(facts):
         msg += f"; {note}"
     return IngestResult(str(path), "ingested", trace_id, msg, rows, time.perf_counter() - t0)
 
@@ -551,7 +551,7 @@ def _clear_failed_attempt(con) -> None:
 def _derive_and_insert(con, scratch, clock, meta, path, name, run_id, provenance, content_hash, rows, facts,
                        labels, extra) -> str:
     """Derive the links of the staged trace (``ks_raw``) and insert it in one transaction; its trace id."""
-    derive.check_correlations(con, str(path))
+    rawfacts.check_correlations(con, str(path))
     crossing = derive.derive_links(con, scratch)
     clock.lap("links")
     derive.build_launch_table(con, scratch)
@@ -563,21 +563,20 @@ def _derive_and_insert(con, scratch, clock, meta, path, name, run_id, provenance
             "encloses their start on their thread (partial overlap); their links follow the count "
             "of intervals open at their start"
         )
-    missing_ts = derive.untimed_count(con)
+    missing_ts = rawfacts.untimed_count(con)
     if missing_ts:
         warnings.append(f"{missing_ts} timed events had no timestamp; kept in other_events only")
-    warnings.extend(derive.facts_warnings(facts, meta))
+    warnings.extend(rawfacts.facts_warnings(facts, meta))
     base = int(meta.base_time_ns or 0)
-    offset, note = derive.clock_offset(con, base)
+    offset, note = rawfacts.clock_offset(con, base)
     if note:
         warnings.append(note)
-    start_ns, end_ns = derive.trace_span(con, base)
+    start_ns, end_ns = rawfacts.trace_span(con, base)
     clock.lap("checks")
     con.execute("BEGIN TRANSACTION")
     try:
         trace_id = _new_trace_id(con, content_hash)
-        derive.insert_events(con, trace_id, base)
-        ranks.insert_collectives(con, trace_id)
+        derivations.run_steps(con, trace_id, base)
         clock.lap("insert")
         _insert_trace_row(
             con, trace_id, meta, path, name, run_id, provenance, content_hash, base, start_ns,
@@ -1117,7 +1116,7 @@ def _placeholder(i: int) -> str:
 def _parse_and_derive(path: str, out: str, python_functions: bool, res: Resources | None = None, job: int = 0,
                       salvage: bool = False):
     """Worker: parse one trace into ``out``/raw.parquet, derive its links and fill the event tables
-    (``derive.insert_events`` + ``ranks.insert_collectives``, trace_id = ``_placeholder(job)``) in a DuckDB
+    (``derivations.run_steps``: every registered step, trace_id = ``_placeholder(job)``) in a DuckDB
     file of its own in ``out`` (it spills: memory stays bounded), then write every table it filled to
     ``out``/t_<table>.parquet in its insert order. Returns (TraceMeta, rows, facts): facts holds crossing,
     untimed, clock offset/note, span and ``tables`` (the tables written). ``res``: the connection's threads and
@@ -1143,18 +1142,17 @@ def _parse_and_derive(path: str, out: str, python_functions: bool, res: Resource
             apply_resources(con, res)  # as the one-file path derives (bounded memory)
             for _version, _name, sql in migrations():
                 con.execute(sql)
-            derive.raw_view(con, folder / "raw.parquet")
-            facts = derive.raw_facts(con, meta)
-            derive.check_correlations(con, str(path))
+            staging.raw_view(con, folder / "raw.parquet")
+            facts = rawfacts.raw_facts(con, meta)
+            rawfacts.check_correlations(con, str(path))
             crossing = derive.derive_links(con, folder)
             derive.build_launch_table(con, folder)
             base = int(meta.base_time_ns or 0)
-            offset, note = derive.clock_offset(con, base)
-            start_ns, end_ns = derive.trace_span(con, base)
-            facts.update({"crossing": crossing, "untimed": derive.untimed_count(con), "offset": offset,
+            offset, note = rawfacts.clock_offset(con, base)
+            start_ns, end_ns = rawfacts.trace_span(con, base)
+            facts.update({"crossing": crossing, "untimed": rawfacts.untimed_count(con), "offset": offset,
                           "note": note, "start_ns": start_ns, "end_ns": end_ns})
-            derive.insert_events(con, _placeholder(job), base)
-            ranks.insert_collectives(con, _placeholder(job))
+            derivations.run_steps(con, _placeholder(job), base)
             filled = [t for (t,) in con.execute(
                 """SELECT DISTINCT c.table_name FROM information_schema.columns c
                    JOIN information_schema.tables t ON t.table_name = c.table_name AND t.table_schema = c.table_schema
@@ -1325,7 +1323,7 @@ def ingest_rank_run(store, folder, members, *, labels=None, python_functions=Tru
                     warnings.append(f"{facts['untimed']} timed events had no timestamp; kept in other_events only")
                 if facts["note"]:
                     warnings.append(facts["note"])
-                warnings.extend(derive.facts_warnings(facts, meta))
+                warnings.extend(rawfacts.facts_warnings(facts, meta))
                 if partial:
                     warnings.append(partial + " (in this trace's run; communication numbers cover these ranks only)")
                 base = int(meta.base_time_ns or 0)
@@ -1340,7 +1338,7 @@ def ingest_rank_run(store, folder, members, *, labels=None, python_functions=Tru
                     part["extra"](con, trace_id)
                 hosts[trace_id] = part["host"]
                 mapping.append((_placeholder(i), trace_id, pos))
-                notes = "".join(f"; {n}" for n in ([partial] if partial else []) + derive.facts_notes(facts))
+                notes = "".join(f"; {n}" for n in ([partial] if partial else []) + rawfacts.facts_notes(facts))
                 again = facts.get("retried")
                 if again:
                     notes += (f"; DuckDB ran out of memory and derived the tables again with {again.threads} "

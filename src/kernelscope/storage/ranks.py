@@ -1,13 +1,5 @@
-"""Runs of many ranks: which traces form a run, their ranks, collective kernels, per-rank clock offsets.
-
-**Collectives** (``insert_collectives``, run for every ingested trace inside its transaction): a GPU kernel is
-a collective when it carries the collective args torch records (``Collective name``, ``Process Group Name``;
-kept by the parser as JSON in ``text``) or when its name is an NCCL/RCCL kernel's (``nccl...``,
-``ncclDevKernel_*``, ``rccl...``). ``collective`` is the normalised type from the args' name, else the kernel
-name. ``in_bytes``/``out_bytes`` = element counts x bytes per element of ``dtype`` (null when either is
-unknown). ``pg_seq`` numbers the collectives of one process group on one trace in start order (0-based): the
-k-th collective of a group on every rank is the same collective instance (torch issues a group's collectives
-in one order on all its ranks).
+"""Runs of many ranks: which traces form a run, their ranks, how many processes parse them, per-rank clock
+offsets (from the collectives of storage/collectives.py, a derivation step filled for every trace).
 
 **Run membership** (``plan_runs``): a *rank trace* is a trace whose ``distributedInfo`` says world size > 1
 (read from the file's head, before ``traceEvents``; torch >= 2.5 writes it there) or whose file/run-folder
@@ -40,16 +32,6 @@ import re
 import zlib
 from dataclasses import dataclass, field
 
-#: Bytes per element of the dtype names torch writes in collective args.
-DTYPE_BYTES = {
-    "Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "Int": 4, "Long": 8, "Short": 2, "Char": 1,
-    "Byte": 1, "Bool": 1, "UInt16": 2, "UInt32": 4, "UInt64": 8, "ComplexHalf": 4, "ComplexFloat": 8,
-    "ComplexDouble": 16, "Float8_e4m3fn": 1, "Float8_e5m2": 1, "Float8_e4m3fnuz": 1, "Float8_e5m2fnuz": 1,
-}
-
-#: Kernel names of collective libraries (case-insensitive regular expression).
-COLLECTIVE_KERNEL_RE = r"(?i)^(void )?(nccl|rccl)|ncclDevKernel|ncclKernel"
-
 _RANK_NAME_RE = re.compile(r"(?i)(?:^|[^a-z])rank[_\-]?(\d+)")
 #: Bytes of a trace's head searched for distributedInfo.
 PEEK_BYTES = 4 << 20
@@ -59,101 +41,6 @@ WORKER_BYTES = 512 << 20
 #: imports) costs more than it saves. benchmarks/ranks.py on a quiet 16-core machine: 64 ranks of 17 MB gz
 #: parse in 8.8 s in-process and 1.6 s in 16 processes; 4 ranks of 1.1 MB took longer with 2 processes.
 PARALLEL_MIN_BYTES = 8 << 20
-
-
-def _norm_sql(col: str) -> str:
-    x = f"lower(regexp_replace({col}, '[_ \\-]', '', 'g'))"
-    return f"""CASE WHEN {col} IS NULL THEN NULL
-        WHEN {x} LIKE '%allreduce%' THEN 'allreduce'
-        WHEN {x} LIKE '%reducescatter%' THEN 'reducescatter'
-        WHEN {x} LIKE '%allgather%' THEN 'allgather'
-        WHEN {x} LIKE '%alltoall%' THEN 'alltoall'
-        WHEN {x} LIKE '%broadcast%' THEN 'broadcast'
-        WHEN {x} LIKE '%sendrecv%' OR {x} LIKE '%send%' OR {x} LIKE '%recv%' THEN 'sendrecv'
-        WHEN {x} LIKE '%barrier%' THEN 'barrier'
-        WHEN {x} LIKE '%reduce%' THEN 'reduce'
-        ELSE 'other' END"""
-
-
-def insert_collectives(con, trace_id: str) -> int:
-    """Insert the ``collectives`` rows of the trace staged as ``ks_raw`` (call inside the transaction)."""
-    dtypes = ", ".join(f"('{k}', {v})" for k, v in DTYPE_BYTES.items())
-    j = "CASE WHEN json_valid(text) THEN text END"
-    con.execute(
-        f"""
-        INSERT INTO collectives
-        WITH k AS (
-            SELECT seq, name, ts_ns, {j} AS js FROM ks_raw
-            WHERE kind = 'kernel' AND ts_ns IS NOT NULL
-              AND ((text IS NOT NULL AND json_valid(text)
-                    AND (json_extract_string(text, '$."Collective name"') IS NOT NULL
-                         OR json_extract_string(text, '$."Process Group Name"') IS NOT NULL))
-                   OR regexp_matches(name, '{COLLECTIVE_KERNEL_RE}'))
-        ), a AS (
-            SELECT seq, name, ts_ns,
-                   json_extract_string(js, '$."Collective name"') AS coll_name,
-                   json_extract_string(js, '$."Process Group Name"') AS pg_name,
-                   json_extract_string(js, '$."Process Group Description"') AS pg_desc,
-                   json_extract_string(js, '$."Process Group Ranks"') AS pg_ranks,
-                   TRY_CAST(json_extract_string(js, '$."Group size"') AS INTEGER) AS group_size,
-                   json_extract_string(js, '$.dtype') AS dtype,
-                   TRY_CAST(json_extract_string(js, '$."In msg nelems"') AS BIGINT) AS in_n,
-                   TRY_CAST(json_extract_string(js, '$."Out msg nelems"') AS BIGINT) AS out_n,
-                   json_extract_string(js, '$."In split size"') AS in_split,
-                   json_extract_string(js, '$."Out split size"') AS out_split
-            FROM k
-        )
-        SELECT $tid, a.seq, coalesce({_norm_sql('a.coll_name')}, {_norm_sql('a.name')}), a.coll_name,
-               a.pg_name, a.pg_desc, a.pg_ranks, a.group_size, a.dtype, d.b, a.in_n, a.out_n,
-               a.in_n * d.b, a.out_n * d.b, a.in_split, a.out_split,
-               row_number() OVER (PARTITION BY a.pg_name ORDER BY a.ts_ns, a.seq) - 1
-        FROM a LEFT JOIN (VALUES {dtypes}) d(dt, b) ON d.dt = a.dtype
-        ORDER BY a.ts_ns, a.seq
-        """,
-        {"tid": trace_id},
-    )
-    insert_device_time(con, trace_id)
-    return con.execute("SELECT count(*) FROM collectives WHERE trace_id = ?", [trace_id]).fetchall()[0][0]
-
-
-# Per device: one sweep over every activity boundary with running counts of the three classes (compute kernel,
-# collective kernel, memcpy/memset); each stretch between two boundaries is attributed by which counts are > 0.
-_DEVICE_TIME_SQL = """
-INSERT INTO device_time
-WITH acts AS (
-    SELECT a.device, a.start_ns AS s, a.end_ns AS e,
-           CASE WHEN c.activity_id IS NOT NULL THEN 2 WHEN a.kind = 'kernel' THEN 1 ELSE 3 END AS cls
-    FROM gpu_activities a
-    LEFT JOIN (SELECT activity_id FROM collectives WHERE trace_id = $tid) c ON c.activity_id = a.activity_id
-    WHERE a.trace_id = $tid AND a.device IS NOT NULL AND a.end_ns > a.start_ns
-), ev AS (
-    SELECT device, s AS t, (cls = 1)::INT AS dk, (cls = 2)::INT AS dc, (cls = 3)::INT AS dm FROM acts
-    UNION ALL
-    SELECT device, e, -(cls = 1)::INT, -(cls = 2)::INT, -(cls = 3)::INT FROM acts
-), g AS (
-    SELECT device, t, sum(dk) AS dk, sum(dc) AS dc, sum(dm) AS dm FROM ev GROUP BY ALL
-), w AS (
-    SELECT device, t, sum(dk) OVER o AS k, sum(dc) OVER o AS c, sum(dm) OVER o AS m,
-           lead(t) OVER (PARTITION BY device ORDER BY t) - t AS len
-    FROM g WINDOW o AS (PARTITION BY device ORDER BY t ROWS UNBOUNDED PRECEDING)
-)
-SELECT $tid, device,
-       coalesce(sum(len) FILTER (WHERE k > 0), 0)::BIGINT,
-       coalesce(sum(len) FILTER (WHERE c > 0), 0)::BIGINT,
-       coalesce(sum(len) FILTER (WHERE c > 0 AND k = 0), 0)::BIGINT,
-       coalesce(sum(len) FILTER (WHERE c > 0 AND k = 0 AND m = 0), 0)::BIGINT,
-       coalesce(sum(len) FILTER (WHERE m > 0), 0)::BIGINT,
-       coalesce(sum(len) FILTER (WHERE m > 0 AND k = 0 AND c = 0), 0)::BIGINT,
-       coalesce(sum(len) FILTER (WHERE k > 0 OR c > 0 OR m > 0), 0)::BIGINT,
-       (max(t) - min(t))::BIGINT
-FROM w GROUP BY device ORDER BY device
-"""
-
-
-def insert_device_time(con, trace_id: str) -> None:
-    """Fill device_time (schema 007) for one trace whose activities and collectives are stored: per device, the
-    time some compute kernel, some collective, some memcpy/memset runs, and their exposed/only parts."""
-    con.execute(_DEVICE_TIME_SQL, {"tid": trace_id})
 
 
 # ------------------------------------------------------------------------------------------- membership

@@ -4,8 +4,8 @@ per trace in ``op_signatures``, and each activity's ``leaf_sig_id``.
 
 A trace has a few dozen signatures and up to millions of kernels: grouping kernels by operator name and shapes
 through this table costs a join against tens of rows instead of against every CPU operator (cpu_ops).
-``insert_signatures`` runs at the end of ingest (derive.insert_events) and, for traces stored before schema
-006, in the migration (store._BACKFILL).
+``insert_signatures`` (the "signatures" step of storage/derivations.py) runs at ingest after the event tables
+and, for traces stored before schema 006, as the migration's backfill.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ import time
 from importlib import resources
 
 from ..errors import StoreError, StoreLockedError
-from . import idle, ranks, signatures
+from . import derivations
 from . import lock as store_lock
 
 #: Seconds a writer keeps retrying while another writer holds the lock (readers: storage/lock.py, 30 s).
@@ -253,13 +253,11 @@ def _applied_versions(con, path) -> set[int] | None:
     return {int(r[0]) for r in con.execute("SELECT version FROM schema_version").fetchall()}
 
 
-#: Migrations whose new tables are filled for already stored traces by the function ingest uses.
-_BACKFILL = {5: idle.insert_idle, 6: signatures.insert_signatures, 7: ranks.insert_device_time}
-
-
 def _migrate(con, path, applied: set[int] | None) -> None:
     """Apply every shipped migration not yet applied, in number order, each in its own transaction (a
-    store made between two releases may miss a lower number; each migration backfills its own tables)."""
+    store made between two releases may miss a lower number). A migration changes the schema; what it
+    created is then filled for the traces already stored by the derivation steps ingest runs
+    (``derivations.backfill``), in the same transaction."""
     for version, fname, sql in migrations():
         if applied is not None and version in applied:
             continue
@@ -271,9 +269,7 @@ def _migrate(con, path, applied: set[int] | None) -> None:
                     "(version INTEGER NOT NULL, name VARCHAR, applied_ns BIGINT)"
                 )
             con.execute(sql)
-            if version in _BACKFILL:  # derived rows of traces stored before this schema: the ingest code's
-                for (trace_id,) in con.execute("SELECT trace_id FROM traces ORDER BY trace_id").fetchall():
-                    _BACKFILL[version](con, trace_id)
+            derivations.backfill(con, version)
             con.execute(
                 "INSERT INTO schema_version VALUES (?, ?, ?)", [version, fname, time.time_ns()]
             )

@@ -1,4 +1,6 @@
--- kernelscope store, schema version 4: runs of many ranks and collective kernels (storage/ranks.py).
+-- kernelscope store, schema version 4: runs of many ranks (storage/ranks.py) and collective kernels
+-- (storage/collectives.py, the "collectives" step of storage/derivations.py: filled at ingest from the staged
+-- events, so traces stored before this schema keep none).
 -- A run is several traces (one per rank) ingested together in one transaction; traces.run_id names it and
 -- traces.rank / rank_source say which rank each trace is and where that came from.
 

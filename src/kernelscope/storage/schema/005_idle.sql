@@ -1,9 +1,9 @@
 -- kernelscope store, schema version 5: the idle gaps of each device, the host-wait pieces and the queued
--- intervals, computed once at ingest (storage/idle.py, insert_idle) and read by the bound analysis (and the
--- dashboard's Bound page), so that it aggregates stored rows instead of re-deriving them per call.
+-- intervals, computed once at ingest (storage/idle.py, insert_idle: the "idle" step of storage/derivations.py)
+-- and read by the bound analysis (and the dashboard's Bound page), so that it aggregates stored rows instead
+-- of re-deriving them per call.
 -- Definitions: docs/metrics.md "CPU-bound vs GPU-bound" and analysis/bound.py. Times int64 ns.
--- Traces already stored when a store is migrated are filled by storage/idle.py's insert_idle, the same code
--- ingest runs (storage/store.py, _BACKFILL).
+-- Traces already stored when a store is migrated are filled by the same step (derivations.backfill).
 
 -- One row per idle gap of a device's busy union (busy_intervals) inside its GPU span.
 CREATE TABLE idle_gaps (

@@ -1,8 +1,9 @@
 -- kernelscope store, schema version 7: per trace and device, the busy time split by what runs (compute
 -- kernels, collective kernels, memcpy/memset), computed once at ingest after the collectives
--- (storage/ranks.py, insert_device_time) and read by the comm analysis, transition and bound.
+-- (storage/collectives.py, insert_device_time: the "device_time" step of storage/derivations.py) and read by
+-- the comm analysis, transition and bound.
 -- Definitions: analysis/comm.py (docs/metrics.md "Communication"). Times int64 ns.
--- Traces already stored when a store is migrated are filled by the same function (store._BACKFILL).
+-- Traces already stored when a store is migrated are filled by the same step (derivations.backfill).
 
 CREATE TABLE device_time (
     trace_id           VARCHAR NOT NULL,
