@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from kernelscope.cli import cli
 from kernelscope.errors import UsageError
-from kernelscope.storage import derivations, ingest
+from kernelscope.storage import derivations, sizing
 from kernelscope.storage.ingest import (
     MEMORY_PER_THREAD,
     MIN_MEMORY,
@@ -39,8 +39,8 @@ def machine(monkeypatch):
     monkeypatch.delenv("KERNELSCOPE_MEMORY_LIMIT", raising=False)
 
     def set_(cores: int, ram: int | None = 64 * GB):
-        monkeypatch.setattr(ingest, "usable_cores", lambda: cores)
-        monkeypatch.setattr(ingest, "physical_memory_bytes", lambda: ram)
+        monkeypatch.setattr(sizing, "usable_cores", lambda: cores)
+        monkeypatch.setattr(sizing, "physical_memory_bytes", lambda: ram)
     return set_
 
 
@@ -89,7 +89,7 @@ def test_usable_cores_follow_cpu_affinity(monkeypatch):
     """taskset / cpusets: os.cpu_count() says 64, the affinity mask holds 3 CPUs -> 3."""
     monkeypatch.setattr(os, "cpu_count", lambda: 64)
     monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0, 5, 9})
-    assert ingest.usable_cores() == 3
+    assert sizing.usable_cores() == 3
 
 
 def _duckdb_text(memory: str) -> str:

@@ -232,13 +232,12 @@ def test_run_rows_equal_single_trace_ingest(tmp_path, monkeypatch, workers, file
     """The run path (workers fill their own DuckDB, one INSERT per table) stores exactly the rows the
     single-trace path stores for each rank in every table that has a trace_id, and in the same physical
     order in the tables whose inserts are totally ordered."""
+    from kernelscope.storage import rankrun
     from kernelscope.storage.ingest import ingest_run
-
-    from kernelscope.storage import ingest as ingest_mod
 
     monkeypatch.setenv("KERNELSCOPE_INGEST_WORKERS", workers)
     if file_db:  # the worker's DuckDB in a file, as for rank traces of 32 MiB and more
-        monkeypatch.setattr(ingest_mod, "WORKER_IN_MEMORY_BYTES", 0)
+        monkeypatch.setattr(rankrun, "WORKER_IN_MEMORY_BYTES", 0)
     with open_store(tmp_path / "run.duckdb") as run, open_store(tmp_path / "one.duckdb") as one:
         ingest_paths(run, [DDP2])
         for r in (0, 1):
