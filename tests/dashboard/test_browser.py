@@ -28,18 +28,18 @@ def _cli_summary(db, trace_id) -> dict:
 def test_traces_then_overview_in_chromium(page, base_url, dash_store, tmp_path_factory):
     shots = tmp_path_factory.mktemp("screenshots")
     page.goto(base_url + "/")
-    page.wait_for_selector("#traces-table td")
-    rows = page.locator("#traces-table tbody tr:has(td)")
-    assert rows.count() == len(dash_store.ids)
-    # Native filtering: type in the name column's filter cell.
-    page.locator("#traces-table th.dash-filter[data-dash-column='name'] input[type=text]").fill("llama")
+    page.wait_for_selector("#traces-table .ag-cell")
+    rows = page.locator("#traces-table .ag-center-cols-container .ag-row")
+    expect(rows).to_have_count(len(dash_store.ids))  # the grid draws its rows after it mounts
+    # Filtering: type in the name column's filter cell.
+    page.locator("#traces-table .ag-floating-filter[col-id='name'] input").fill("llama")
     page.keyboard.press("Enter")
     n_llama = sum("llama" in n for n in dash_store.ids)
-    page.wait_for_function(f"document.querySelectorAll('#traces-table tbody tr:has(td)').length == {n_llama}")
+    page.wait_for_function(f"document.querySelectorAll('#traces-table .ag-center-cols-container .ag-row').length == {n_llama}")
     page.screenshot(path=str(shots / "traces.png"), full_page=True)
 
     tid = dash_store.ids["llama_prefill_b1"]
-    page.click("#traces-table td >> text=llama_prefill_b1")
+    page.click("#traces-table .ag-cell >> text=llama_prefill_b1")
     page.wait_for_url(f"**/trace/{tid}")
     page.wait_for_selector("#busy-figure .scatterlayer .trace path.js-line")
     # _fullData holds the decoded arrays (data[0].x may still be Plotly's base64 typed-array form).

@@ -11,6 +11,11 @@ from urllib.parse import parse_qs
 from kernelscope.analysis.registry import get_analysis
 from kernelscope.storage.store import open_store
 
+try:
+    from playwright.sync_api import expect
+except ImportError:  # pragma: no cover - the page fixture skips these tests then
+    expect = None
+
 
 def _analysis(db, name, *args):
     with open_store(db, read_only=True) as store:
@@ -50,9 +55,9 @@ def test_bandwidth_select_point_and_row_then_restore(page, base_url, dash_store)
     assert f"#{sig} {js['per_signature'][sig]['name']}" in page.inner_text("#bw-selected")
 
     # click a table row: that signature is selected (the row shows its number in the '#' column)
-    cell = page.locator("#bw-signatures td[data-dash-column='sig']").nth(4)
+    cell = page.locator("#bw-signatures .ag-center-cols-container .ag-row .ag-cell[col-id='sig']").nth(4)
     row_sig = int(cell.inner_text())
-    page.locator("#bw-signatures td[data-dash-column='name']").nth(4).click()
+    page.locator("#bw-signatures .ag-center-cols-container .ag-row .ag-cell[col-id='name']").nth(4).click()
     page.wait_for_function(f"location.search.includes('sig={row_sig}')")
     ref = js["per_signature"][row_sig]
     page.wait_for_function(f"document.querySelector('#bw-selected').innerText.includes('#{row_sig} ')")
@@ -130,9 +135,9 @@ def test_compare_pick_two_traces_then_restore(page, base_url, dash_store):
     assert sum(head.values()) == len(js["headline"])
     counts = page.inner_text("#compare-counts")
     assert f"{js['matched_groups']:,} matched groups" in counts and f"{js['removed_groups']:,} removed" in counts
-    rows = page.locator("#compare-matched tbody tr:has(td)")
-    assert rows.count() == min(25, js["matched_groups"])  # first page of the table
-    first = page.locator("#compare-matched td[data-dash-column='key']").nth(0).inner_text()
+    rows = page.locator("#compare-matched .ag-center-cols-container .ag-row")
+    expect(rows).to_have_count(min(25, js["matched_groups"]))  # first page of the table
+    first = page.locator("#compare-matched .ag-center-cols-container .ag-row .ag-cell[col-id='key']").nth(0).inner_text()
     matched = [g for g in js["groups"] if g["status"] == "matched"]
     assert first == matched[0]["key"][:len(first)]
     shared = f"{base_url}/compare?a={a}&b={b}"

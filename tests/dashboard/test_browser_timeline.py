@@ -110,12 +110,13 @@ def test_zoom_goes_into_the_url_and_back(page, base_url, dash_store):
 def test_select_operator_then_timeline(page, base_url, dash_store):
     tid = dash_store.ids["llama_prefill_b8"]
     page.goto(f"{base_url}/trace/{tid}/operators")
-    page.wait_for_selector("#operators-table td")
-    page.click("#operators-table td >> text=aten::mm")
+    page.wait_for_selector("#operators-table .ag-cell")
+    page.click("#operators-table .ag-cell >> text=aten::mm")
     page.wait_for_function("() => location.search.includes('op=aten')")
     assert _query(page.url)["op"] == "aten::mm"
     expect(page.locator("#operators-detail")).to_contain_text("Kernels of aten::mm")
-    assert page.locator("#operator-kernels tbody tr:has(td)").count() >= 2
+    page.wait_for_selector("#operator-kernels .ag-center-cols-container .ag-row")  # drawn after it mounts
+    assert page.locator("#operator-kernels .ag-center-cols-container .ag-row").count() >= 2
     page.click("#operators-timeline-link")
     page.wait_for_url(f"**/trace/{tid}/timeline?op=aten%3A%3Amm")
     _wait_drawn(page)

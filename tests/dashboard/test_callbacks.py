@@ -12,7 +12,7 @@ from kernelscope.dashboard.pages import overview, traces
 from kernelscope.storage.queries import list_traces
 from kernelscope.storage.store import open_store
 
-from .tree import find, texts
+from .tree import find, ns_columns, shown_ms, texts
 
 
 def _summary(db, tid):
@@ -32,8 +32,8 @@ def test_trace_ref_from_path_or_query():
 def test_traces_page_lists_every_trace_with_its_numbers(dash_store):
     page = route(dash_store.db, "/", "")
     table = find(page, traces.TABLE_ID)
-    assert table is not None and table.filter_action == "native"
-    by_id = {r["id"]: r for r in table.data}
+    assert table is not None and table.defaultColDef["floatingFilter"] is True  # a filter cell per column
+    by_id = {r["id"]: r for r in table.rowData}
     assert set(by_id) == set(dash_store.ids.values())
     with open_store(dash_store.db, read_only=True) as store:
         ref = list_traces(store).set_index("trace_id")
@@ -41,18 +41,19 @@ def test_traces_page_lists_every_trace_with_its_numbers(dash_store):
         assert row["trace_id"] == tid and row["name"] == ref.loc[tid, "name"]
         assert row["kernels"] == ref.loc[tid, "kernels"]
         span = ref.loc[tid, "gpu_span_ns"]
-        assert row["gpu_span_ms"] == (None if pd.isna(span) else round(int(span) / 1e6, 3))
+        assert row["gpu_span_ns"] == (None if pd.isna(span) else int(span))
+        assert shown_ms(table, row, "gpu_span_ns") == (None if pd.isna(span) else round(int(span) / 1e6, 3))
     assert by_id[dash_store.ids["two_devices"]]["devices"] == "0, 1"
-    assert by_id[dash_store.ids["cpu_only"]]["gpu_span_ms"] is None
+    assert by_id[dash_store.ids["cpu_only"]]["gpu_span_ns"] is None
     assert "batch=1" in by_id[dash_store.ids["llama_prefill_b1"]]["labels"]
 
 
 def test_clicking_a_row_opens_that_trace_whatever_the_filter():
-    # active_cell as DataTable sends it: row is the index in the shown (filtered/sorted) rows, row_id the id.
-    assert traces.open_trace({"row": 0, "column": 1, "column_id": "name", "row_id": "d79dc1ba9fce"}) \
+    # cellClicked as the grid sends it: rowIndex is the index in the shown (filtered/sorted) rows, rowId the id.
+    assert traces.open_trace({"rowIndex": 0, "colId": "name", "value": "x", "rowId": "d79dc1ba9fce"}) \
         == "/trace/d79dc1ba9fce"
     assert traces.open_trace(None) is None
-    assert traces.open_trace({"row": 0, "column": 0, "column_id": "id"}) is None
+    assert traces.open_trace({"rowIndex": 0, "colId": "trace_id"}) is None
 
 
 @pytest.mark.parametrize("name", ["llama_prefill_b1", "compiled", "probe_train", "two_devices", "nsys"])
@@ -76,14 +77,16 @@ def test_overview_numbers_equal_the_summary(dash_store, name):
     assert max(max(t.y) for t in fig.data) > 0
     # Tables: top kernels as the summary ranks them, times in ms.
     tk = result.tables["top_kernels"]
-    rows = find(page, "top-kernels").data
+    grid = find(page, "top-kernels")
+    rows = grid.rowData
     assert [r["name"] for r in rows] == list(tk["name"])
-    assert [r["total_ms"] for r in rows] == [round(v / 1e6, 3) for v in tk["total_ns"]]
+    assert ns_columns(grid) == {"total_ns": (1_000_000, 3), "mean_ns": (1000, 2)}  # shown in ms and µs
+    assert [shown_ms(grid, r, "total_ns") for r in rows] == [round(v / 1e6, 3) for v in tk["total_ns"]]
     if result.tables["top_operators"].empty:  # the two-device edge trace has no CPU operators
         assert "No kernel in this trace is attributed to a CPU operator" in texts(find(page, "msg-no-operators"))
         assert find(page, "top-operators") is None
     else:
-        ops = find(page, "top-operators").data
+        ops = find(page, "top-operators").rowData
         assert [r["name"] for r in ops] == list(result.tables["top_operators"]["name"])
         assert find(page, "msg-no-operators") is None
 

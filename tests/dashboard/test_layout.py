@@ -53,15 +53,15 @@ def test_index_and_layout(client, dash_store):
 
 def test_traces_page_over_http(client, dash_store):
     table = _find(_page(client, "/"), "traces-table")
-    assert sorted(r["id"] for r in table["props"]["data"]) == sorted(dash_store.ids.values())
-    assert table["props"]["filter_action"] == "native"
+    assert sorted(r["id"] for r in table["props"]["rowData"]) == sorted(dash_store.ids.values())
+    assert table["props"]["defaultColDef"]["floatingFilter"] is True
 
 
 def test_row_click_callback_sets_the_url(client, dash_store):
     tid = dash_store.ids["probe_train"]
     resp = _call(client, "..url.pathname...url.search..",
-                 [{"id": "traces-table", "property": "active_cell",
-                   "value": {"row": 2, "column": 0, "column_id": "trace_id", "row_id": tid}}])
+                 [{"id": "traces-table", "property": "cellClicked",
+                   "value": {"rowIndex": 2, "colId": "trace_id", "value": tid, "rowId": tid}}])
     assert resp["response"]["url"] == {"pathname": f"/trace/{tid}", "search": ""}
 
 

@@ -7,13 +7,11 @@ from __future__ import annotations
 import json
 from urllib.parse import parse_qs
 
-import pytest
-
 from kernelscope.analysis.registry import get_analysis
 from kernelscope.dashboard.app import create_app, route
 from kernelscope.dashboard.pages import operators as page
 
-from .tree import find, texts
+from .tree import find, ns_columns, texts
 
 
 def _table(result, name):
@@ -29,12 +27,14 @@ def test_leaf_table_equals_the_analyses(dash_store, store):
     bw = get_analysis("bandwidth").fn(store, tid)
     sigs = bw.tables["per_signature"]
     rows = {r["name"]: r for r in df.to_dict("records")}
+    kinds = {f: k for f, _, k in page.COLUMNS}
+    assert kinds["cpu_ns"] == kinds["gpu_union_ns"] == kinds["tklqt_ns"] == "ms"  # ns held, ms shown
     for name, p in per.items():
         if name is None:
             continue
         r = rows[name]
         assert r["kernels"] == p["kernels"] and r["calls_gpu"] == p["calls"]
-        assert r["tklqt_ms"] == round(p["tklqt_ns"] / 1e6, 3) and r["gpu_ms"] == round(p["gpu_union_ns"] / 1e6, 3)
+        assert r["tklqt_ns"] == p["tklqt_ns"] and r["gpu_union_ns"] == p["gpu_union_ns"]  # shown in ms
     # one signature: GB/s and % of peak are the analysis's own values
     one = sigs.groupby("name").filter(lambda g: len(g) == 1 and g["bytes"].notna().all())
     assert len(one) >= 3
@@ -59,41 +59,42 @@ def test_cpu_time_equals_the_rows(dash_store, store):
     for name in ("aten::mm", "aten::linear", "aten::mul"):
         mine = ops[ops["name"] == name]
         r = leaf[leaf["name"] == name].iloc[0]
-        assert r["count"] == len(mine) and r["cpu_ms"] == round(int(mine["dur_ns"].sum()) / 1e6, 3)
+        assert r["count"] == len(mine) and r["cpu_ns"] == int(mine["dur_ns"].sum())
     lin = ops[(ops["name"] == "aten::linear") & (ops["depth"] == 0)]
     r = top[top["name"] == "aten::linear"].iloc[0]
-    assert r["count"] == len(lin) and r["cpu_ms"] == round(int(lin["dur_ns"].sum()) / 1e6, 3)
+    assert r["count"] == len(lin) and r["cpu_ns"] == int(lin["dur_ns"].sum())
     per = _table(get_analysis("launch").fn(store, tid), "per_op")
-    assert r["tklqt_ms"] == round(per["aten::linear"]["tklqt_ns"] / 1e6, 3)
+    assert r["tklqt_ns"] == per["aten::linear"]["tklqt_ns"]
     assert top["gbps"].isna().all()  # modelled per leaf operator only
 
 
 def test_select_lists_kernels_and_links_the_timeline(dash_store, store):
     tid = dash_store.ids["llama_prefill_b8"]
-    children, search = page.select(dash_store.db, tid, {"row": 0, "column": 0, "row_id": "aten::mm"}, "leaf",
-                                   "?level=leaf")
+    children, search = page.select(dash_store.db, tid, {"rowIndex": 0, "colId": "name", "rowId": "aten::mm"},
+                                   "leaf", "?level=leaf")
     assert parse_qs(search.lstrip("?")) == {"level": ["leaf"], "op": ["aten::mm"]}
     div = page.html.Div(children)
     link = find(div, "operators-timeline-link")
     assert link.href == f"/trace/{tid}/timeline?op=aten%3A%3Amm"
     kt = find(div, "operator-kernels")
     per = _table(get_analysis("launch").fn(store, tid), "per_leaf_op")
-    assert sum(r["count"] for r in kt.data if r["kind"] == "kernel") == per["aten::mm"]["kernels"]
+    assert sum(r["count"] for r in kt.rowData if r["kind"] == "kernel") == per["aten::mm"]["kernels"]
     # totals by hand from the stored rows
     want = store.query("SELECT sum(dur_ns) AS d FROM gpu_activities WHERE trace_id = $t AND leaf_op_id IN "
                        "(SELECT op_id FROM cpu_ops WHERE trace_id = $t AND name = 'aten::mm')", {"t": tid})
-    assert sum(r["total_ms"] for r in kt.data) == pytest.approx(int(want["d"].iloc[0]) / 1e6, abs=1e-3 * len(kt.data))
+    assert sum(r["total_ns"] for r in kt.rowData) == int(want["d"].iloc[0])
+    assert ns_columns(kt) == {"total_ns": (1_000_000, 3), "mean_ns": (1000, 2)}  # shown in ms and µs
     assert page.select(dash_store.db, tid, None, "leaf", "") is None
 
 
 def test_layout_restores_the_selection(dash_store):
     tid = dash_store.ids["llama_prefill_b8"]
     tree = route(dash_store.db, f"/trace/{tid}/operators", "?op=aten::mm")
-    assert find(tree, "operators-table").active_cell["row_id"] == "aten::mm"
+    assert find(tree, "operators-table").selectedRows == {"ids": ["aten::mm"]}
     assert "Kernels of aten::mm" in texts(find(tree, "operators-detail"))
     top = route(dash_store.db, f"/trace/{tid}/operators", "?level=top")
     assert find(top, "operators-level").value == "top"
-    assert "aten::linear" in [r["name"] for r in find(top, "operators-table").data]
+    assert "aten::linear" in [r["name"] for r in find(top, "operators-table").rowData]
 
 
 def test_relevel(dash_store):
@@ -101,7 +102,7 @@ def test_relevel(dash_store):
     assert page.relevel(dash_store.db, tid, "leaf", "") is None  # already shown
     children, search = page.relevel(dash_store.db, tid, "top", "?op=aten::linear")
     assert parse_qs(search.lstrip("?")) == {"op": ["aten::linear"], "level": ["top"]}
-    assert find(page.html.Div(children), "operators-table").active_cell["row_id"] == "aten::linear"
+    assert find(page.html.Div(children), "operators-table").selectedRows == {"ids": ["aten::linear"]}
 
 
 def test_cpu_only_and_empty_messages(dash_store, store):
@@ -120,12 +121,12 @@ def test_select_over_http(dash_store):
     out = next(d["output"] for d in deps if "operators-detail.children" in d["output"])
     body = {"output": out, "outputs": [{"id": "operators-detail", "property": "children"},
                                        {"id": "url", "property": "search"}],
-            "inputs": [{"id": "operators-table", "property": "active_cell",
-                        "value": {"row": 0, "column": 0, "column_id": "name", "row_id": "aten::mm"}}],
+            "inputs": [{"id": "operators-table", "property": "cellClicked",
+                        "value": {"rowIndex": 0, "colId": "name", "value": "aten::mm", "rowId": "aten::mm"}}],
             "state": [{"id": "operators-level", "property": "value", "value": "leaf"},
                       {"id": "operators-trace", "property": "data", "value": tid},
                       {"id": "url", "property": "search", "value": ""}],
-            "changedPropIds": ["operators-table.active_cell"]}
+            "changedPropIds": ["operators-table.cellClicked"]}
     r = client.post("/_dash-update-component", data=json.dumps(body), content_type="application/json")
     assert r.status_code == 200
     resp = r.get_json()["response"]

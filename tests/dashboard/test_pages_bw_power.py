@@ -20,7 +20,7 @@ from kernelscope.dashboard.pages import bandwidth, compare
 from kernelscope.reports.roofline import plottable
 from kernelscope.storage.store import open_store
 
-from .tree import find, texts
+from .tree import find, ns_columns, shown_ms, texts
 from .tree import find_json as _find
 from .tree import page_json as _page
 from .tree import plotly_values as _values
@@ -63,13 +63,14 @@ def test_bandwidth_numbers_equal_the_analysis_json(client, dash_store):
     # the sentence: modelled ms of total ms (hand: modelled_gpu_ns / 1e6, gpu_ns / 1e6)
     assert f"{js['modelled_gpu_ns'] / 1e6:,.3f} of {js['gpu_ns'] / 1e6:,.3f} ms" in _text(_find(page, "bw-modelled"))
 
-    rows = _find(page, bandwidth.TABLE_ID)["props"]["data"]
+    grid = _find(page, bandwidth.TABLE_ID)
+    rows = grid["props"]["rowData"]
     sig = js["per_signature"]
     assert len(rows) == len(sig) == js["signatures"]
     for i, (row, ref) in enumerate(zip(rows, sig)):
         assert row["sig"] == row["id"] == i
         assert (row["name"], row["input_dims"], row["calls"]) == (ref["name"], ref["input_dims"], ref["calls"])
-        assert row["gpu_ms"] == round(ref["gpu_ns"] / 1e6, 3)
+        assert row["gpu_ns"] == ref["gpu_ns"] and shown_ms(grid, row, "gpu_ns") == round(ref["gpu_ns"] / 1e6, 3)
         assert row["share_pct"] == round(100 * ref["gpu_ns"] / js["gpu_ns"], 1)
         for col, digits in (("pct_peak_bw", 1), ("pct_peak_flops", 1), ("achieved_tflops", 3), ("intensity", 2)):
             assert row[col] == (None if ref[col] is None else round(ref[col], digits)), (i, col)
@@ -126,29 +127,28 @@ def test_roofline_points_are_the_signatures(client, dash_store):
     assert ring["name"] == "selected"
     assert (_values(ring["x"])[0], _values(ring["y"])[0]) == pytest.approx(pts[3])
     assert f"#3 {sig['name'].iloc[3]}" in _text(_find(page, bandwidth.SELECTED_ID))
-    style = _find(page, bandwidth.TABLE_ID)["props"]["style_data_conditional"]
-    assert any(s["if"].get("filter_query") == "{sig} = 3" for s in style)
+    assert _find(page, bandwidth.TABLE_ID)["props"]["selectedRows"] == {"ids": ["3"]}  # row ids: signature numbers
 
 
 def test_select_callback_as_plain_function():
-    rows = [{"sig": 0, "name": "aten::mm", "calls": 4, "_x": 100.0, "_y": 300.0, "gpu_ms": 1.0},
-            {"sig": 1, "name": "aten::copy_", "calls": 2, "_x": None, "_y": None, "gpu_ms": 0.5}]
+    rows = [{"sig": 0, "name": "aten::mm", "calls": 4, "_x": 100.0, "_y": 300.0, "gpu_ns": 1_000_000},
+            {"sig": 1, "name": "aten::copy_", "calls": 2, "_x": None, "_y": None, "gpu_ns": 500_000}]
     click = {"points": [{"customdata": 0, "x": 100.0, "y": 300.0}]}
-    patch, style, text, search = bandwidth.select(bandwidth.FIGURE_ID, click, None, rows, "?zoom=1")
+    patch, selected, text, search = bandwidth.select(bandwidth.FIGURE_ID, click, None, rows, "?zoom=1")
     ops = patch.to_plotly_json()["operations"]
     assert {(tuple(o["location"]), json.dumps(o["params"]["value"])) for o in ops} == \
         {(("data", 0, "x"), "[100.0]"), (("data", 0, "y"), "[300.0]")}
-    assert search == "?zoom=1&sig=0" and style[-1]["if"]["filter_query"] == "{sig} = 0"
+    assert search == "?zoom=1&sig=0" and selected == {"ids": ["0"]}
     assert "aten::mm" in texts(dash.html.Div(text))
     # a table row without a point on log axes (0 FLOPs): selected, the ring emptied
-    patch, _, _, search = bandwidth.select(bandwidth.TABLE_ID, None, {"row": 1, "column": 0, "row_id": 1},
+    patch, _, _, search = bandwidth.select(bandwidth.TABLE_ID, None, {"rowIndex": 1, "colId": "sig", "rowId": "1"},
                                            rows, "?sig=0")
     assert search == "?sig=1"
     assert all(o["params"]["value"] == [] for o in patch.to_plotly_json()["operations"])
     # a click on a ceiling (no customdata) or an unknown signature changes nothing
     assert bandwidth.select(bandwidth.FIGURE_ID, {"points": [{"x": 1, "y": 2}]}, None, rows, "") == \
         (dash.no_update,) * 4
-    assert bandwidth.select(bandwidth.TABLE_ID, None, {"row_id": 7}, rows, "") == (dash.no_update,) * 4
+    assert bandwidth.select(bandwidth.TABLE_ID, None, {"rowId": "7"}, rows, "") == (dash.no_update,) * 4
 
 
 @pytest.mark.parametrize("value, n, expect", [("3", 10, 3), ("0", 10, 0), ("10", 10, None), ("-1", 10, None),
@@ -177,7 +177,7 @@ def test_bandwidth_measured_bytes_with_ncu(dash_store, tmp_path):
         res = ingest_ncu(store, ROOT / "sample_traces" / "nsight" / "encoder2_ncu_dram.csv.gz", match=tid)
         assert res.status == "ingested" and res.matched > 50
     page = route(db, f"/trace/{tid}/bandwidth", "")
-    rows = find(page, "bw-measured").data
+    rows = find(page, "bw-measured").rowData
     assert rows
     with open_store(db, read_only=True) as store:
         from kernelscope.reports.roofline import bandwidth_result
@@ -215,9 +215,11 @@ def test_bandwidth_unmodelled_operators_listed(dash_store, name):
     if not len(un):
         assert find(page, "msg-bw-all-modelled") is not None and find(page, "bw-unmodelled") is None
         return
-    rows = find(page, "bw-unmodelled").data
+    grid = find(page, "bw-unmodelled")
+    rows = grid.rowData
     assert [x["name"] for x in rows] == un["name"].tolist()
-    assert [x["gpu_ms"] for x in rows] == [round(v / 1e6, 3) for v in un["gpu_ns"]]
+    assert ns_columns(grid) == {"gpu_ns": (1_000_000, 3)}  # shown in ms
+    assert [shown_ms(grid, x, "gpu_ns") for x in rows] == [round(v / 1e6, 3) for v in un["gpu_ns"]]
     assert [x["reason"] for x in rows] == un["reason"].tolist()
 
 
@@ -278,7 +280,7 @@ def test_power_null_numbers_say_why(client, dash_store):
     why = _text(_find(page, "power-why-trace_energy_mj"))
     assert f"({s['trace_window_ns'] / 1e6:,.1f} ms) is shorter than 10 counter steps" in why
     assert f"{tr['min_window_ns'] / 1e6:,.1f} ms" in why
-    phases = _find(page, "power-phases")["props"]["data"]
+    phases = _find(page, "power-phases")["props"]["rowData"]
     assert len(phases) == len(r.tables["phases"]) and all(p["energy"].startswith("n/a: ") for p in phases)
 
 
@@ -319,13 +321,13 @@ def test_compare_two_traces_over_http(client, dash_store):
     a, b = dash_store.ids["llama_prefill_b1"], dash_store.ids["llama_prefill_b8"]
     page = _page(client, "/compare", f"?a={a}&b={b}")
     js = json.loads(_analysis(dash_store.db, "diff", [a, b]).to_json())
-    head = _find(page, "compare-headline")["props"]["data"]
+    head = _find(page, "compare-headline")["props"]["rowData"]
     assert [h["metric"] for h in head] == [h["metric"] for h in js["headline"]]
     for row, ref in zip(head, js["headline"]):
         assert row["delta_pct"] == (None if ref["delta_pct"] is None else round(ref["delta_pct"], 1))
         if ref["metric"].endswith("_ns"):
             assert row["A"] == f"{ref['a'] / 1e6:,.3f} ms" and row["B"] == f"{ref['b'] / 1e6:,.3f} ms"
-    matched = _find(page, "compare-matched")["props"]["data"]
+    matched = _find(page, "compare-matched")["props"]["rowData"]
     ref_m = [g for g in js["groups"] if g["status"] == "matched"]
     assert len(matched) == min(len(ref_m), compare.TOP_GROUPS) == js["matched_groups"]
     assert [(m["key"], m["count_a"], m["count_b"]) for m in matched] == \
@@ -335,7 +337,7 @@ def test_compare_two_traces_over_http(client, dash_store):
     kt = {h["metric"]: h for h in js["headline"]}["kernel_time_ns"]
     assert sum(g["time_a_ns"] for g in js["groups"]) == kt["a"] and sum(g["time_b_ns"] for g in js["groups"]) == kt["b"]
     removed = _find(page, "compare-removed")
-    assert (len(removed["props"]["data"]) if removed else 0) == js["removed_groups"]
+    assert (len(removed["props"]["rowData"]) if removed else 0) == js["removed_groups"]
     assert f"{js['matched_groups']:,} matched groups" in _text(_find(page, "compare-counts"))
     # the dropdowns show the URL's choice
     assert _find(page, "compare-a")["props"]["value"] == a and _find(page, "compare-b")["props"]["value"] == b
@@ -395,7 +397,7 @@ def test_compare_two_sweeps(two_sweeps, dash_store):
     page = route(two_sweeps, "/compare", "?sweep_a=llama_prefill&sweep_b=sk&by=batch")
     with open_store(two_sweeps, read_only=True) as store:
         r = get_analysis("diff").fn(store, None, by="batch", sweep="llama_prefill", sweep_b="sk")
-    head = find(page, "compare-headline").data
+    head = find(page, "compare-headline").rowData
     assert [(h["label"], h["metric"]) for h in head] == list(zip(r.tables["headline"]["label"],
                                                                  r.tables["headline"]["metric"]))
     assert sorted({h["label"] for h in head}) == [1, 8]  # batch=128 is in llama_prefill only

@@ -126,7 +126,7 @@ def test_launch_page_numbers_equal_the_launch_and_whatif_results(client, dash_st
     med = _find(page, "launch-distribution")["props"]["figure"]["data"][0]
     assert _vals(med["customdata"]) == [int(dist.loc[m, "median_ns"]) for m in
                                        ["lq_ns", "api_ns", "queue_ns", "dispatch_ns", "launch_delay_ns"]]
-    lb = _find(page, "launch-bound-table")["props"]["data"]
+    lb = _find(page, "launch-bound-table")["props"]["rowData"]
     assert [r["name"] for r in lb] == list(lr.tables["launch_bound"]["name"])
 
 
@@ -165,10 +165,10 @@ def test_bound_page_split_queue_and_causes(client, dash_store, store):
     assert len(fig["layout"]["shapes"]) == len(r.tables["segments"])
     assert sorted(tr["name"] for tr in fig["data"] if not tr["name"].startswith("GPU ")) == \
         sorted(f"regime: {v}" for v in set(r.tables["segments"]["regime"]))
-    assert len(_find(page, "bound-segments-table")["props"]["data"]) == len(r.tables["segments"])
+    assert len(_find(page, "bound-segments-table")["props"]["rowData"]) == len(r.tables["segments"])
     causes = _find(page, "bound-causes")["props"]["figure"]["data"][0]
     assert sum(int(c[0]) for c in causes["customdata"]) == s["host_wait_ns"]  # causes add up to host wait
-    ops = _find(page, "bound-idle-operators-table")["props"]["data"]
+    ops = _find(page, "bound-idle-operators-table")["props"]["rowData"]
     assert [o["operator"] for o in ops] == list(r.tables["idle_operators"]["operator"])
 
 

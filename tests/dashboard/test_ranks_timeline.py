@@ -13,6 +13,7 @@ from urllib.parse import parse_qs, urlparse
 
 import numpy as np
 import pytest
+from conftest import ddp2_copy
 
 from kernelscope.analysis.comm import comm
 from kernelscope.dashboard.app import url_params
@@ -30,9 +31,8 @@ from storage.ranks_build import straggler_pair  # noqa: E402
 @pytest.fixture(scope="module")
 def db(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("ranks_tl")
-    path = tmp / "s.duckdb"
+    path = ddp2_copy(tmp / "s.duckdb")  # sample_traces/ddp2 ingested (ingest_paths) once per session
     with open_store(path) as store:
-        ingest_paths(store, [ROOT / "sample_traces" / "ddp2"])
         ingest_paths(store, [straggler_pair(tmp / "shifted", shift_us=5000)])
         ingest_paths(store, [ROOT / "tests" / "data" / "probe_train.json.gz"])
     return path
@@ -186,17 +186,15 @@ def test_callbacks_through_the_test_client(db):
     # heat map cell -> the aligned timeline on that collective
     r = _post(client, "ranks-nav.href", {"id": "ranks-nav", "property": "href"},
               [{"id": "ranks-skew", "property": "clickData", "value": {"points": [{"x": "0:5", "y": "rank 1"}]}},
-               {"id": "ranks-straggler-table", "property": "active_cell", "value": None}],
-              [{"id": "ranks-straggler-table", "property": "derived_viewport_data", "value": []},
-               {"id": "ranks-run", "property": "data", "value": run}], ["ranks-skew.clickData"])
+               {"id": "ranks-straggler-table", "property": "cellClicked", "value": None}],
+              [{"id": "ranks-run", "property": "data", "value": run}], ["ranks-skew.clickData"])
     assert r.status_code == 200 and r.get_json()["response"]["ranks-nav"]["href"] == want
-    # straggler table row -> the same
-    rows = [{"instance": "0:2"}, {"instance": "0:5"}]
+    # straggler table row (its row id is the instance) -> the same
+    cell = {"rowIndex": 1, "colId": "collective", "value": "allreduce", "rowId": "0:5"}
     r = _post(client, "ranks-nav.href", {"id": "ranks-nav", "property": "href"},
               [{"id": "ranks-skew", "property": "clickData", "value": None},
-               {"id": "ranks-straggler-table", "property": "active_cell", "value": {"row": 1, "column": 0}}],
-              [{"id": "ranks-straggler-table", "property": "derived_viewport_data", "value": rows},
-               {"id": "ranks-run", "property": "data", "value": run}], ["ranks-straggler-table.active_cell"])
+               {"id": "ranks-straggler-table", "property": "cellClicked", "value": cell}],
+              [{"id": "ranks-run", "property": "data", "value": run}], ["ranks-straggler-table.cellClicked"])
     assert r.get_json()["response"]["ranks-nav"]["href"] == want
     # zoom -> t0/t1 in the URL and the window's events
     deps = client.get("/_dash-dependencies").get_json()
@@ -216,12 +214,12 @@ def test_callbacks_through_the_test_client(db):
 
 
 def test_clicked_instance():
-    assert page.clicked_instance("ranks-skew.clickData", {"points": [{"x": "0:3"}]}, None, None, None) == "0:3"
-    assert page.clicked_instance("ranks-straggler-table.active_cell", None, {"row": 0}, [{"instance": "g:7"}],
+    assert page.clicked_instance("ranks-skew.clickData", {"points": [{"x": "0:3"}]}, None, None) == "0:3"
+    assert page.clicked_instance("ranks-straggler-table.cellClicked", None, {"rowIndex": 0, "rowId": "g:7"},
                                  None) == "g:7"
-    assert page.clicked_instance(page.GRAPH_ID + ".clickData", None, None, None,
+    assert page.clicked_instance(page.GRAPH_ID + ".clickData", None, None,
                                  {"points": [{"customdata": "0:1"}]}) == "0:1"
-    assert page.clicked_instance(page.GRAPH_ID + ".clickData", None, None, None, {"points": [{"x": 1}]}) is None
+    assert page.clicked_instance(page.GRAPH_ID + ".clickData", None, None, {"points": [{"x": 1}]}) is None
 
 
 def test_rank_trace_timeline_links_to_the_aligned_view(db):

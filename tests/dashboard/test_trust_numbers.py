@@ -149,7 +149,7 @@ def test_power_page_says_na_and_why(client, dash_store):
     kpi = _find(page, "power-kpi-trace_energy_mj")
     assert kpi["props"]["data-value"] == "" and _text(kpi) == "n/a"
     assert "shorter than 10 counter steps" in _text(_find(page, "power-why-trace_energy_mj"))
-    phases = _find(page, "power-phases")["props"]["data"]
+    phases = _find(page, "power-phases")["props"]["rowData"]
     assert phases and all(p["energy"].startswith("n/a: ") for p in phases)
     assert not NULL.search(_text(page)), NULL.search(_text(page))
 

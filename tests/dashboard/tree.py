@@ -73,3 +73,20 @@ def plotly_values(arr) -> list:
         import numpy as np
         return np.frombuffer(base64.b64decode(arr["bdata"]), dtype=arr["dtype"]).tolist()
     return list(arr)
+
+
+# AG Grids (dashboard.widgets.grid): a duration column holds int ns and is shown through ksNs
+# (assets/kernelscope.js), which test_browser_grid.py checks against Python's round.
+
+def ns_columns(grid) -> dict[str, tuple[int, int]]:
+    """{field: (ns per unit, decimals)} of a grid's duration columns (component or serialised dict)."""
+    cols = grid["props"]["columnDefs"] if isinstance(grid, dict) else grid.columnDefs
+    return {c["field"]: (c["context"]["nsPer"], c["context"]["digits"]) for c in cols
+            if c.get("valueFormatter") == {"function": "ksNs(params)"}}
+
+
+def shown_ms(grid, row: dict, field: str):
+    """The number a duration cell shows (what ksNs computes): ns / ns-per-unit rounded, None when null."""
+    per, digits = ns_columns(grid)[field]
+    v = row[field]
+    return None if v is None or v != v else round(v / per, digits)

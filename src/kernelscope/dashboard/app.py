@@ -1,11 +1,8 @@
 """The Dash app: ``create_app(db_path)`` builds it, ``serve(db_path, ...)`` runs it.
 
-Routing is explicit (no page registry): ``route`` maps the URL to a page. The URL carries the state:
-
-- ``/``                                   traces table
-- ``/trace/<ref>`` or ``/?trace=<ref>``   overview of one trace (an id prefix, file name or name works too)
-- ``/trace/<ref>/<page>``                 another page of that trace (``TRACE_PAGES``)
-- ``/<page>``                             a page over several traces (``STORE_PAGES``: sweep, compare)
+Routing is explicit (no page registry): ``TRACE_PAGES`` and ``STORE_PAGES`` map the page names of the URL
+scheme (``urls.py``: ``/``, ``/trace/<ref>[/<page>]``, ``/<page>``) to their modules, and ``route`` maps a URL
+to a page. The URL carries the state.
 
 Query parameters after the path hold the page's own state (selection, zoom), each declared and checked in
 ``params.py`` (a bad value is dropped and named in one sentence above the page); a page reads them in
@@ -22,12 +19,12 @@ is busy, missing or not a store gives a sentence on the page, never a traceback.
 from __future__ import annotations
 
 import hmac
-import logging
 import ipaddress
+import logging
 import pathlib
 import re
 import secrets
-from urllib.parse import unquote, urlencode
+from urllib.parse import urlencode
 
 import dash
 from dash import Input, Output, State, dcc, html
@@ -35,13 +32,14 @@ from dash import Input, Output, State, dcc, html
 from ..errors import KernelscopeError, TraceNotFound, UsageError
 from ..storage.queries import resolve_trace
 from ..storage.store import open_store
-from .pages import (bandwidth, bound, compare, launch, operators, overview, power, ranks, sweep, timeline,
-                    traces)
-from .pages.common import message
 from . import params as P
+from . import urls
+from .pages import bandwidth, bound, compare, launch, operators, overview, power, ranks, sweep, timeline, traces
 from .params import check_ref, shown
+from .urls import page_name, trace_ref, url_params  # noqa: F401  (the router reads the URL with these)
+from .widgets import message
 
-# Pages of one trace, in nav order: /trace/<ref>/<name>. Add a page with one line here.
+# Pages of one trace, in nav order: /trace/<ref>/<name>. Add a page with one line here and its name in urls.py.
 TRACE_PAGES = {
     "overview": overview,
     "timeline": timeline,
@@ -57,69 +55,18 @@ STORE_PAGES: dict = {
     "sweep": sweep,
     "ranks": ranks,
 }
+if tuple(TRACE_PAGES) != urls.TRACE_PAGES or tuple(STORE_PAGES) != urls.STORE_PAGES:
+    raise ImportError("dashboard.app's TRACE_PAGES/STORE_PAGES and urls.py name different pages")
 
-_CSS = """
-body { font-family: system-ui, -apple-system, sans-serif; margin: 0; color: #111827; background: #fafafa; }
-.ks-header { background: #111827; color: white; padding: 10px 24px; display: flex; gap: 24px;
-             align-items: baseline; }
-.ks-header a { color: white; text-decoration: none; }
-.ks-brand { font-weight: 700; font-size: 18px; }
-.ks-store { color: #9ca3af; font-size: 13px; }
-#page { padding: 12px 24px 40px; max-width: 1400px; }
-.ks-hint { color: #4b5563; font-size: 13px; }
-.ks-kpis { display: flex; flex-wrap: wrap; gap: 10px; margin: 12px 0; }
-.ks-kpi { background: white; border: 1px solid #e5e7eb; border-radius: 6px; padding: 8px 12px;
-          min-width: 130px; }
-.ks-kpi-label { font-size: 12px; color: #6b7280; }
-.ks-kpi-value { font-size: 20px; font-weight: 600; font-variant-numeric: tabular-nums; }
-.ks-kpi-extra { font-size: 12px; color: #6b7280; min-height: 14px; }
-.ks-message { background: #eff6ff; border: 1px solid #bfdbfe; border-radius: 6px; padding: 4px 14px;
-              margin: 12px 0; }
-.ks-error { background: #fef2f2; border-color: #fecaca; }
-.ks-warning { color: #92400e; }
-.ks-nav { display: flex; gap: 4px; margin: 8px 0 4px; border-bottom: 1px solid #e5e7eb; }
-.ks-nav a { padding: 6px 12px; color: #374151; text-decoration: none; border-radius: 6px 6px 0 0; }
-.ks-nav a.ks-active { background: white; border: 1px solid #e5e7eb; border-bottom-color: white;
-                      font-weight: 600; margin-bottom: -1px; }
-#trust p { margin: 4px 0; font-size: 14px; }
-"""
-
+# The page shell. Styles and browser-side functions are files in assets/ (Dash links every .css and .js there).
 _INDEX = """<!DOCTYPE html>
-<html><head>{%metas%}<title>{%title%}</title>{%favicon%}{%css%}<style>""" + _CSS + """</style></head>
+<html><head>{%metas%}<title>{%title%}</title>{%favicon%}{%css%}</head>
 <body>{%app_entry%}<footer>{%config%}{%scripts%}{%renderer%}</footer></body></html>"""
-
-
-def trace_ref(pathname: str | None, search: str | None) -> str | None:
-    """The trace the URL names: ``/trace/<ref>[/<page>]`` or ``?trace=<ref>``; None otherwise."""
-    path = pathname or "/"
-    if path.startswith("/trace/"):
-        ref = unquote(path[len("/trace/"):]).strip("/")
-        if "/" in ref and ref.rsplit("/", 1)[1] in TRACE_PAGES:
-            ref = ref.rsplit("/", 1)[0]
-        return ref or None
-    return P.url_params(search).get("trace")
-
-
-def url_params(search: str | None) -> dict[str, str]:
-    """The query string's checked parameters (``params.url_params``) without the trace reference."""
-    out = P.url_params(search)
-    out.pop("trace", None)
-    return out
-
-
-def page_name(pathname: str | None) -> str:
-    """The page a URL names: a ``TRACE_PAGES`` key for trace URLs, a ``STORE_PAGES`` key, or ``traces``."""
-    path = (pathname or "/").rstrip("/") or "/"
-    if path.startswith("/trace/"):
-        last = unquote(path).rsplit("/", 1)[1]
-        return last if last in TRACE_PAGES and path.count("/") >= 3 else "overview"
-    name = path.lstrip("/")
-    return name if name in STORE_PAGES else ("traces" if name == "" else name)
 
 
 def nav(trace_id: str, active: str) -> html.Div:
     """Links to every page of one trace; the current one is marked."""
-    return html.Div([dcc.Link(getattr(m, "TITLE", n), href=f"/trace/{trace_id}/{n}", id=f"nav-{n}",
+    return html.Div([dcc.Link(getattr(m, "TITLE", n), href=urls.trace_href(trace_id, n), id=f"nav-{n}",
                               className="ks-active" if n == active else "")
                      for n, m in TRACE_PAGES.items()], className="ks-nav")
 
@@ -186,7 +133,8 @@ def create_app(db_path, token: str | None = None) -> dash.Dash:
     With ``token`` every request needs it (``_guard``); request bodies are capped at MAX_BODY_BYTES."""
     db_path = pathlib.Path(db_path)
     app = dash.Dash(__name__, title="kernelscope", suppress_callback_exceptions=True,
-                    update_title=None, on_error=callback_error)
+                    update_title=None, on_error=callback_error,
+                    assets_folder=str(pathlib.Path(__file__).with_name("assets")))
     app.index_string = _INDEX
     app.layout = html.Div([
         dcc.Location(id="url", refresh="callback-nav"),
@@ -208,9 +156,9 @@ def create_app(db_path, token: str | None = None) -> dash.Dash:
             module.register(app, db_path)
 
     @app.callback(Output("url", "pathname"), Output("url", "search"),
-                  Input(traces.TABLE_ID, "active_cell"), prevent_initial_call=True)
-    def _open_trace(active_cell):
-        target = traces.open_trace(active_cell)
+                  Input(traces.TABLE_ID, "cellClicked"), prevent_initial_call=True)
+    def _open_trace(cell):
+        target = traces.open_trace(cell)
         if target is None:
             return dash.no_update, dash.no_update
         return target, ""

@@ -1,9 +1,10 @@
 """Every URL parameter of the dashboard, declared once (``SPECS``) and checked in one place.
 
-Pages and their callbacks read the query string only through :func:`url_params` (``app.url_params`` is the
-same function). It returns a :class:`Params`: a dict of the values that passed their check (as text, the
-way the URL holds them), with ``problems``, one sentence per value that did not. A refused value is left
-out, so the page shows its default for it, and the router puts the sentence at the top of the page.
+Pages and their callbacks read the query string only through :func:`url_params` (as ``urls.query``, or
+``urls.url_params`` without the trace reference). It returns a :class:`Params`: a dict of the values that
+passed their check (as text, the way the URL holds them), with ``problems``, one sentence per value that
+did not. A refused value is left out, so the page shows its default for it, and the router puts the
+sentence at the top of the page.
 Typed reads (:func:`ms`, :func:`integer`) go through the same checks. Unknown parameters are dropped.
 
 A trace reference in the path (``/trace/<ref>``) is checked with :func:`check_ref`, and any URL text a page

@@ -3,44 +3,39 @@ operator signatures with the device's ceilings, the signature table (% of peak b
 bound), modelled vs Nsight Compute measured bytes, the modelled share and the unmodelled operators.
 
 State in the URL: ``sig`` = the selected signature (its row number in the analysis' ``per_signature``).
-Clicking a point or a table row selects it: the point gets a ring, the row is highlighted, ``sig`` goes
-into the URL, and opening that URL restores the selection."""
+Clicking a point or a table row selects it: the point gets a ring, the row is selected (highlighted), ``sig``
+goes into the URL, and opening that URL restores the selection. GPU times are held in ns and shown in ms by
+the table's column formatter."""
 
 from __future__ import annotations
 
-from urllib.parse import parse_qsl, urlencode
-
 import dash
-from dash import Input, Output, State, dcc, html
+from dash import Input, Output, State, html
 
+from ...analysis.summary import no_gpu_reason
 from ...reports.roofline import (
     SIGNATURE_COLUMNS,
-    num,
     bandwidth_result,
     measured_vs_modelled,
     modelled_sentence,
+    num,
     peaks_sentence,
     roofline_figure,
     signature_rows,
 )
 from ...storage.catalog import trace_name
-from ...units import NS_PER_MS
+from ...units import NS_PER_MS, ms_text
 from .. import params as P
-from .common import count_text, message, table
-from ...analysis.summary import no_gpu_reason
+from ..urls import with_param
+from ..widgets import count_text, graph, grid, message, warning_lines
 
 TITLE = "Bandwidth"
 FIGURE_ID = "roofline-figure"
 TABLE_ID = "bw-signatures"
 SELECTED_ID = "bw-selected"
-
-
-def with_param(search: str | None, key: str, value) -> str:
-    """The query string ``search`` with ``key`` set to ``value`` (removed when None), other keys kept."""
-    pairs = [(k, v) for k, v in parse_qsl((search or "").lstrip("?")) if k != key]
-    if value is not None:
-        pairs.append((key, str(value)))
-    return "?" + urlencode(pairs) if pairs else ""
+#: The signature table's columns: the analysis' rows as ``reports.roofline`` shows them, GPU time in ns.
+COLUMNS = [("sig", "#", "numeric")] + [("gpu_ns", h, "ms") if f == "gpu_ms" else (f, h, k)
+                                       for f, h, k in SIGNATURE_COLUMNS]
 
 
 def selected_signature(params: dict | None, n_signatures: int) -> int | None:
@@ -61,13 +56,9 @@ def _fmt(v, fmt: str, unit: str = "") -> str:
     return "—" if v is None else format(v, fmt) + unit
 
 
-def highlight(sig: int | None) -> list[dict]:
-    """The signature table's conditional style: the selected signature's row highlighted."""
-    base = [{"if": {"state": "active"}, "backgroundColor": "#fef3c7", "border": "1px solid #f59e0b"}]
-    if sig is None:
-        return base
-    return base + [{"if": {"filter_query": f"{{sig}} = {int(sig)}"}, "backgroundColor": "#fde68a",
-                    "fontWeight": "600"}]
+def selection(sig: int) -> dict:
+    """The signature table's ``selectedRows``: the row of signature ``sig`` (row ids are signature numbers)."""
+    return {"ids": [str(int(sig))]}
 
 
 def selection_text(row: dict | None) -> list:
@@ -79,7 +70,7 @@ def selection_text(row: dict | None) -> list:
         return _fmt(row.get(k), fmt, unit)
     return [html.P([html.B(f"#{row['sig']} {row['name']}"), f" · shapes {row.get('input_dims') or '—'} · "
                     f"dtypes {row.get('input_types') or '—'}"]),
-            html.P(f"{row['calls']:,} calls · {v('gpu_ms', ',.3f', ' ms')} GPU time "
+            html.P(f"{row['calls']:,} calls · {ms_text(row.get('gpu_ns'))} GPU time "
                    f"({v('share_pct', '.1f', '%')} of leaf GPU time) · intensity {v('intensity', ',.2f')} "
                    f"FLOP/byte · {v('achieved_gbps', ',.1f', ' GB/s')} ({v('pct_peak_bw', '.1f', '%')} of peak "
                    f"bandwidth) · {v('achieved_tflops', ',.3f', ' TFLOP/s')} ({v('pct_peak_flops', '.1f', '%')} of "
@@ -126,19 +117,15 @@ def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
                                 "has no points; the unmodelled operators are listed below.",
                                 "msg-bw-nothing-modelled"))
         # the figure and the table come together: the selection callback reads both
-        body.append(dcc.Graph(id=FIGURE_ID, figure=roofline_figure(sig, s.get("device_peaks"), selected),
-                              config={"displaylogo": False}))
-    # the exact point coordinates (_x, _y) ride along in the table's data for the selection ring
-    data = rows.assign(sig=rows["id"], _x=[num(v) for v in sig["intensity"]] if len(rows) else [],
-                       _y=[num(v) for v in sig["achieved_tflops"]] if len(rows) else [])
-    records = data.to_dict("records")
+        body.append(graph(FIGURE_ID, roofline_figure(sig, s.get("device_peaks"), selected)))
     if len(rows):
-        body.append(html.Div(selection_text(records[selected] if selected is not None else None), id=SELECTED_ID))
-        t = table(data, [("sig", "#", "numeric")] + SIGNATURE_COLUMNS, TABLE_ID, page_size=20,
-                  style_data_conditional=highlight(selected),
-                  tooltip_data=[{"name": rr["name"] or "", "input_dims": rr["input_dims"] or ""} for rr in records],
-                  tooltip_duration=None)
-        t.data = records  # table() keeps only the shown columns and id; keep _x, _y too
+        # the exact point coordinates (_x, _y) ride along in the table's rows for the selection ring
+        data = rows.drop(columns="gpu_ms").assign(
+            sig=rows["id"], gpu_ns=[int(v) for v in sig["gpu_ns"]], _x=[num(v) for v in sig["intensity"]],
+            _y=[num(v) for v in sig["achieved_tflops"]])
+        t = grid(data, COLUMNS, TABLE_ID, page_size=20, tooltips=("name", "input_dims"), keep=("_x", "_y"),
+                 selectable=True, selected=selected)
+        body.append(html.Div(selection_text(t.rowData[selected] if selected is not None else None), id=SELECTED_ID))
         body += [html.H3(f"Operator signatures ({len(rows)} by GPU time)"), t]
 
     mm = measured_vs_modelled(r)
@@ -146,7 +133,7 @@ def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
     if len(mm):
         mm = mm.assign(gbps=[None if v is None else round(v, 1) for v in mm["measured_gbps"]],
                        ratio=[None if v is None else round(v, 3) for v in mm["modelled_over_measured"]])
-        body.append(table(mm, [("signature", "#", "numeric"), ("name", "operator", "text"),
+        body.append(grid(mm, [("signature", "#", "numeric"), ("name", "operator", "text"),
                                ("measured_calls", "calls measured", "numeric"),
                                ("measured_bytes", "measured DRAM bytes (ncu)", "numeric"),
                                ("gbps", "measured GB/s", "numeric"),
@@ -160,28 +147,28 @@ def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
     un = r.tables.get("unmodelled")
     body.append(html.H3("Unmodelled operators"))
     if un is not None and len(un):
-        u = un.assign(gpu_ms=[round(int(v) / NS_PER_MS, 3) for v in un["gpu_ns"]],
-                      share_pct=[None if v is None or v != v else round(100 * v, 1) for v in un["share"]])
-        body.append(table(u, [("name", "operator", "text"), ("calls", "calls", "numeric"),
-                              ("gpu_ms", "GPU time (ms)", "numeric"), ("share_pct", "% of leaf GPU time", "numeric"),
-                              ("reason", "why unmodelled", "text")], "bw-unmodelled"))
+        u = un.assign(share_pct=[None if v is None or v != v else round(100 * v, 1) for v in un["share"]])
+        body.append(grid(u, [("name", "operator", "text"), ("calls", "calls", "numeric"),
+                             ("gpu_ns", "GPU time (ms)", "ms"), ("share_pct", "% of leaf GPU time", "numeric"),
+                             ("reason", "why unmodelled", "text")], "bw-unmodelled"))
     else:
         body.append(message("Every operator with GPU time has a FLOP/byte rule.", "msg-bw-all-modelled"))
     if r.warnings:
-        body.append(html.Div([html.P("⚠ " + w, className="ks-warning") for w in r.warnings], id="bw-warnings"))
+        body.append(html.Div(warning_lines(r.warnings), id="bw-warnings"))
     return html.Div(body)
 
 
-def select(trigger: str | None, click_data, active_cell, rows: list[dict] | None, search: str | None):
-    """The selection callback as a plain function. ``trigger``: the id of the input that fired (the figure
-    or the table). Returns (figure patch, table style, selection text, url search); a click on a ceiling
-    or outside the table changes nothing (``dash.no_update``)."""
+def select(trigger: str | None, click_data, cell, rows: list[dict] | None, search: str | None):
+    """The selection callback as a plain function. ``trigger``: the id of the input that fired (the figure,
+    or the table with ``cell``, its ``cellClicked``). Returns (figure patch, the table's selected rows,
+    selection text, url search); a click on a ceiling or outside the table changes nothing
+    (``dash.no_update``)."""
     rows = rows or []
     sig = None
     if trigger == FIGURE_ID and click_data and click_data.get("points"):
         sig = click_data["points"][0].get("customdata")
-    elif trigger == TABLE_ID and active_cell:
-        sig = active_cell.get("row_id")
+    elif trigger == TABLE_ID and cell:
+        sig = cell.get("rowId")
     by_sig = {r["sig"]: r for r in rows}
     if isinstance(sig, list):
         sig = sig[0] if sig else None
@@ -192,14 +179,14 @@ def select(trigger: str | None, click_data, active_cell, rows: list[dict] | None
     on_plot = row.get("_x") is not None and row.get("_y") is not None and row["_x"] > 0 and row["_y"] > 0
     patch["data"][0]["x"] = [row["_x"]] if on_plot else []
     patch["data"][0]["y"] = [row["_y"]] if on_plot else []
-    return patch, highlight(int(sig)), selection_text(row), with_param(search, "sig", int(sig))
+    return patch, selection(int(sig)), selection_text(row), with_param(search, "sig", int(sig))
 
 
 def register(app, db_path) -> None:
-    @app.callback(Output(FIGURE_ID, "figure"), Output(TABLE_ID, "style_data_conditional"),
+    @app.callback(Output(FIGURE_ID, "figure"), Output(TABLE_ID, "selectedRows"),
                   Output(SELECTED_ID, "children"), Output("url", "search", allow_duplicate=True),
-                  Input(FIGURE_ID, "clickData"), Input(TABLE_ID, "active_cell"),
-                  State(TABLE_ID, "data"), State("url", "search"), prevent_initial_call=True)
-    def _select(click_data, active_cell, rows, search):
-        return select(dash.ctx.triggered_id, click_data, active_cell, rows, search)
+                  Input(FIGURE_ID, "clickData"), Input(TABLE_ID, "cellClicked"),
+                  State(TABLE_ID, "rowData"), State("url", "search"), prevent_initial_call=True)
+    def _select(click_data, cell, rows, search):
+        return select(dash.ctx.triggered_id, click_data, cell, rows, search)
 

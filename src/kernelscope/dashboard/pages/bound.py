@@ -5,20 +5,19 @@ host wait they cause). Numbers and figures come from the ``bound`` analysis thro
 
 from __future__ import annotations
 
-from urllib.parse import urlencode
-
 import dash
 from dash import Input, Output, State, dcc, html
 
+from ...analysis.summary import no_gpu_reason
 from ...errors import KernelscopeError
 from ...reports import bound as rb
 from ...reports import cache
 from ...storage.store import open_store
-from ...units import NS_PER_MS
+from ...units import ms_text
 from .. import params as P
-from .common import message, ms_text, pct_text, table
-from .launch import kpi as _kpi
-from ...analysis.summary import no_gpu_reason
+from .. import urls
+from ..widgets import graph, grid, message, pct_text, warning_lines
+from ..widgets import kpi as _kpi
 
 TITLE = "Bound"
 BIN_CHOICES = list(P.BIN_CHOICES)
@@ -56,30 +55,26 @@ def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
     ], className="ks-kpis", id="bound-kpis"))
     body += [html.P(t) for t in rb.bound_sentences(s)]
     t = r.tables
-    body.append(dcc.Graph(id="bound-split", figure=rb.idle_split_figure(t["devices"]), config={"displaylogo": False}))
+    body.append(graph("bound-split", rb.idle_split_figure(t["devices"])))
     body += [html.Div(["time bins: ", dcc.Dropdown(id="bound-bins", options=BIN_CHOICES, value=bins,
                                                     clearable=False, style={"width": "120px"})],
-                      style={"display": "flex", "gap": "8px", "alignItems": "center"}),
+                      className="ks-row"),
              dcc.Store(id="bound-trace", data=trace_id),
-             dcc.Graph(id="bound-queue", figure=rb.queue_depth_figure(t["queue_depth"], t["segments"]),
-                       config={"displaylogo": False}),
+             graph("bound-queue", rb.queue_depth_figure(t["queue_depth"], t["segments"])),
              html.Div(_segments(t["segments"]), id="bound-segments")]
     body.append(html.H3("Idle causes"))
     if t["idle_causes"].empty:
         body.append(message("There is no host wait in this trace, so no idle cause to rank.", "msg-no-host-wait"))
     else:
-        body.append(dcc.Graph(id="bound-causes", figure=rb.idle_causes_figure(t["idle_causes"]),
-                              config={"displaylogo": False}))
+        body.append(graph("bound-causes", rb.idle_causes_figure(t["idle_causes"])))
         if not t["idle_operators"].empty:
             ops = t["idle_operators"].copy()
-            ops["idle_ms"] = (ops["idle_ns"] / NS_PER_MS).round(3)
             ops["share_pct"] = (ops["share_of_host_wait"] * 100).round(1)
-            body += [dcc.Graph(id="bound-idle-operators", figure=rb.idle_operators_figure(ops),
-                               config={"displaylogo": False}),
-                     table(ops, [("operator", "operator", "text"), ("idle_ms", "host wait caused (ms)", "numeric"),
-                                 ("share_pct", "% of host wait", "numeric"), ("main_category", "main cause", "text"),
-                                 ("gaps", "gaps", "numeric")], "bound-idle-operators-table")]
-    body += [html.P("⚠ " + w, className="ks-warning") for w in r.warnings]
+            body += [graph("bound-idle-operators", rb.idle_operators_figure(ops)),
+                     grid(ops, [("operator", "operator", "text"), ("idle_ns", "host wait caused (ms)", "ms"),
+                                ("share_pct", "% of host wait", "numeric"), ("main_category", "main cause", "text"),
+                                ("gaps", "gaps", "numeric")], "bound-idle-operators-table")]
+    body += warning_lines(r.warnings)
     return html.Div(body, id="bound-page")
 
 
@@ -88,8 +83,8 @@ def _segments(segments) -> list:
         return []
     df = rb.segments_table(segments)
     return [html.H3(f"Regime segments ({len(df)})"),
-            table(df, [(c, c, "text" if c == "regime" else "numeric") for c in df.columns], "bound-segments-table",
-                  page_size=15)]
+            grid(df, [(c, c, "text" if c == "regime" else "numeric") for c in df.columns], "bound-segments-table",
+                 page_size=15)]
 
 
 def rebin(db_path, trace_id: str, bins: int) -> tuple:
@@ -97,7 +92,7 @@ def rebin(db_path, trace_id: str, bins: int) -> tuple:
     bins = bins if bins in BIN_CHOICES else DEFAULT_BINS
     with open_store(db_path, read_only=True) as store:  # only the binned tables depend on the bin count
         queue, segments = rb.binned(store, trace_id, bins)
-    return rb.queue_depth_figure(queue, segments), _segments(segments), "?" + urlencode({"bins": bins})
+    return rb.queue_depth_figure(queue, segments), _segments(segments), urls.search_of({"bins": bins})
 
 
 def register(app, db_path) -> None:

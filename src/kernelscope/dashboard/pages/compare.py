@@ -8,19 +8,18 @@ traces, a sweep or ``by`` dropdown to comparing sweeps."""
 
 from __future__ import annotations
 
-from urllib.parse import urlencode
-
 import dash
 from dash import Input, Output, State, dcc, html
 
-from ...reports import cache
 from ...errors import KernelscopeError, TraceNotFound, UsageError
+from ...reports import cache
 from ...reports.compare import group_rows, groups_figure, headline_figure, headline_rows
 from ...storage import catalog
 from ...storage.queries import resolve_trace
 from ...storage.store import open_store
-from ..params import url_params
-from .common import message, table
+from .. import urls
+from ..urls import search_of
+from ..widgets import graph, grid, message, warning_lines
 
 TITLE = "Compare"
 RESULT_ID = "compare-result"
@@ -47,10 +46,6 @@ def choice(trigger: str | None, a, b, sweep_a, sweep_b, by) -> dict:
     else:
         p = {"a": a, "b": b}
     return {k: v for k, v in p.items() if v}
-
-
-def search_of(params: dict) -> str:
-    return "?" + urlencode(params) if params else ""
 
 
 def render(store, params: dict | None) -> list:
@@ -94,13 +89,11 @@ def _result(r, title: str) -> list:
         ("metric", "metric", "text"), ("A", "A", "text"), ("B", "B", "text"), ("delta", "B − A", "text"),
         ("delta_pct", "change (%)", "numeric")]
     out.append(html.Div([
-        html.Div([table(hr, cols, "compare-headline", page_size=24)], style={"flex": "1", "minWidth": "420px"}),
-        html.Div([dcc.Graph(id="compare-headline-figure", figure=headline_figure(head, s.get("by")),
-                            config={"displaylogo": False})], style={"flex": "1", "minWidth": "420px"}),
-    ], style={"display": "flex", "gap": "16px", "flexWrap": "wrap"}))
+        html.Div([grid(hr, cols, "compare-headline", page_size=24)], className="ks-column"),
+        html.Div([graph("compare-headline-figure", headline_figure(head, s.get("by")))], className="ks-column"),
+    ], className="ks-columns"))
     if len(groups):
-        out.append(dcc.Graph(id="compare-groups-figure", figure=groups_figure(groups),
-                             config={"displaylogo": False}))
+        out.append(graph("compare-groups-figure", groups_figure(groups)))
     gcols = ([("label", s.get("by") or "label", "numeric")] if "label" in groups.columns else []) + [
         ("level", "matched by", "text"), ("key", "group", "text"), ("status", "status", "text"),
         ("count_a", "count A", "numeric"), ("count_b", "count B", "numeric"), ("time_a_ms", "time A (ms)", "numeric"),
@@ -110,15 +103,15 @@ def _result(r, title: str) -> list:
     n_matched = int((groups["status"] == "matched").sum())
     out.append(html.H3(f"Matched groups ({n_matched:,}" + (f", the {TOP_GROUPS} largest changes shown)"
                                                             if n_matched > TOP_GROUPS else ")")))
-    out.append(table(matched, gcols, "compare-matched", page_size=25) if len(matched) else
+    out.append(grid(matched, gcols, "compare-matched", page_size=25) if len(matched) else
                message("No kernel group is in both traces.", "msg-compare-no-matched"))
     for status, words in (("added", "Added (only in B)"), ("removed", "Removed (only in A)")):
         rows = group_rows(groups, status, TOP_GROUPS)
         out.append(html.H3(f"{words}: {int((groups['status'] == status).sum()):,} groups"))
-        out.append(table(rows, gcols, f"compare-{status}", page_size=25) if len(rows) else
+        out.append(grid(rows, gcols, f"compare-{status}", page_size=25) if len(rows) else
                    html.P(f"None: every kernel group of {'B' if status == 'added' else 'A'} is matched.",
                           id=f"msg-compare-no-{status}"))
-    out += [html.P("⚠ " + w, className="ks-warning") for w in r.warnings]
+    out += warning_lines(r.warnings)
     return out
 
 
@@ -145,7 +138,7 @@ def layout(store, params: dict | None = None) -> html.Div:
                   html.Span(" B ", className="ks-hint"),
                   dcc.Dropdown(id="compare-b", options=opts["traces"], value=None if sweep_mode else ref("b"),
                                placeholder="trace B (after)", **dd)],
-                 style={"display": "flex", "gap": "8px", "alignItems": "center", "flexWrap": "wrap"}),
+                 className="ks-row"),
         html.Div([html.Span("or sweeps: A ", className="ks-hint"),
                   dcc.Dropdown(id="compare-sweep-a", options=opts["sweeps"], value=p.get("sweep_a"),
                                placeholder="sweep A", **dd),
@@ -155,8 +148,7 @@ def layout(store, params: dict | None = None) -> html.Div:
                   html.Span(" paired by ", className="ks-hint"),
                   dcc.Dropdown(id="compare-by", options=opts["labels"], value=p.get("by") or "batch",
                                clearable=False, style={"minWidth": "140px"})],
-                 style={"display": "flex", "gap": "8px", "alignItems": "center", "flexWrap": "wrap",
-                        "marginTop": "8px"}),
+                 className="ks-row"),
     ], id="compare-controls"))
     if not opts["sweeps"]:
         body.append(html.P("No trace carries a sweep label: label traces `sweep=NAME batch=N` to compare sweeps.",
@@ -176,7 +168,7 @@ def changed(trigger: str | None, value, search: str | None) -> bool:
     key = PARAM_OF.get(trigger or "")
     if key is None:
         return False
-    params = url_params(search)
+    params = urls.query(search)
     current = params.get(key) or ("batch" if key == "by" else None)
     return (value or None) != current
 

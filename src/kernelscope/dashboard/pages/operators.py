@@ -7,40 +7,41 @@ modelled; 'top': top-level operators) and ``op`` (the selected name).
 
 Where the numbers come from (none is recomputed here):
 
-- ``count``, ``cpu_ms``: every instance of the name (top-level instances at level 'top') and the sum of
+- ``count``, ``cpu_ns``: every instance of the name (top-level instances at level 'top') and the sum of
   their durations (``timeline_data.op_cpu_times``; no analysis returns CPU time per operator).
-- ``calls_gpu``, ``kernels``, ``gpu_ms`` (``gpu_union_ns``: per instance the union of its GPU
-  activities, summed), ``tklqt_ms``: the launch analysis, table ``per_leaf_op`` (level 'leaf') or
+- ``calls_gpu``, ``kernels``, ``gpu_union_ns`` (per instance the union of its GPU activities, summed),
+  ``tklqt_ns``: the launch analysis, table ``per_leaf_op`` (level 'leaf') or
   ``per_op`` (level 'top').
 - ``gflop``, ``gbps``, ``pct_peak`` (level 'leaf' only): the bandwidth analysis's ``per_signature`` rows
   of the name: FLOPs summed; GB/s and % of peak are the signatures' own values weighted by their
   ``gpu_ns`` (for one signature exactly the analysis's value; for several, GB/s equals summed bytes over
   summed GPU time). % of peak is each signature's bound side: ``pct_peak_flops`` when ``bound`` is
   'compute', else ``pct_peak_bw``. Unmodelled signatures are left out of these three columns.
+
+Times are held in ns and shown in ms (µs for a kernel's mean) by the table's column formatter.
 """
 
 from __future__ import annotations
-
-from urllib.parse import quote, urlencode
 
 import dash
 import numpy as np
 import pandas as pd
 from dash import Input, Output, State, dcc, html
 
+from ...analysis.summary import no_gpu_reason
 from ...reports import cache
 from ...reports import timeline_data as td
 from ...storage.store import open_store
 from ...units import NS_PER_MS
-from .common import message, table
-from ...analysis.summary import no_gpu_reason
+from .. import urls
+from ..widgets import grid, message, warning_lines
 
 TITLE = "Operators"
 TABLE_ID = "operators-table"
 LEVELS = {"leaf": "leaf operators (where GPU work is attributed)", "top": "top-level operators"}
-COLUMNS = [("name", "operator", "text"), ("count", "calls", "numeric"), ("cpu_ms", "CPU time (ms)", "numeric"),
+COLUMNS = [("name", "operator", "text"), ("count", "calls", "numeric"), ("cpu_ns", "CPU time (ms)", "ms"),
            ("calls_gpu", "calls with GPU work", "numeric"), ("kernels", "kernels", "numeric"),
-           ("gpu_ms", "GPU time (ms)", "numeric"), ("tklqt_ms", "TKLQT (ms)", "numeric"),
+           ("gpu_union_ns", "GPU time (ms)", "ms"), ("tklqt_ns", "TKLQT (ms)", "ms"),
            ("gflop", "GFLOP", "numeric"), ("gbps", "GB/s", "numeric"), ("pct_peak", "% of peak", "numeric")]
 
 
@@ -89,18 +90,19 @@ def _operator_table(store, trace_id: str, level: str) -> tuple[pd.DataFrame, lis
     out = pd.DataFrame({
         "name": df["name"], "id": df["name"],
         "count": df["count"].fillna(0).astype("int64"),
-        "cpu_ms": (df["cpu_ns"] / NS_PER_MS).round(3),
+        "cpu_ns": df["cpu_ns"],
         "calls_gpu": df["calls"].fillna(0).astype("int64"),
         "kernels": df["kernels"].fillna(0).astype("int64"),
-        "gpu_ms": (df["gpu_union_ns"] / NS_PER_MS).round(3),
-        "tklqt_ms": (df["tklqt_ns"] / NS_PER_MS).round(3),
+        "gpu_union_ns": df["gpu_union_ns"],
+        "tklqt_ns": df["tklqt_ns"],
         "gflop": (df["flops"].astype("float64") / 1e9).round(3),
         "gbps": df["gbps"].astype("float64").round(1),
         "pct_peak": df["pct_peak"].astype("float64").round(1),
-        "gpu_union_ns": df["gpu_union_ns"],
     })
-    out = out.sort_values(["gpu_union_ns", "cpu_ms"], ascending=False, na_position="last")
-    return out.drop(columns="gpu_union_ns").reset_index(drop=True), warnings
+    # the order the table opens in: GPU time, then CPU time as shown (ms, 3 decimals; ties keep their order)
+    out["cpu_shown"] = (out["cpu_ns"] / NS_PER_MS).round(3)
+    out = out.sort_values(["gpu_union_ns", "cpu_shown"], ascending=False, na_position="last")
+    return out.drop(columns="cpu_shown").reset_index(drop=True), warnings
 
 
 def detail(store, trace_id: str, name: str | None, level: str) -> list:
@@ -110,18 +112,15 @@ def detail(store, trace_id: str, name: str | None, level: str) -> list:
                        id="operators-hint")]
     k = td.op_kernels(store, trace_id, name, level)
     link = dcc.Link(f"Show {name} on the Timeline", id="operators-timeline-link",
-                    href=f"/trace/{trace_id}/timeline?" + urlencode({"op": name}))
+                    href=urls.trace_href(trace_id, "timeline", op=name))
     out = [html.H3(f"Kernels of {name}"), html.P(link)]
     if k.empty:
         out.append(message(f"No GPU activity is attributed to {name} ({LEVELS[level]}).", "msg-op-no-kernels"))
         return out
-    k["total_ms"] = (k["total_ns"] / NS_PER_MS).round(3)
-    k["mean_us"] = (k["mean_ns"] / 1000).round(2)
     k["where"] = [f"GPU {d} stream {s}" for d, s in zip(k["device"], k["stream"])]
-    out.append(table(k, [("name", "kernel", "text"), ("kind", "kind", "text"), ("count", "count", "numeric"),
-                         ("total_ms", "total (ms)", "numeric"), ("mean_us", "mean (µs)", "numeric"),
-                         ("where", "stream", "text")], "operator-kernels",
-                     tooltip_data=[{"name": n} for n in k["name"]], tooltip_duration=None, page_size=50))
+    out.append(grid(k, [("name", "kernel", "text"), ("kind", "kind", "text"), ("count", "count", "numeric"),
+                        ("total_ns", "total (ms)", "ms"), ("mean_ns", "mean (µs)", "us"),
+                        ("where", "stream", "text")], "operator-kernels", tooltips=("name",), page_size=50))
     return out
 
 
@@ -138,14 +137,12 @@ def content(store, trace_id: str, level: str, name: str | None) -> list:
         head.append(message("No GPU activity is attributed to any operator in this trace "
                             f"({no_gpu_reason(store, trace_id)}): "
                             "GPU time, kernels and TKLQT are empty.", "msg-no-gpu"))
-    sel = [i for i, n in enumerate(df["name"]) if n == name]
-    tbl = table(df, COLUMNS, TABLE_ID, filter_action="native", page_size=25,
-                tooltip_data=[{"name": str(n)} for n in df["name"]], tooltip_duration=None,
-                active_cell={"row": sel[0], "column": 0, "column_id": "name", "row_id": name} if sel else None)
+    tbl = grid(df, COLUMNS, TABLE_ID, filters=True, page_size=25, tooltips=("name",), selectable=True,
+               selected=name if name in set(df["name"]) else None)
     return head + [html.P("TKLQT: total kernel launch-and-queue time (docs/metrics.md). Type in a column's "
                           "filter cell to filter, click a header to sort, click a row to select.",
                           className="ks-hint"), tbl] \
-        + [html.P("⚠ " + w, className="ks-warning") for w in warnings] \
+        + warning_lines(warnings) \
         + [html.Div(detail(store, trace_id, name, level), id="operators-detail")]
 
 
@@ -161,41 +158,37 @@ def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
     ])
 
 
-def select(db_path, trace_id: str, active_cell: dict | None, level: str | None, search: str | None):
-    """The row-click / level callback as a plain function: (detail children, new search) or None."""
-    from ..params import url_params
-
-    params = url_params(search)
+def select(db_path, trace_id: str, cell: dict | None, level: str | None, search: str | None):
+    """The row-click callback as a plain function (``cell``: the grid's ``cellClicked``, whose ``rowId`` is
+    the operator name): (detail children, new search) or None."""
+    params = urls.query(search)
     level = level if level in LEVELS else "leaf"
-    if active_cell is None or not active_cell.get("row_id"):
+    if cell is None or not cell.get("rowId"):
         return None
-    name = str(active_cell["row_id"])
+    name = str(cell["rowId"])
     with open_store(db_path, read_only=True) as store:
         children = detail(store, trace_id, name, level)
-    p = {k: v for k, v in params.items() if k not in ("op",)} | {"op": name}
-    return children, "?" + urlencode(p, quote_via=quote)
+    return children, urls.search_of({k: v for k, v in params.items() if k != "op"} | {"op": name}, quoted=True)
 
 
 def relevel(db_path, trace_id: str, level: str, search: str | None):
     """The level callback as a plain function: (content children, new search), or None when the URL
     already shows that level."""
-    from ..params import url_params
-
-    params = url_params(search)
+    params = urls.query(search)
     level = level if level in LEVELS else "leaf"
     if level == (params.get("level") if params.get("level") in LEVELS else "leaf"):
         return None  # the page already shows this level (the radio fires when the page is drawn)
     with open_store(db_path, read_only=True) as store:
         children = content(store, trace_id, level, params.get("op") or None)
-    return children, "?" + urlencode(params | {"level": level}, quote_via=quote)
+    return children, urls.search_of(params | {"level": level}, quoted=True)
 
 
 def register(app, db_path) -> None:
     @app.callback(Output("operators-detail", "children"), Output("url", "search", allow_duplicate=True),
-                  Input(TABLE_ID, "active_cell"), State("operators-level", "value"),
+                  Input(TABLE_ID, "cellClicked"), State("operators-level", "value"),
                   State("operators-trace", "data"), State("url", "search"), prevent_initial_call=True)
-    def _operators_select(active_cell, level, trace_id, search):
-        out = select(db_path, trace_id, active_cell, level, search)
+    def _operators_select(cell, level, trace_id, search):
+        out = select(db_path, trace_id, cell, level, search)
         if out is None:
             raise dash.exceptions.PreventUpdate
         return out

@@ -5,20 +5,18 @@ un-profiled timing), the trust section in words, kernel categories (kernels), th
 
 from __future__ import annotations
 
-from dash import dcc, html
+from dash import html
 
 from ...analysis.bound import idle_split
+from ...analysis.summary import no_gpu_reason
 from ...reports import bound as rb
 from ...reports import cache
-from ...reports.figures import busy_fraction_figure
-from ...reports.overview import host_wait, trust_sentences
 from ...reports.data import busy_bins
+from ...reports.figures import busy_fraction_figure
 from ...reports.missing import kpi_parts, shown
-from ...units import NS_PER_MS, NS_PER_US
-from .common import count_text, message, ms_text, pct_text, table
-from .launch import kpi as value_kpi
-from .launch import tklqt_kpis
-from ...analysis.summary import no_gpu_reason
+from ...reports.overview import host_wait, trust_sentences
+from ...units import ms_text
+from ..widgets import count_text, graph, grid, kpi, message, pct_text, tklqt_kpis, warning_lines
 
 # (scalar key, label, kind, definition shown on hover). kind: 'ns' (shown in ms) or 'count'.
 KPIS = [
@@ -36,18 +34,13 @@ KPIS = [
 
 
 def _kpi(key: str, label: str, value, kind: str, definition: str, extra: str = "", why: str = "") -> html.Div:
-    """One headline number. The element id is ``kpi-<key>``; ``data-value`` holds the raw value (int ns
-    for times, a count otherwise; empty when null) so a browser test can compare it with the CLI's JSON.
-    A null value shows as 'n/a' with ``why`` under it."""
+    """One headline number (``widgets.kpi``): ``data-value`` holds the raw value (int ns for times, a count
+    otherwise; empty when null), so does its hover title (with 'ns' for times). A null value shows as 'n/a'
+    with ``why`` under it."""
     shown, extra = kpi_parts(value, ms_text if kind == "ns" else count_text, why, extra)
-    raw = "" if value is None else str(int(value))
-    return html.Div(
-        [html.Div(label, className="ks-kpi-label"),
-         html.Div(shown, className="ks-kpi-value", id=f"kpi-{key}", title=f"{raw} ns" if kind == "ns" and raw
-                  else raw, **{"data-value": raw}),
-         html.Div(extra, className="ks-kpi-extra", id=f"kpi-{key}-extra")],
-        className="ks-kpi", title=definition,
-    )
+    raw = None if value is None else int(value)
+    title = "" if raw is None else (f"{raw} ns" if kind == "ns" else str(raw))
+    return kpi(key, label, raw, shown, extra, definition, title=title)
 
 
 TITLE = "Overview"
@@ -97,12 +90,11 @@ def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
                             "latency are not defined, and there is no GPU timeline to draw.", "msg-no-gpu"))
     else:
         bins, span_ns, width = cache.call(store, trace_id, "busy_bins", busy_bins)
-        body.append(dcc.Graph(id="busy-figure", figure=busy_fraction_figure(bins, span_ns, width),
-                              config={"displaylogo": False}))
+        body.append(graph("busy-figure", busy_fraction_figure(bins, span_ns, width)))
 
     sentences = trust_sentences(trust, s)
     body.append(html.Div([html.H3("Trust")] + [html.P(t) for t in sentences]
-                         + [html.P("⚠ " + shown(w), className="ks-warning") for w in result.warnings],
+                         + warning_lines(result.warnings, shown),
                          id="trust"))
     body += _categories_and_recommendations(x, has_gpu)
     body += _tables(result, s.get("kernel_time_ns") or 0)
@@ -114,13 +106,13 @@ def _extra_kpis(x: dict) -> list:
     q and inflation as the analyses return them, energy in mJ (``data-key`` names the power key)."""
     e_mj, e_key, e_text = x["energy"]
     infl, infl_text = x["inflation"]
-    energy_kpi = value_kpi("energy_mj", "energy", e_mj,
+    energy_kpi = kpi("energy_mj", "energy", e_mj,
                            *kpi_parts(e_mj, lambda v: f"{v / 1000:,.3f} J", x["energy_why"],
                                       ENERGY_KIND.get(e_key, "")), e_text, **{"data-key": e_key})
     return [
         *tklqt_kpis(x["launch"]),
         energy_kpi,
-        value_kpi("inflation", "profiler inflation", infl,
+        kpi("inflation", "profiler inflation", infl,
                   *kpi_parts(infl, lambda v: f"{v:.2f}×", x["inflation_why"], "traced / un-profiled"), infl_text),
     ]
 
@@ -129,16 +121,15 @@ def _categories_and_recommendations(x: dict, has_gpu: bool) -> list:
     out: list = [html.H3("Kernel categories")]
     kr = x["kernels"]
     if kr.scalars.get("kernels"):
-        out.append(dcc.Graph(id="overview-categories", figure=rb.categories_figure(kr.tables["categories"]),
-                             config={"displaylogo": False}))
+        out.append(graph("overview-categories", rb.categories_figure(kr.tables["categories"])))
     else:
         out.append(message("This trace has no kernels, so there are no kernel categories.", "msg-no-kernels"))
     out.append(html.H3("Recommendations"))
     if not has_gpu:
         out.append(message("No recommendation: the rules need GPU activity.", "msg-no-recommendations"))
     elif not x["findings"] and x["recommend_warnings"]:
-        out.append(message("No recommendation: " + "; ".join(map(shown, x["recommend_warnings"])), "msg-no-recommendations",
-                           "error"))
+        out.append(message("No recommendation: " + "; ".join(map(shown, x["recommend_warnings"])),
+                           "msg-no-recommendations", "error"))
         return out
     elif not x["findings"]:
         out.append(message("No recommendation rule fired on this trace.", "msg-no-recommendations"))
@@ -148,7 +139,7 @@ def _categories_and_recommendations(x: dict, has_gpu: bool) -> list:
                    + ([f" Possible saving {ms_text(f['saving_ns'])}."] if f["saving_ns"] is not None else [])),
             html.Ul([html.Li(e) for e in f["evidence"]], className="ks-hint")],
             className="ks-finding", **{"data-rule": f["rule"]}) for f in x["findings"]], id="recommendations"))
-    out += [html.P("⚠ " + shown(w), className="ks-warning") for w in x["recommend_warnings"]]
+    out += warning_lines(x["recommend_warnings"], shown)
     return out
 
 
@@ -156,23 +147,19 @@ def _tables(result, kernel_time_ns: int) -> list:
     out = []
     tk = result.tables["top_kernels"].copy()
     if not tk.empty:
-        tk["total_ms"] = (tk["total_ns"] / NS_PER_MS).round(3)
-        tk["mean_us"] = (tk["mean_ns"] / NS_PER_US).round(2)
         tk["share_pct"] = (tk["share"] * 100).round(1)
         out += [html.H3("Top kernels by total time"),
-                table(tk, [("name", "kernel", "text"), ("count", "count", "numeric"),
-                           ("total_ms", "total (ms)", "numeric"), ("mean_us", "mean (µs)", "numeric"),
-                           ("share_pct", "% of kernel time", "numeric")], "top-kernels",
-                      tooltip_data=[{"name": n} for n in tk["name"]], tooltip_duration=None)]
+                grid(tk, [("name", "kernel", "text"), ("count", "count", "numeric"),
+                          ("total_ns", "total (ms)", "ms"), ("mean_ns", "mean (µs)", "us"),
+                          ("share_pct", "% of kernel time", "numeric")], "top-kernels", tooltips=("name",))]
     to = result.tables["top_operators"].copy()
     if to.empty and not tk.empty:
         out.append(message("No kernel in this trace is attributed to a CPU operator, so there is no "
                            "operator table.", "msg-no-operators"))
     elif not to.empty:
-        to["kernel_ms"] = (to["kernel_time_ns"] / NS_PER_MS).round(3)
         to["share_pct"] = (to["share"] * 100).round(1)
         out += [html.H3("Top operators by kernel time (top-level operators)"),
-                table(to, [("name", "operator", "text"), ("calls", "calls", "numeric"),
-                           ("kernels", "kernels", "numeric"), ("kernel_ms", "kernel time (ms)", "numeric"),
-                           ("share_pct", "% of kernel time", "numeric")], "top-operators")]
+                grid(to, [("name", "operator", "text"), ("calls", "calls", "numeric"),
+                          ("kernels", "kernels", "numeric"), ("kernel_time_ns", "kernel time (ms)", "ms"),
+                          ("share_pct", "% of kernel time", "numeric")], "top-operators")]
     return out

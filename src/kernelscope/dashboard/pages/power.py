@@ -5,9 +5,11 @@ window rule), throttling, energy per phase and the energy time share per operato
 
 from __future__ import annotations
 
-from dash import dcc, html
+from dash import html
 
 from ...reports import cache
+from ...reports.missing import NA
+from ...reports.missing import shown as shown_text
 from ...reports.power import (
     busy_shading,
     has_telemetry,
@@ -18,11 +20,9 @@ from ...reports.power import (
     telemetry_bins,
     throttle_text,
 )
-from ...reports.missing import NA
-from ...reports.missing import shown as shown_text
 from ...storage.catalog import trace_name
 from ...units import NS_PER_MS
-from .common import message, table
+from ..widgets import graph, grid, message, warning_lines
 
 TITLE = "Power"
 
@@ -36,7 +36,7 @@ def _kpi(h: dict) -> html.Div:
                      html.Div(shown, className="ks-kpi-value", id=f"power-kpi-{h['key']}",
                               **{"data-value": "" if null else repr(h["value"])}),
                      html.Div(extra, className="ks-kpi-extra", id=f"power-why-{h['key']}")],
-                    className="ks-kpi", title=h["definition"], style={"maxWidth": "260px"})
+                    className="ks-kpi ks-kpi-narrow", title=h["definition"])
 
 
 def _trust_text(r) -> list[str]:
@@ -66,29 +66,28 @@ def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
     body.append(html.P(throttle_text(r), id="power-throttle"))
     fig = power_timeline_figure(telemetry_bins(store, trace_id), busy_shading(store, trace_id),
                                 r.scalars.get("trace_window_ns"))
-    body.append(dcc.Graph(id="power-timeline", figure=fig, config={"displaylogo": False}))
+    body.append(graph("power-timeline", fig))
 
     body.append(html.H3("Energy per phase"))
     ph = phase_rows(r)
     if len(ph):
         pf = phase_energy_figure(r.tables.get("phases"))
         if pf is not None:
-            body.append(dcc.Graph(id="power-phase-figure", figure=pf, config={"displaylogo": False}))
-        body.append(table(ph.rename(columns={"duration (ms)": "dur_ms", "energy (mJ)": "energy"}),
-                          [("phase", "phase", "text"), ("kind", "kind", "text"), ("dur_ms", "duration (ms)", "numeric"),
-                           ("energy", "energy (mJ)", "text")], "power-phases"))
+            body.append(graph("power-phase-figure", pf))
+        shown = ph.rename(columns={"energy (mJ)": "energy"}).assign(dur_ns=list(r.tables["phases"]["dur_ns"]))
+        body.append(grid(shown, [("phase", "phase", "text"), ("kind", "kind", "text"),
+                                 ("dur_ns", "duration (ms)", "ms"), ("energy", "energy (mJ)", "text")],
+                         "power-phases"))
     else:
         body.append(message("The trace has no step or user annotations (phases).", "msg-power-no-phases"))
 
     share = r.tables.get("energy_time_share")
     if share is not None and len(share) and share["energy_time_share_mj"].notna().any():
-        top = share.head(15).assign(
-            kernel_ms=[round(int(v) / NS_PER_MS, 3) for v in share["kernel_time_ns"].head(15)],
-            share_mj=[round(float(v), 3) for v in share["energy_time_share_mj"].head(15)])
+        top = share.head(15).assign(share_mj=[round(float(v), 3) for v in share["energy_time_share_mj"].head(15)])
         body += [html.H3("Energy time share by operator (kernel time × mean busy power; not the operator's energy)"),
-                 table(top, [("name", "operator", "text"), ("kernel_ms", "kernel time (ms)", "numeric"),
-                             ("share_mj", "energy time share (mJ)", "numeric")], "power-time-share")]
+                 grid(top, [("name", "operator", "text"), ("kernel_time_ns", "kernel time (ms)", "ms"),
+                            ("share_mj", "energy time share (mJ)", "numeric")], "power-time-share")]
     body.append(html.Div([html.H3("Trust")] + [html.P(t) for t in _trust_text(r)]
-                         + [html.P("⚠ " + shown_text(w), className="ks-warning") for w in r.warnings],
+                         + warning_lines(r.warnings, shown_text),
                          id="power-trust"))
     return html.Div(body)

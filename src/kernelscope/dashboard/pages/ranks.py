@@ -19,8 +19,6 @@ span (at least 20 µs) on each side, so the straggler's late arrival shows again
 
 from __future__ import annotations
 
-from urllib.parse import urlencode
-
 import dash
 from dash import Input, Output, State, dcc, html
 
@@ -30,9 +28,9 @@ from ...reports import timeline as tfig
 from ...reports import timeline_data as td
 from ...storage.catalog import traces_by_prefix
 from ...storage.store import open_store
-from ...units import NS_PER_MS
-from .common import message, ms_text, table
-from .timeline import _ZOOM_JS, window_params, zoom_relayout
+from ...units import NS_PER_MS, ms_text
+from .. import urls
+from ..widgets import graph, grid, message, warning_lines, zoom_filter, zoom_relayout
 
 TITLE = "Ranks"
 GRAPH_ID = "ranks-tl-graph"
@@ -41,7 +39,7 @@ PAD_FRACTION, PAD_MIN_NS = 0.5, 20_000
 
 
 def _href(run: str, **extra) -> str:
-    return "/ranks?" + urlencode({"run": run, **extra})
+    return urls.store_href("ranks", run=run, **extra)
 
 
 def _run_list(runs) -> html.Div:
@@ -88,21 +86,22 @@ def layout(store, params: dict | None = None) -> html.Div:
                            className="ks-kpi", id=f"ranks-kpi-{i}") for i, (k, v) in enumerate(kpis)],
                  className="ks-kpis"),
         html.H3("Where each rank's GPU time went"),
-        dcc.Graph(id="ranks-breakdown", figure=rr.breakdown_figure(ranks), config={"displaylogo": False}),
+        graph("ranks-breakdown", rr.breakdown_figure(ranks)),
         html.H3("Collective skew: time each rank waited for the last to arrive"),
         html.P("Click a cell (or a row of the table below) to see that collective on every rank's aligned "
                "timeline.", className="ks-hint"),
-        dcc.Graph(id="ranks-skew", figure=rr.skew_heatmap(r.tables["arrivals"]), config={"displaylogo": False}),
+        graph("ranks-skew", rr.skew_heatmap(r.tables["arrivals"])),
         html.H3("Stragglers: collectives by start skew"),
     ]
     st = rr.straggler_table(r.tables["collectives"])
-    body.append(table(st, [(c, c, "text" if c in ("instance", "collective") else "numeric") for c in st.columns],
-                      "ranks-straggler-table", style_data={"cursor": "pointer"}))
+    body.append(grid(st.assign(id=st["instance"]),  # row id: the instance a click opens
+                     [(c, c, "text" if c in ("instance", "collective") else "numeric") for c in st.columns],
+                     "ranks-straggler-table", clickable=True))
     per = ranks[["rank", "name", "compute_ns", "comm_ns", "exposed_comm_ns", "overlap_pct", "comm_only_ns",
                  "exposed_memcpy_ns", "idle_ns", "gpu_span_ns"]].copy()
     body += [html.H3("Per rank (ns)"),
-             table(per, [(c, c, "text" if c == "name" else "numeric") for c in per.columns], "ranks-table")]
-    body += [html.P("⚠ " + w, className="ks-warning") for w in r.warnings]
+             grid(per, [(c, c, "text" if c == "name" else "numeric") for c in per.columns], "ranks-table")]
+    body += warning_lines(r.warnings)
     return html.Div(body, id="ranks-page")
 
 
@@ -118,15 +117,13 @@ def collective_href(store, run_id: str, instance: str) -> str | None:
     s, e = win
     pad = max(PAD_MIN_NS, round((e - s) * PAD_FRACTION))
     a, b = max(info["origin"], s - pad), min(info["end_ns"], e + pad)
-    return _href(info["run_id"], view="timeline", t0=f"{(a - info['origin']) / NS_PER_MS:.6f}",
-                 t1=f"{(b - info['origin']) / NS_PER_MS:.6f}", coll=instance)
+    return _href(info["run_id"], view="timeline", t0=urls.ms_since(a, info["origin"]),
+                 t1=urls.ms_since(b, info["origin"]), coll=instance)
 
 
 def _window(params: dict, info: dict) -> tuple[int, int, str]:
     """The aligned window [a, b) from t0/t1 (ms since the run's origin), clamped to the run."""
-    from .timeline import parse_window
-
-    return parse_window(params, {"start_ns": info["origin"], "end_ns": info["end_ns"]})
+    return urls.parse_window(params, {"start_ns": info["origin"], "end_ns": info["end_ns"]})
 
 
 def render_run(store, params: dict, limit: int = td.EVENT_LIMIT) -> dict:
@@ -187,8 +184,8 @@ def render_run(store, params: dict, limit: int = td.EVENT_LIMIT) -> dict:
                                                origin)
     elif n <= limit:
         out["mode"] = "events"
-        out["figure"] = tfig.run_events_figure(_streams(lanes), td.run_events(store, info["run_id"], a, b), a, b, origin,
-                                               focus)
+        out["figure"] = tfig.run_events_figure(_streams(lanes), td.run_events(store, info["run_id"], a, b), a, b,
+                                               origin, focus)
         out["status"] = (f"{n:,} GPU activities of {len(info['ranks'])} ranks between {t0:,.3f} and {t1:,.3f} ms, "
                          "drawn one by one; collectives coloured by type" + (f", collective {focus} outlined."
                                                                              if focus else "."))
@@ -218,7 +215,7 @@ def _notes(view: dict) -> list:
     for msg_id, text in view["notes"]:
         m = message(text, msg_id)
         if view.get("trace_id") and msg_id in ("msg-trace-outside-run", "msg-one-rank"):
-            m.children = [m.children, html.A("open its Timeline", href=f"/trace/{view['trace_id']}/timeline")]
+            m.children = [m.children, html.A("open its Timeline", href=urls.trace_href(view["trace_id"], "timeline"))]
         out.append(m)
     return out
 
@@ -232,8 +229,8 @@ def timeline_layout(store, params: dict) -> html.Div:
         head = [h for h in head if getattr(h, "id", None) != "ranks-tl-zoom"]
         return html.Div(head + [html.H2("Aligned timeline"), html.Div(_notes(view), id="ranks-tl-notes"),
                                 html.A("← all runs", href="/ranks")], id="ranks-page")
-    graph = dcc.Graph(id=GRAPH_ID, figure=view["figure"] or {}, config={"displaylogo": False, "scrollZoom": False},
-                      style={} if view["figure"] is not None else {"display": "none"})
+    timeline = graph(GRAPH_ID, view["figure"] or {}, config={"scrollZoom": False},
+                     style={} if view["figure"] is not None else {"display": "none"})
     return html.Div(head + [
         html.H2(f"Aligned timeline · run {info['name']}"),
         html.P(["GPU streams of every rank on one time axis, each rank shifted by its applied clock offset "
@@ -243,34 +240,31 @@ def timeline_layout(store, params: dict) -> html.Div:
         html.Div(_notes(view), id="ranks-tl-notes"),
         html.P(view["status"], id="ranks-tl-status", className="ks-hint",
                **{"data-mode": view["mode"], "data-events": str(view["events"])}),
-        graph,
+        timeline,
     ], id="ranks-page")
 
 
 def update_timeline(db_path, search: str | None, relayout: dict | None) -> tuple | None:
     """The aligned timeline's zoom callback as a plain function: (figure, notes, status, mode, event count,
     search) for the new window, or None when the relayout changes no x range."""
-    from ..params import url_params
-
-    new = window_params(url_params(search), relayout) if relayout else None
+    new = urls.window_params(urls.query(search), relayout) if relayout else None
     if new is None:
         return None
     with open_store(db_path, read_only=True) as store:
         view = render_run(store, new)
     return (view["figure"] or {}, _notes(view), view["status"], view["mode"], str(view["events"]),
-            "?" + urlencode(new))
+            urls.search_of(new) or "?")
 
 
-def clicked_instance(trigger: str, skew_click, cell, rows, tl_click) -> str | None:
+def clicked_instance(trigger: str, skew_click, cell, tl_click) -> str | None:
     """The collective instance ('pg:seq') a click names: a heat-map cell (its x), a straggler-table cell
-    (the row's ``instance``) or a collective segment of the aligned timeline (its customdata)."""
+    (``cell``, the grid's ``cellClicked``: its row id is the instance) or a collective segment of the aligned
+    timeline (its customdata)."""
     if trigger.startswith("ranks-skew"):
         pts = (skew_click or {}).get("points") or []
         return str(pts[0]["x"]) if pts and pts[0].get("x") is not None else None
     if trigger.startswith("ranks-straggler-table"):
-        if not cell or not rows or cell.get("row") is None or cell["row"] >= len(rows):
-            return None
-        return str(rows[cell["row"]].get("instance") or "") or None
+        return str((cell or {}).get("rowId") or "") or None
     if trigger.startswith(GRAPH_ID):
         pts = (tl_click or {}).get("points") or []
         cd = pts[0].get("customdata") if pts else None
@@ -279,8 +273,7 @@ def clicked_instance(trigger: str, skew_click, cell, rows, tl_click) -> str | No
 
 
 def register(app, db_path) -> None:
-    app.clientside_callback(_ZOOM_JS, Output("ranks-tl-zoom", "data"), Input(GRAPH_ID, "relayoutData"),
-                            prevent_initial_call=True)
+    zoom_filter(app, GRAPH_ID, "ranks-tl-zoom")
 
     @app.callback(Output(GRAPH_ID, "figure"), Output("ranks-tl-notes", "children"),
                   Output("ranks-tl-status", "children"), Output("ranks-tl-status", "data-mode"),
@@ -297,17 +290,16 @@ def register(app, db_path) -> None:
         return out
 
     @app.callback(Output("ranks-nav", "href"), Input("ranks-skew", "clickData"),
-                  Input("ranks-straggler-table", "active_cell"), State("ranks-straggler-table", "derived_viewport_data"),
-                  State("ranks-run", "data"), prevent_initial_call=True)
-    def _open_collective(skew_click, cell, rows, run_id):
+                  Input("ranks-straggler-table", "cellClicked"), State("ranks-run", "data"), prevent_initial_call=True)
+    def _open_collective(skew_click, cell, run_id):
         trig = [t["prop_id"] for t in dash.callback_context.triggered]
-        inst = clicked_instance(trig[0] if trig else "", skew_click, cell, rows, None)
+        inst = clicked_instance(trig[0] if trig else "", skew_click, cell, None)
         return _nav(db_path, run_id, inst)
 
     @app.callback(Output("ranks-nav", "href", allow_duplicate=True), Input(GRAPH_ID, "clickData"),
                   State("ranks-run", "data"), prevent_initial_call=True)
     def _open_from_timeline(click, run_id):
-        return _nav(db_path, run_id, clicked_instance(GRAPH_ID, None, None, None, click))
+        return _nav(db_path, run_id, clicked_instance(GRAPH_ID, None, None, click))
 
 
 def _nav(db_path, run_id, inst):

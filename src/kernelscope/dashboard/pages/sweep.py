@@ -6,8 +6,6 @@ sweeps and numeric labels the store holds."""
 
 from __future__ import annotations
 
-from urllib.parse import urlencode
-
 import dash
 import pandas as pd
 from dash import Input, Output, State, dcc, html
@@ -16,14 +14,15 @@ from ...analysis.result import json_safe, table_records
 from ...errors import UsageError
 from ...reports import sweep as rs
 from ...reports.launch import q_text
-from ..params import url_params
-from .common import message, ms_text, table
+from ...units import ms_text
+from .. import urls
+from ..widgets import graph, grid, message, warning_lines
 
 TITLE = "Sweep"
 
 
 def _href(**q) -> str:
-    return "/sweep?" + urlencode({k: v for k, v in q.items() if v is not None})
+    return urls.store_href("sweep", **q)
 
 
 def _choices(store) -> html.Div:
@@ -68,7 +67,7 @@ def selected_panel(point: dict | None, by: str) -> list:
                    + f"; mean queue depth q = {q_text(point.get('mean_queue_depth'))} (TKLQT, the sum of "
                    f"launch-and-queue time over the kernels, {ms_text(point.get('tklqt_ns'))})"
                    + f"; busy {ms_text(point.get('busy_ns'))}, idle {ms_text(point.get('idle_ns'))}."),
-            html.Div([dcc.Link(text, href=f"/trace/{tid}/{page}", id=f"sweep-open-{page}",
+            html.Div([dcc.Link(text, href=urls.trace_href(tid, page), id=f"sweep-open-{page}",
                                style={"marginRight": "14px"})
                       for page, text in [("overview", "overview"), ("launch", "launch overhead"),
                                          ("bound", "bound-ness")]])]
@@ -99,14 +98,13 @@ def layout(store, params: dict | None = None) -> html.Div:
                             "to bracket.", "msg-one-point"))
     body += [html.P(t) for t in rs.bracket_sentences(r.scalars)]
     body += [dcc.Store(id="sweep-data", data={"points": recs, "scalars": json_safe(r.scalars)}),
-             dcc.Graph(id="sweep-figure", figure=rs.sweep_figure(points, r.scalars, selected=hit and hit["label"]),
-                       config={"displaylogo": False}),
+             graph("sweep-figure", rs.sweep_figure(points, r.scalars, selected=hit and hit["label"])),
              html.Div(selected_panel(hit, by), id="sweep-selected"),
              html.H3("Points")]
     df = rs.points_table(points, by)
-    body.append(table(df, [(c, c, "text" if c in ("trace", "regime") else "numeric") for c in df.columns],
-                      "sweep-points-table"))
-    body += [html.P("⚠ " + w, className="ks-warning") for w in r.warnings]
+    body.append(grid(df, [(c, c, "text" if c in ("trace", "regime") else "numeric") for c in df.columns],
+                     "sweep-points-table"))
+    body += warning_lines(r.warnings)
     return html.Div(body, id="sweep-page")
 
 
@@ -121,11 +119,11 @@ def select_point(click_data, data, search) -> tuple:
     point = next((p for p in data["points"] if p["trace_id"] == tid), None)
     if point is None:
         return dash.no_update, dash.no_update, dash.no_update
-    q = dict(url_params(search))
+    q = dict(urls.query(search))
     q["point"] = str(point["label"])
     scalars = data["scalars"]
     fig = rs.sweep_figure(pd.DataFrame(data["points"]), scalars, selected=point["label"])
-    return fig, selected_panel(point, scalars.get("by") or "label"), "?" + urlencode(q)
+    return fig, selected_panel(point, scalars.get("by") or "label"), urls.search_of(q)
 
 
 def register(app, db_path) -> None:

@@ -10,12 +10,10 @@ writes t0/t1 back; clicking a CPU operator selects it. A window with at most
 
 from __future__ import annotations
 
-import re
-from urllib.parse import urlencode
-
 import dash
 from dash import Input, Output, State, dcc, html
 
+from ...analysis.summary import no_gpu_reason
 from ...errors import KernelscopeError
 from ...reports import timeline as tfig
 from ...reports import timeline_data as td
@@ -23,64 +21,12 @@ from ...storage.catalog import rank_of
 from ...storage.store import open_store
 from ...units import NS_PER_MS
 from .. import params as P
-from .common import message
-from ...analysis.summary import no_gpu_reason
+from .. import urls
+from ..urls import export_href, parse_window, window_search
+from ..widgets import graph, message, zoom_filter, zoom_relayout
 
 TITLE = "Timeline"
 GRAPH_ID = "timeline-graph"
-_RANGE = re.compile(r"^xaxis\d*\.range\[([01])\]$")
-
-
-def window_params(params: dict, relayout: dict) -> dict | None:
-    """``params`` with the x window a Plotly relayout sets (``t0``/``t1``, ms) or resets (autorange: both
-    removed); None when the relayout changes no x range (a y zoom, a legend click)."""
-    rng = {}
-    for k, v in relayout.items():
-        m = _RANGE.match(k)
-        if m:
-            rng[int(m.group(1))] = v
-        elif re.match(r"^xaxis\d*\.range$", k) and isinstance(v, list) and len(v) == 2:
-            rng = {0: v[0], 1: v[1]}
-    new = dict(params)
-    if any(re.match(r"^xaxis\d*\.autorange$", k) for k in relayout):
-        new.pop("t0", None)
-        new.pop("t1", None)
-    elif len(rng) == 2:
-        new["t0"], new["t1"] = f"{float(rng[0]):.6f}", f"{float(rng[1]):.6f}"
-    else:
-        return None
-    return new
-
-
-def parse_window(params: dict, info: dict) -> tuple[int, int, str]:
-    """The window ``[a, b)`` in epoch ns from ``t0``/``t1`` (ms since the trace start), clamped to the
-    trace; the whole trace when absent. Returns (a, b, note); note says what was wrong with the URL."""
-    origin, end = info["start_ns"], info["end_ns"]
-    t0, t1 = P.ms(params, "t0"), P.ms(params, "t1")  # None: absent or refused (params.url_params says why)
-    if (t0 is None and params.get("t0") not in (None, "")) or (t1 is None and params.get("t1") not in (None, "")):
-        return origin, end, "The window in the URL (t0/t1) is not a finite number of ms; showing the whole trace."
-    a = origin if t0 is None else origin + round(t0 * NS_PER_MS)
-    b = end if t1 is None else origin + round(t1 * NS_PER_MS)
-    if b <= a:
-        return origin, end, "The window in the URL ends before it starts; showing the whole trace."
-    a, b = max(a, origin), min(b, end)
-    return a, max(b, a + 1), ""
-
-
-def window_search(params: dict, info: dict, a: int | None, b: int | None, op: str | None) -> str:
-    """The query string for a window (None: the whole trace) and selection, other params kept."""
-    p = {k: v for k, v in params.items() if k not in ("t0", "t1", "op")}
-    if a is not None and b is not None:
-        p["t0"] = f"{(a - info['start_ns']) / NS_PER_MS:.6f}"
-        p["t1"] = f"{(b - info['start_ns']) / NS_PER_MS:.6f}"
-    if op:
-        p["op"] = op
-    return "?" + urlencode(p) if p else ""
-
-
-def export_href(trace_id: str, info: dict, a: int, b: int) -> str:
-    return (f"/export/{trace_id}/perfetto.json?t0={(a - info['start_ns']) / NS_PER_MS:.6f}"
-            f"&t1={(b - info['start_ns']) / NS_PER_MS:.6f}")
 
 
 def render(store, trace_id: str, params: dict) -> dict:
@@ -99,8 +45,8 @@ def render(store, trace_id: str, params: dict) -> dict:
     if note:
         out["notes"].append(("msg-bad-window", note))
     if not info["gpu_events"]:
-        out["notes"].append(("msg-no-gpu-lanes", f"This trace has no GPU activity ({no_gpu_reason(store, trace_id)}): the "
-                             "timeline shows CPU lanes only, with no GPU streams."))
+        out["notes"].append(("msg-no-gpu-lanes", f"This trace has no GPU activity ({no_gpu_reason(store, trace_id)}): "
+                             "the timeline shows CPU lanes only, with no GPU streams."))
     tel = None
     if not info["telemetry_samples"]:
         out["notes"].append(("msg-no-telemetry", "This trace has no telemetry (no NVML samples were "
@@ -170,11 +116,11 @@ def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
     params = params or {}
     view = render(store, trace_id, params)
     info = td.trace_info(store, trace_id)
-    graph = dcc.Graph(id=GRAPH_ID, figure=view["figure"] or {}, config={"displaylogo": False,
-                                                                        "scrollZoom": False},
-                      style={} if view["figure"] is not None else {"display": "none"})
-    clear = html.A("clear selection", id="timeline-clear", style={"marginLeft": "16px"},
-                   href=f"/trace/{trace_id}/timeline" + window_search(params, info, view["a"], view["b"], None))
+    figure = graph(GRAPH_ID, view["figure"] or {}, config={"scrollZoom": False},
+                   style={} if view["figure"] is not None else {"display": "none"})
+    here = urls.trace_href(trace_id, "timeline")
+    clear = html.A("clear selection", id="timeline-clear", className="ks-spaced",
+                   href=here + window_search(params, info, view["a"], view["b"], None))
     return html.Div([
         dcc.Store(id="timeline-trace", data=trace_id),
         dcc.Store(id="timeline-zoom"),
@@ -185,10 +131,10 @@ def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
                className="ks-hint"),
         html.Div([html.A("Export to Perfetto (Chrome-trace JSON of this window)", id="timeline-export",
                          href=view["export"], download=f"{trace_id}-perfetto.json", target="_blank"),
-                  clear, *_run_link(store, trace_id)], style={"margin": "6px 0"}),
+                  clear, *_run_link(store, trace_id)], className="ks-toolbar"),
         html.Div(_notes(view), id="timeline-notes"),
         _status(view),
-        graph,
+        figure,
     ])
 
 
@@ -197,9 +143,8 @@ def _run_link(store, trace_id: str) -> list:
     of = rank_of(store, trace_id)
     if of is None:
         return []
-    href = "/ranks?" + urlencode({"run": of[0], "view": "timeline"})
-    return [html.A(f"rank {of[1]}: every rank of its run aligned", href=href,
-                   id="timeline-run-link", style={"marginLeft": "16px"})]
+    return [html.A(f"rank {of[1]}: every rank of its run aligned", id="timeline-run-link", className="ks-spaced",
+                   href=urls.store_href("ranks", run=of[0], view="timeline"))]
 
 
 def update(db_path, trace_id: str, search: str | None, relayout: dict | None = None,
@@ -207,9 +152,7 @@ def update(db_path, trace_id: str, search: str | None, relayout: dict | None = N
     """The zoom/click callback as a plain function. Returns (figure, notes, status text, mode, event count,
     export href, clear-selection href, search) or None when the event changes nothing (a resize, a y-axis
     drag, a click off a CPU operator)."""
-    from ..params import url_params
-
-    params = url_params(search)
+    params = urls.query(search)
     new = dict(params)
     if click is not None:
         pts = (click or {}).get("points") or []
@@ -218,7 +161,7 @@ def update(db_path, trace_id: str, search: str | None, relayout: dict | None = N
             return None
         new["op"] = str(int(cd))
     elif relayout is not None:
-        new = window_params(params, relayout)
+        new = urls.window_params(params, relayout)
         if new is None:
             return None
     else:
@@ -229,43 +172,14 @@ def update(db_path, trace_id: str, search: str | None, relayout: dict | None = N
     whole = "t0" not in new and "t1" not in new
     search_out = window_search(params, info, None if whole else view["a"], None if whole else view["b"],
                                new.get("op"))
-    clear_href = f"/trace/{trace_id}/timeline" + window_search(
+    clear_href = urls.trace_href(trace_id, "timeline") + window_search(
         params, info, None if whole else view["a"], None if whole else view["b"], None)
     return view["figure"] or {}, _notes(view), view["status"], view["mode"], str(view["events"]), \
         view["export"], clear_href, search_out
 
 
-# Runs in the browser on every relayout: keeps x-range changes (and the double-click reset), drops the rest
-# (resize/autosize, y drags). A server callback on relayoutData itself would be superseded by the
-# {"autosize": true} relayout Plotly emits right after a zoom, and the zoom's answer would be dropped.
-_ZOOM_JS = """
-function (r) {
-    var nu = window.dash_clientside.no_update, lo = null, hi = null;
-    if (!r) { return nu; }
-    for (var k in r) {
-        if (/^xaxis[0-9]*\\.autorange$/.test(k)) { return {"autorange": true, "at": Date.now()}; }
-        var m = k.match(/^xaxis[0-9]*\\.range\\[([01])\\]$/);
-        if (m) { if (m[1] === "0") { lo = r[k]; } else { hi = r[k]; } }
-        if (/^xaxis[0-9]*\\.range$/.test(k) && Array.isArray(r[k])) { lo = r[k][0]; hi = r[k][1]; }
-    }
-    return (lo !== null && hi !== null) ? {"range": [lo, hi], "at": Date.now()} : nu;
-}
-"""
-
-
-def zoom_relayout(zoom: dict | None) -> dict | None:
-    """The browser-side zoom filter's output as the relayoutData it came from."""
-    if not zoom:
-        return None
-    if zoom.get("autorange"):
-        return {"xaxis.autorange": True}
-    lo, hi = zoom["range"]
-    return {"xaxis.range[0]": lo, "xaxis.range[1]": hi}
-
-
 def register(app, db_path) -> None:
-    app.clientside_callback(_ZOOM_JS, Output("timeline-zoom", "data"), Input(GRAPH_ID, "relayoutData"),
-                            prevent_initial_call=True)
+    zoom_filter(app, GRAPH_ID, "timeline-zoom")
 
     @app.callback(Output(GRAPH_ID, "figure"), Output("timeline-notes", "children"),
                   Output("timeline-status", "children"), Output("timeline-status", "data-mode"),
@@ -286,7 +200,7 @@ def register(app, db_path) -> None:
             raise dash.exceptions.PreventUpdate
         return out
 
-    @app.server.route("/export/<trace_id>/perfetto.json")
+    @app.server.route(urls.EXPORT_ROUTE)
     def _perfetto(trace_id):
         from flask import Response, request
 

@@ -6,16 +6,19 @@ import pandas as pd
 from dash import html
 
 from ...storage.queries import list_traces
-from ...units import NS_PER_MS
-from .common import message, table
+from .. import urls
+from ..widgets import grid, message
 
 TABLE_ID = "traces-table"
+COLUMNS = [("trace_id", "id", "text"), ("name", "name", "text"), ("labels", "labels", "text"),
+           ("devices", "GPU devices", "text"), ("kernels", "kernels", "numeric"),
+           ("gpu_span_ns", "GPU span (ms)", "ms"), ("notes", "notes", "text")]
 
 
 def rows(store) -> pd.DataFrame:
-    """The traces table as shown: id, name, labels ('k=v, ...'), devices ('0, 1'), kernels, GPU span (ms,
-    three decimals; None without GPU activity), notes (what ingest found: truncated, negative durations, events
-    set aside, a partial run). The DataTable row ``id`` is the trace id."""
+    """The traces table's rows: id, name, labels ('k=v, ...'), devices ('0, 1'), kernels, GPU span (int ns,
+    shown in ms; None without GPU activity), notes (what ingest found: truncated, negative durations,
+    events set aside, a partial run). The row ``id`` is the trace id."""
     df = list_traces(store)
     out = pd.DataFrame({
         "id": df["trace_id"],
@@ -24,9 +27,8 @@ def rows(store) -> pd.DataFrame:
         "labels": [", ".join(f"{k}={v}" for k, v in sorted(lab.items())) for lab in df["labels"]],
         "devices": [", ".join(str(d) for d in devs) for devs in df["devices"]],
         "kernels": df["kernels"].astype("int64"),
-        "gpu_span_ms": pd.Series([None if pd.isna(v) else round(int(v) / NS_PER_MS, 3)
-                                  for v in df["gpu_span_ns"]], dtype=object),
-        "notes": ["; ".join(n) if isinstance(n, (list, tuple)) else (n or "") for n in df["notes"]],  # truncated, negative durations, set-aside events, partial run
+        "gpu_span_ns": pd.Series([None if pd.isna(v) else int(v) for v in df["gpu_span_ns"]], dtype=object),
+        "notes": ["; ".join(n) if isinstance(n, (list, tuple)) else (n or "") for n in df["notes"]],
     })
     return out
 
@@ -43,22 +45,13 @@ def layout(store) -> html.Div:
         html.H2("Traces"),
         html.P(f"{len(df)} traces in {store.path}. Type in the row under a header to filter "
                "(e.g. >100 under kernels); click a row to open its overview.", className="ks-hint"),
-        table(
-            df,
-            [("trace_id", "id", "text"), ("name", "name", "text"), ("labels", "labels", "text"),
-             ("devices", "GPU devices", "text"), ("kernels", "kernels", "numeric"),
-             ("gpu_span_ms", "GPU span (ms)", "numeric"), ("notes", "notes", "text")],
-            TABLE_ID,
-            filter_action="native",
-            page_size=50,
-            style_data={"cursor": "pointer"},
-        ),
+        grid(df, COLUMNS, TABLE_ID, filters=True, page_size=50, clickable=True),
     ])
 
 
-def open_trace(active_cell) -> str | None:
-    """Path of the overview for the clicked row, or None (no click). Row ids are trace ids, so this is
-    right whatever filtering or sorting the table shows."""
-    if not active_cell or active_cell.get("row_id") is None:
+def open_trace(cell) -> str | None:
+    """Path of the overview for the clicked cell's row (the grid's ``cellClicked``), or None (no click).
+    Row ids are trace ids, so this is right whatever filtering or sorting the table shows."""
+    if not cell or cell.get("rowId") is None:
         return None
-    return f"/trace/{active_cell['row_id']}"
+    return urls.trace_href(cell["rowId"])
