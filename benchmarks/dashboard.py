@@ -10,7 +10,7 @@ What is measured:
   list, every page of the trace (``TRACE_PAGES``, Overview included) and every store page (the Compare page
   also with ``?a=<id>&b=<id>``: the trace against itself, the diff analysis on 1M kernels), each followed
   by every other callback in ``/_dash-dependencies`` whose inputs that page renders (the first such page),
-  with inputs taken from it: a figure's ``clickData`` = its first point, a table's ``active_cell`` = row
+  with inputs taken from it: a figure's ``clickData`` = its first point, a table's ``cellClicked`` = row
   *i* (varied per request), the Bound page's bins dropdown cycling through its choices (each new bin
   count is a new bound analysis: a miss), other inputs as the page renders them.
   **Cold** for a page = its first request right after the per-process cache (``reports/cache.py``: the
@@ -208,13 +208,13 @@ def callback_inputs(dep, layout, i, rng, trace_id):
                         pt["customdata"] = cdv[k] if k < len(cdv) else None
                     return {"points": [pt]}
             return None
-        if prop == "active_cell":
-            data = props.get("data") or []
+        if prop == "cellClicked":  # a table (AG Grid): a click on row k's first cell
+            data = props.get("rowData") or []
             if not data:
                 return None
             k = i % len(data)
-            col = (props.get("columns") or [{"id": next(iter(data[0]))}])[0]["id"]
-            return {"row": k, "column": 0, "column_id": col, "row_id": data[k].get("id")}
+            col = (props.get("columnDefs") or [{"field": next(iter(data[0]))}])[0]["field"]
+            return {"rowIndex": k, "colId": col, "value": data[k].get(col), "rowId": str(data[k].get("id", k))}
         return props.get(prop)
 
     ins = [prop_value(x["id"], x["property"]) for x in dep["inputs"]]

@@ -348,12 +348,13 @@ def _trigger_values(comp: dict, prop: str) -> list:
         opts = comp.get("options") or []
         vals = [o.get("value") if isinstance(o, dict) else o for o in opts]
         return vals[:3] or [comp.get("value")]
-    if prop == "active_cell":
-        data, cols = comp.get("data") or [], comp.get("columns") or []
+    if prop == "cellClicked":  # a table (AG Grid): a click on its first row's first cell
+        data, cols = comp.get("rowData") or [], comp.get("columnDefs") or []
         if not data or not cols:
             return []
         row = data[0] if isinstance(data[0], dict) else {}
-        return [{"row": 0, "column": 0, "column_id": cols[0].get("id"), "row_id": row.get("id")}]
+        field = cols[0].get("field")
+        return [{"rowIndex": 0, "colId": field, "value": row.get(field), "rowId": str(row.get("id", 0))}]
     fig = comp.get("figure") or {}
     traces = fig.get("data") or []
     if prop == "clickData":
