@@ -354,7 +354,7 @@ def summary(store, trace_id: str) -> Result:
     instances = {}
     for key, df in (("top_ops_with_kernels", top_ops), ("leaf_ops_with_kernels", top_leaf)):
         instances[key] = int(df["instances"].iloc[0]) if len(df) else 0
-        df.drop(columns="instances", inplace=True)
+        del df["instances"]  # in place, as drop(inplace=True) did (its inplace keyword is deprecated)
         df["share"] = df["kernel_time_ns"] / kt if kt else float("nan")
 
     tr = dict(query_row(store, _SQL_TRUST, t=t), **instances)
