@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ddp2_copy
 
 from kernelscope.analysis.comm import comm
 from kernelscope.dashboard.pages import ranks as page
@@ -25,8 +24,9 @@ from storage.ranks_build import straggler_pair  # noqa: E402
 @pytest.fixture(scope="module")
 def db(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("ranks")
-    path = ddp2_copy(tmp / "s.duckdb")  # sample_traces/ddp2 ingested (ingest_paths) once per session
+    path = tmp / "s.duckdb"
     with open_store(path) as store:
+        ingest_paths(store, [ROOT / "sample_traces" / "ddp2"])
         ingest_paths(store, [straggler_pair(tmp / "straggle")])
     return path
 

@@ -13,7 +13,6 @@ from urllib.parse import parse_qs, urlparse
 
 import numpy as np
 import pytest
-from conftest import ddp2_copy
 
 from kernelscope.analysis.comm import comm
 from kernelscope.dashboard.app import url_params
@@ -31,8 +30,9 @@ from storage.ranks_build import straggler_pair  # noqa: E402
 @pytest.fixture(scope="module")
 def db(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("ranks_tl")
-    path = ddp2_copy(tmp / "s.duckdb")  # sample_traces/ddp2 ingested (ingest_paths) once per session
+    path = tmp / "s.duckdb"
     with open_store(path) as store:
+        ingest_paths(store, [ROOT / "sample_traces" / "ddp2"])
         ingest_paths(store, [straggler_pair(tmp / "shifted", shift_us=5000)])
         ingest_paths(store, [ROOT / "tests" / "data" / "probe_train.json.gz"])
     return path
