@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -77,63 +76,76 @@ def _pct(x) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
 
 
-def collect(root: Path) -> tuple[list[dict], dict]:
-    """Ingest every run dir under ``root`` into a temporary store and compute the headline numbers."""
-    from kernelscope.analysis import bound
-    from kernelscope.analysis.summary import summary
-    from kernelscope.storage.ingest import ingest_run
+def collect(root: Path, store=None, ids: dict[str, str] | None = None) -> tuple[list[dict], dict]:
+    """Ingest every run dir under ``root`` into a temporary store and compute the headline numbers.
+
+    ``store`` and ``ids`` (run dir relative to ``root`` -> trace id): a store that already holds exactly those
+    run dirs, each ingested with ``ingest_run`` in this order (the tests' session store), read instead."""
     from kernelscope.storage.store import open_store
 
     runs = sorted(p.parent for p in root.rglob("run.json") if (p.parent / "trace.json.gz").is_file())
+    if store is not None:
+        return _collect(root, runs, store, ids)
+    with tempfile.TemporaryDirectory() as tmp, open_store(Path(tmp) / "s.duckdb") as fresh:
+        return _collect(root, runs, fresh, None)
+
+
+def _collect(root: Path, runs: list[Path], store, ids: dict[str, str] | None) -> tuple[list[dict], dict]:
+    from kernelscope.analysis import bound
+    from kernelscope.analysis.summary import summary
+    from kernelscope.storage.ingest import ingest_run
+
     rows, prov = [], {}
-    with tempfile.TemporaryDirectory() as tmp, open_store(Path(tmp) / "s.duckdb") as store:
-        for run in runs:
+    for run in runs:
+        if ids is not None:
+            tid = ids[run.relative_to(root).as_posix()]
+        else:
             res = ingest_run(store, run)
             if res.status == "failed":
                 raise SystemExit(f"make_readme: {run}: {res.message}")
             tid = res.trace_id
-            meta = json.loads((run / "run.json").read_text())
-            prov = prov or meta.get("provenance", {})
-            s = summary(store, tid).scalars
-            split = bound.idle_split(store, tid)
-            host_share = float(split["host_wait_share"].iloc[0]) if len(split) else None
-            t = store.query(
-                "SELECT kind, median(dur_ns) AS med, count(*) AS n, median(energy_mj) AS e "
-                "FROM timings WHERE trace_id = $t GROUP BY kind",
-                {"t": tid},
-            )
-            tim = {r.kind: r for r in t.itertuples(index=False)}
-            tel = store.query(
-                "SELECT count(*) AS n, median(d) AS med_ns FROM (SELECT ts_ns - lag(ts_ns) OVER "
-                "(PARTITION BY device_uuid ORDER BY ts_ns) AS d FROM telemetry WHERE trace_id = $t) "
-                "WHERE d IS NOT NULL",
-                {"t": tid},
-            ).iloc[0]
-            off = store.query("SELECT clock_offset_ns FROM traces WHERE trace_id = $t", {"t": tid}).iloc[0, 0]
-            rows.append(
-                {
-                    "name": meta.get("name", run.name),
-                    "path": run.relative_to(root).as_posix(),
-                    "labels": meta.get("labels", {}),
-                    "trace_id": tid,
-                    "kernels": s["kernels"],
-                    "launches": s["launches"],
-                    "cpu_ops": s["cpu_ops"],
-                    "kernel_time_ns": s["kernel_time_ns"],
-                    "busy_ns": s["busy_ns"],
-                    "gpu_span_ns": s["gpu_span_ns"],
-                    "idle_ns": s["idle_ns"],
-                    "latency_ns": s["latency_ns"],
-                    "host_wait_share": host_share,
-                    "cuda_event_ns": int(tim["cuda_event"].med) if "cuda_event" in tim else None,
-                    "wall_ns": int(tim["wall"].med) if "wall" in tim else None,
-                    "energy_mj": float(tim["energy_loop"].e) if "energy_loop" in tim
-                    and tim["energy_loop"].e == tim["energy_loop"].e else None,
-                    "telemetry_period_ns": None if tel["med_ns"] != tel["med_ns"] else float(tel["med_ns"]),
-                    "clock_offset_ns": None if off is None or off != off else int(off),
-                    "size_kb": round((run / "trace.json.gz").stat().st_size / 1024),
-                }
-            )
+        meta = json.loads((run / "run.json").read_text())
+        prov = prov or meta.get("provenance", {})
+        s = summary(store, tid).scalars
+        split = bound.idle_split(store, tid)
+        host_share = float(split["host_wait_share"].iloc[0]) if len(split) else None
+        t = store.query(
+            "SELECT kind, median(dur_ns) AS med, count(*) AS n, median(energy_mj) AS e "
+            "FROM timings WHERE trace_id = $t GROUP BY kind",
+            {"t": tid},
+        )
+        tim = {r.kind: r for r in t.itertuples(index=False)}
+        tel = store.query(
+            "SELECT count(*) AS n, median(d) AS med_ns FROM (SELECT ts_ns - lag(ts_ns) OVER "
+            "(PARTITION BY device_uuid ORDER BY ts_ns) AS d FROM telemetry WHERE trace_id = $t) "
+            "WHERE d IS NOT NULL",
+            {"t": tid},
+        ).iloc[0]
+        off = store.query("SELECT clock_offset_ns FROM traces WHERE trace_id = $t", {"t": tid}).iloc[0, 0]
+        rows.append(
+            {
+                "name": meta.get("name", run.name),
+                "path": run.relative_to(root).as_posix(),
+                "labels": meta.get("labels", {}),
+                "trace_id": tid,
+                "kernels": s["kernels"],
+                "launches": s["launches"],
+                "cpu_ops": s["cpu_ops"],
+                "kernel_time_ns": s["kernel_time_ns"],
+                "busy_ns": s["busy_ns"],
+                "gpu_span_ns": s["gpu_span_ns"],
+                "idle_ns": s["idle_ns"],
+                "latency_ns": s["latency_ns"],
+                "host_wait_share": host_share,
+                "cuda_event_ns": int(tim["cuda_event"].med) if "cuda_event" in tim else None,
+                "wall_ns": int(tim["wall"].med) if "wall" in tim else None,
+                "energy_mj": float(tim["energy_loop"].e) if "energy_loop" in tim
+                and tim["energy_loop"].e == tim["energy_loop"].e else None,
+                "telemetry_period_ns": None if tel["med_ns"] != tel["med_ns"] else float(tel["med_ns"]),
+                "clock_offset_ns": None if off is None or off != off else int(off),
+                "size_kb": round((run / "trace.json.gz").stat().st_size / 1024),
+            }
+        )
     return rows, prov
 
 
@@ -191,11 +203,11 @@ def render(rows: list[dict], prov: dict) -> str:
     return "\n".join(out)
 
 
-def main(argv=None) -> int:
+def main(argv=None, store=None, ids=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--check", action="store_true")
     a = ap.parse_args(argv)
-    text = render(*collect(HERE))
+    text = render(*collect(HERE, store, ids))
     target = HERE / "README.md"
     if a.check:
         if not target.is_file() or target.read_text() != text:

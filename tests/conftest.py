@@ -1,24 +1,55 @@
-"""Shared fixtures: one store per test session, built by ingesting every Kineto trace the repo ships.
+"""Shared fixtures: the sample traces ingested once per test session into template stores (tests/stores.py)
+that tests open or copy.
 
-Trace files: ``*.json`` / ``*.json.gz`` under ``sample_traces/`` (real traces from a GPU) and directly
-under ``tests/data/`` (small real traces). Each is ingested on its own through the real CLI, so a file the
-parser refuses is recorded as a failure (tests decide whether that is right) and ``.json``/``.json.gz``
-twins map to the same trace id.
+- ``session_store``: every Kineto trace file the repo ships, each ingested on its own through the real CLI
+  (``*.json`` / ``*.json.gz`` under ``sample_traces/``, real traces from a GPU, and directly under
+  ``tests/data/``, small real traces), so a file the parser refuses is recorded as a failure (tests decide
+  whether that is right) and ``.json``/``.json.gz`` twins map to the same trace id. Open it read-only.
+- ``sample_runs``: every collector run directory under ``sample_traces/`` (run.json + trace.json.gz:
+  name, labels, telemetry, un-profiled timings) ingested as a run, in path order; ``sample_runs_copy(dst)``
+  gives a module its own copy to write to.
+
+Markers (pyproject.toml): ``browser`` is put on every test that drives Chromium (``pytest -m "not browser"``
+is the fast loop); ``slow`` on GPU-free tests that take many seconds on their own.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-TRACE_DIRS = [ROOT / "sample_traces", ROOT / "tests" / "data"]
+SAMPLES = ROOT / "sample_traces"
+TRACE_DIRS = [SAMPLES, ROOT / "tests" / "data"]
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import stores  # noqa: E402  (tests/ is on sys.path from here on)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _template_folders(tmp_path_factory):
+    """Templates are built in a folder of the session (shared by pytest-xdist's workers: the parent of each
+    worker's basetemp) and copied into this process's own folder."""
+    base = tmp_path_factory.getbasetemp()
+    stores.SHARED = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "templates"
+    stores.OWN = base / "own-templates"
+    stores.SHARED.mkdir(exist_ok=True)
+    stores.OWN.mkdir(exist_ok=True)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Every test that drives Chromium (through the ``browser`` fixture of tests/dashboard/conftest.py) is
+    marked ``browser``."""
+    for item in items:
+        if "browser" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.browser)
 
 
 def trace_files() -> list[Path]:
@@ -34,6 +65,11 @@ def trace_files() -> list[Path]:
     return sorted(files)
 
 
+def run_dirs() -> list[Path]:
+    """Every collector run directory under sample_traces/ (a run.json beside a trace.json.gz), sorted."""
+    return sorted(p.parent for p in SAMPLES.rglob("run.json") if (p.parent / "trace.json.gz").is_file())
+
+
 @dataclass
 class SessionStore:
     db: Path
@@ -44,24 +80,90 @@ class SessionStore:
 _LINE = re.compile(r"^(ingested|skipped)\s+(\S+)\s+(.*?)\s+\(")
 
 
-@pytest.fixture(scope="session")
-def session_store(tmp_path_factory) -> SessionStore:
+def _ingest_files(db: Path) -> tuple[dict, dict]:
     from click.testing import CliRunner
 
     from kernelscope.cli import cli
 
-    db = tmp_path_factory.mktemp("store") / "session.duckdb"
-    out = SessionStore(db=db)
+    ids, failures = {}, {}
     runner = CliRunner()
     for path in trace_files():
         res = runner.invoke(cli, ["ingest", str(path), "--db", str(db)])
         m = _LINE.match(res.stdout.strip()) if res.stdout.strip() else None
         if res.exit_code == 0 and m:
-            out.ids[path] = m.group(2)
+            ids[path] = m.group(2)
         else:
-            reason = (res.stderr or res.stdout or repr(res.exception)).strip()
-            out.failures[path] = reason
-    return out
+            failures[path] = (res.stderr or res.stdout or repr(res.exception)).strip()
+    return ids, failures
+
+
+@pytest.fixture(scope="session")
+def session_store() -> SessionStore:
+    db, (ids, failures) = stores.template("sample_files", _ingest_files)
+    return SessionStore(db=db, ids=dict(ids), failures=dict(failures))
+
+
+@dataclass
+class SampleRuns:
+    db: Path
+    ids: dict[str, str]  # run directory relative to sample_traces/ (posix) -> trace id
+
+
+def _ingest_runs(db: Path) -> dict[str, str]:
+    from kernelscope.storage.ingest import ingest_run
+    from kernelscope.storage.store import open_store
+
+    ids = {}
+    with open_store(db) as store:
+        for run in run_dirs():
+            res = ingest_run(store, run)
+            assert res.status == "ingested", res.message
+            ids[run.relative_to(SAMPLES).as_posix()] = res.trace_id
+    return ids
+
+
+@pytest.fixture(scope="session")
+def sample_runs() -> SampleRuns:
+    """Every sample run directory ingested as a run (this process's copy: open it read-only)."""
+    db, ids = stores.template("sample_runs", _ingest_runs)
+    return SampleRuns(db=db, ids=dict(ids))
+
+
+def sample_runs_copy(dst) -> dict[str, str]:
+    """A copy of the ``sample_runs`` store at ``dst`` (for a module that writes); returns its ids."""
+    return dict(stores.copy("sample_runs", _ingest_runs, dst))
+
+
+def _ingest_cli(path: Path) -> Callable[[Path], None]:
+    def build(db: Path) -> None:
+        from click.testing import CliRunner
+
+        from kernelscope.cli import cli
+
+        res = CliRunner().invoke(cli, ["ingest", str(path), "--db", str(db)])
+        assert res.exit_code == 0, res.output
+    return build
+
+
+def compiled_copy(dst) -> Path:
+    """A store holding sample_traces/compiled alone, ingested through the CLI, copied to ``dst``."""
+    stores.copy("compiled", _ingest_cli(SAMPLES / "compiled"), dst)
+    return Path(dst)
+
+
+def _ingest_ddp2(db: Path) -> None:
+    from kernelscope.storage.ingest import ingest_paths
+    from kernelscope.storage.store import open_store
+
+    with open_store(db) as store:
+        for res in ingest_paths(store, [SAMPLES / "ddp2"], progress=False):
+            assert res.status == "ingested", res.message
+
+
+def ddp2_copy(dst) -> Path:
+    """A store holding sample_traces/ddp2 as one run of two ranks (ingest_paths of the folder), at ``dst``."""
+    stores.copy("ddp2", _ingest_ddp2, dst)
+    return Path(dst)
 
 
 def kineto_event(cat, name, ts, dur, pid=11, tid=11, **args) -> dict:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from conftest import SAMPLES, compiled_copy
 
 from kernelscope.cli import cli
 from kernelscope.storage.store import open_store
@@ -41,10 +42,9 @@ def _counts(db: Path) -> dict[str, int]:
 
 @pytest.fixture(scope="module")
 def seeded(tmp_path_factory) -> Path:
-    db = tmp_path_factory.mktemp("bad") / "seed.duckdb"
-    res = CliRunner().invoke(cli, ["ingest", str(GOOD_RUN), "--db", str(db)])
-    assert res.exit_code == 0, res.stderr
-    return db
+    # `kernelscope ingest GOOD_RUN` into a new store, made once per session (tests/conftest.py)
+    assert GOOD_RUN == SAMPLES / "compiled"
+    return compiled_copy(tmp_path_factory.mktemp("bad") / "seed.duckdb")
 
 
 def test_at_least_25_bad_inputs():

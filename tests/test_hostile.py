@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from conftest import compiled_copy  # noqa: E402
 from hostile_cases import CASES, Ctx  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,14 +58,8 @@ def _snapshot(path: Path):
 
 @pytest.fixture(scope="module")
 def hostile(tmp_path_factory):
-    from click.testing import CliRunner
-
-    from kernelscope.cli import cli
-
     root = tmp_path_factory.mktemp("hostile")
-    seed = root / "seed.duckdb"
-    res = CliRunner().invoke(cli, ["ingest", str(ROOT / "sample_traces" / "compiled"), "--db", str(seed)])
-    assert res.exit_code == 0, res.output
+    seed = compiled_copy(root / "seed.duckdb")  # `kernelscope ingest sample_traces/compiled`, once per session
     lanes = []
     for i in range(LANES):
         lane_dir = root / f"lane{i}"

@@ -18,7 +18,7 @@ from kernelscope.analysis.diff import diff, normalised_name_sql, parse_rule
 from kernelscope.analysis.summary import summary
 from kernelscope.cli import cli
 from kernelscope.errors import UsageError
-from kernelscope.storage.ingest import ingest_paths, ingest_run
+from kernelscope.storage.ingest import ingest_paths
 from kernelscope.storage.store import open_store
 
 US = 1000
@@ -212,15 +212,11 @@ def test_sweeps_paired_by_label(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def sample_store(tmp_path_factory):
-    db = tmp_path_factory.mktemp("diff") / "samples.duckdb"
-    ids = {}
-    with open_store(db, read_only=False) as store:
-        for n in ("small_kernels_eager", "small_kernels_graph", "llama_prefill_b1", "llama_prefill_b128"):
-            res = ingest_run(store, ROOT / "sample_traces" / n)
-            assert res.status == "ingested", res.message
-            ids[n] = res.trace_id
-    return db, ids
+def sample_store(sample_runs):
+    """The four runs ingested with ingest_run: the session's store of every sample run (diff reads the two
+    traces it is given)."""
+    names = ("small_kernels_eager", "small_kernels_graph", "llama_prefill_b1", "llama_prefill_b128")
+    return sample_runs.db, {n: sample_runs.ids[n] for n in names}
 
 
 @pytest.mark.parametrize("a,b", [("small_kernels_eager", "small_kernels_graph"),

@@ -137,15 +137,14 @@ def test_cli_transition(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def sweep_db(tmp_path_factory):
-    """The llama prefill sample sweep ingested as collector run directories (labels + un-profiled timings)."""
+def sweep_db(sample_runs):
+    """The llama prefill sample sweep ingested as collector run directories (labels + un-profiled timings):
+    the session's store of every sample run (transition reads the sweep's traces alone)."""
     runs = sorted((ROOT / "sample_traces").glob("llama_prefill_b*"))
     if not runs:
         pytest.fail("no llama_prefill sample runs")
-    db = str(tmp_path_factory.mktemp("sweep") / "sweep.duckdb")
-    res = CliRunner().invoke(cli, ["ingest", *map(str, runs), "--db", db])
-    assert res.exit_code == 0, res.output
-    return db
+    assert {r.name for r in runs} <= set(sample_runs.ids)
+    return str(sample_runs.db)
 
 
 def test_sample_sweep_bracket_contains_knee(sweep_db):

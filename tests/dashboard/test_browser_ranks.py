@@ -10,6 +10,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
 import pytest
+from conftest import ddp2_copy
 
 from kernelscope.analysis.comm import comm
 from kernelscope.reports import timeline_data as td
@@ -29,11 +30,8 @@ _RANGE = "() => document.querySelector('#ranks-tl-graph .js-plotly-plot')._fullL
 
 @pytest.fixture(scope="module")
 def ranks_db(tmp_path_factory):
-    from kernelscope.storage.ingest import ingest_paths
-
-    db = tmp_path_factory.mktemp("browser_ranks") / "r.duckdb"
+    db = ddp2_copy(tmp_path_factory.mktemp("browser_ranks") / "r.duckdb")  # ingested once per session
     with open_store(db) as store:
-        ingest_paths(store, [ROOT / "sample_traces" / "ddp2"], progress=False)
         assert store.query("SELECT count(*) AS n FROM rank_clocks")["n"].iloc[0] == 2  # one run, two ranks
     return db
 

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import ddp2_copy
 
 from kernelscope.analysis.comm import comm
 from kernelscope.dashboard.pages import ranks as page
@@ -24,9 +25,8 @@ from storage.ranks_build import straggler_pair  # noqa: E402
 @pytest.fixture(scope="module")
 def db(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("ranks")
-    path = tmp / "s.duckdb"
+    path = ddp2_copy(tmp / "s.duckdb")  # sample_traces/ddp2 ingested (ingest_paths) once per session
     with open_store(path) as store:
-        ingest_paths(store, [ROOT / "sample_traces" / "ddp2"])
         ingest_paths(store, [straggler_pair(tmp / "straggle")])
     return path
 

@@ -13,6 +13,7 @@ from urllib.parse import parse_qs, urlparse
 
 import numpy as np
 import pytest
+from conftest import ddp2_copy
 
 from kernelscope.analysis.comm import comm
 from kernelscope.dashboard.app import url_params
@@ -30,9 +31,8 @@ from storage.ranks_build import straggler_pair  # noqa: E402
 @pytest.fixture(scope="module")
 def db(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("ranks_tl")
-    path = tmp / "s.duckdb"
+    path = ddp2_copy(tmp / "s.duckdb")  # sample_traces/ddp2 ingested (ingest_paths) once per session
     with open_store(path) as store:
-        ingest_paths(store, [ROOT / "sample_traces" / "ddp2"])
         ingest_paths(store, [straggler_pair(tmp / "shifted", shift_us=5000)])
         ingest_paths(store, [ROOT / "tests" / "data" / "probe_train.json.gz"])
     return path
