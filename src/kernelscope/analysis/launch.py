@@ -38,6 +38,7 @@ from typing import Any, Collection
 import pandas as pd
 
 from .result import Result, py_scalar as _py
+from .rows import query_row
 
 DESCRIPTION = "Launch-and-queue time (api/queue/dispatch), TKLQT, mean queue depth, per operator and phase."
 DEFINITION = __doc__.strip()
@@ -157,9 +158,9 @@ FROM activity_splits WHERE trace_id = $t
 def tklqt(store, trace_id: str) -> dict[str, Any]:
     """launch's scalars tklqt_ns, gpu_span_ns and mean_queue_depth alone (same definitions and values),
     from the stored split without the tables: what diff compares."""
-    tk = int(_one(store, _TKLQT_SQL, trace_id)["tklqt_ns"])
-    span = _one(store, "SELECT CAST(max(end_ns) - min(start_ns) AS BIGINT) AS s FROM gpu_activities "
-                       "WHERE trace_id = $t", trace_id)["s"]
+    tk = int(query_row(store, _TKLQT_SQL, t=trace_id)["tklqt_ns"])
+    span = query_row(store, "SELECT CAST(max(end_ns) - min(start_ns) AS BIGINT) AS s FROM gpu_activities "
+                            "WHERE trace_id = $t", t=trace_id)["s"]
     return {"tklqt_ns": tk, "gpu_span_ns": span, "mean_queue_depth": round(tk / span, 6) if span else None}
 
 
@@ -175,11 +176,6 @@ def _distribution(row: pd.DataFrame) -> pd.DataFrame:
     df = pd.DataFrame(recs, columns=["metric", "count", "median_ns", "p90_ns", "p99_ns", "max_ns"])
     return df.astype({"count": "int64", "median_ns": "int64", "p90_ns": "int64", "p99_ns": "int64",
                       "max_ns": "int64"})
-
-
-def _one(store, sql: str, t: str) -> dict[str, Any]:
-    df = store.query(sql, {"t": t})
-    return {c: _py(df[c].iloc[0]) for c in df.columns} if len(df) else {}
 
 
 TABLES = ("by_kind", "distribution", "per_op", "per_leaf_op", "per_phase", "launch_bound", "devices")
@@ -205,7 +201,7 @@ def _launch(store, t: str, x: str, want: set[str]) -> Result:
 
     tot = sq(_TOTALS_SQL)
     tot = {c: _py(tot[c].iloc[0]) for c in tot.columns}
-    span = _one(store, _SPAN_SQL, t)
+    span = query_row(store, _SPAN_SQL, t=t)
     gpu_span = span.get("gpu_span_ns")
     tklqt = int(tot["tklqt_ns"])
     q = round(tklqt / gpu_span, 6) if gpu_span else None

@@ -100,7 +100,8 @@ def peek_distributed(path) -> dict | None:
     return value if isinstance(value, dict) else None
 
 
-def _int(v) -> int | None:
+def _parsed_int(v) -> int | None:
+    """A distributedInfo field as int (``int(v)``: 3, 3.0, "3"); None when it is missing or not a number."""
     try:
         return int(v)
     except (TypeError, ValueError):
@@ -129,7 +130,7 @@ class Member:
 
     def set_distributed(self, info: dict | None) -> None:
         if isinstance(info, dict):
-            r, w = _int(info.get("rank")), _int(info.get("world_size"))
+            r, w = _parsed_int(info.get("rank")), _parsed_int(info.get("world_size"))
             if r is not None:
                 self.di_rank = r
             if w is not None:
