@@ -1,6 +1,6 @@
 """units.py is the one place unit factors live: its conversions are exact where they must be, and no other module
 multiplies or divides by a bare 1e3/1e6/1e9/1e12 (or their inverses): a scan of src/ finds none beyond the listed
-exceptions, so a new one fails here with its file and line."""
+non-units, so a new one fails here with its file and line."""
 
 from __future__ import annotations
 
@@ -18,13 +18,6 @@ FACTORS = {1e3, 1e6, 1e9, 1e12, 1e-3, 1e-6, 1e-9, 1e-12}
 # (file under src/kernelscope, a fragment of the line): bare factors that are not unit conversions.
 NOT_UNITS = {
     ("collectors/nvml_devices.py", "v // 1000"),  # CUDA driver version 12040 -> "12.4"
-}
-# Unit factors in files their owners are rewriting now (issue 12); each goes to a units.py name when they land.
-PENDING = {
-    ("dashboard/pages/operators.py", '"gflop": (df["flops"].astype("float64") / 1e9)'),
-    ("dashboard/pages/overview.py", 'f"{v / 1000:,.3f} J"'),
-    ("dashboard/pages/ranks.py", "{width / 1000:,.1f} µs"),
-    ("dashboard/pages/timeline.py", 'f"{ns / 1000:,.1f} µs"'),
 }
 
 
@@ -70,7 +63,7 @@ def _bare_factors():
 
 
 def test_no_bare_unit_factor_outside_units_py():
-    allowed = NOT_UNITS | PENDING
+    allowed = NOT_UNITS
     bad = sorted(f"src/kernelscope/{f}:{n}: {line}" for f, n, line in _bare_factors()
                  if not any(f == af and frag in line for af, frag in allowed))
     assert not bad, "use a name from kernelscope/units.py instead of a bare factor:\n" + "\n".join(bad)

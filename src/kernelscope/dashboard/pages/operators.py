@@ -32,7 +32,7 @@ from ...analysis.summary import no_gpu_reason
 from ...reports import cache
 from ...reports import timeline_data as td
 from ...storage.store import open_store
-from ...units import NS_PER_MS
+from ...units import FLOP_PER_GFLOP, NS_PER_MS
 from .. import urls
 from ..widgets import grid, message, warning_lines
 
@@ -95,7 +95,7 @@ def _operator_table(store, trace_id: str, level: str) -> tuple[pd.DataFrame, lis
         "kernels": df["kernels"].fillna(0).astype("int64"),
         "gpu_union_ns": df["gpu_union_ns"],
         "tklqt_ns": df["tklqt_ns"],
-        "gflop": (df["flops"].astype("float64") / 1e9).round(3),
+        "gflop": (df["flops"].astype("float64") / FLOP_PER_GFLOP).round(3),
         "gbps": df["gbps"].astype("float64").round(1),
         "pct_peak": df["pct_peak"].astype("float64").round(1),
     })

@@ -15,7 +15,7 @@ from ...reports.data import busy_bins
 from ...reports.figures import busy_fraction_figure
 from ...reports.missing import kpi_parts, shown
 from ...reports.overview import host_wait, trust_sentences
-from ...units import ms_text
+from ...units import mj_to_j, ms_text
 from ..widgets import count_text, graph, grid, kpi, message, pct_text, tklqt_kpis, warning_lines
 
 # (scalar key, label, kind, definition shown on hover). kind: 'ns' (shown in ms) or 'count'.
@@ -107,7 +107,7 @@ def _extra_kpis(x: dict) -> list:
     e_mj, e_key, e_text = x["energy"]
     infl, infl_text = x["inflation"]
     energy_kpi = kpi("energy_mj", "energy", e_mj,
-                           *kpi_parts(e_mj, lambda v: f"{v / 1000:,.3f} J", x["energy_why"],
+                           *kpi_parts(e_mj, lambda v: f"{mj_to_j(v):,.3f} J", x["energy_why"],
                                       ENERGY_KIND.get(e_key, "")), e_text, **{"data-key": e_key})
     return [
         *tklqt_kpis(x["launch"]),

@@ -28,7 +28,7 @@ from ...reports import timeline as tfig
 from ...reports import timeline_data as td
 from ...storage.catalog import traces_by_prefix
 from ...storage.store import open_store
-from ...units import NS_PER_MS, ms_text
+from ...units import NS_PER_MS, NS_PER_US, ms_text
 from .. import urls
 from ..widgets import graph, grid, message, warning_lines, zoom_filter, zoom_relayout
 
@@ -194,7 +194,7 @@ def render_run(store, params: dict, limit: int = td.EVENT_LIMIT) -> dict:
         out["mode"] = "binned"
         out["figure"] = tfig.run_binned_figure(lanes, bins, start, width, a, b, origin)
         out["status"] = (f"{n:,} GPU activities between {t0:,.3f} and {t1:,.3f} ms: more than {limit:,}, so each "
-                         f"lane shows its busy % in bins of {width / 1000:,.1f} µs. Zoom in (drag) to see "
+                         f"lane shows its busy % in bins of {width / NS_PER_US:,.1f} µs. Zoom in (drag) to see "
                          "individual kernels.")
     return out
 

@@ -19,7 +19,7 @@ from ...reports import timeline as tfig
 from ...reports import timeline_data as td
 from ...storage.catalog import rank_of
 from ...storage.store import open_store
-from ...units import NS_PER_MS
+from ...units import NS_PER_MS, NS_PER_US
 from .. import params as P
 from .. import urls
 from ..urls import export_href, parse_window, window_search
@@ -100,7 +100,7 @@ def render(store, trace_id: str, params: dict) -> dict:
 def _duration(ns: int) -> str:
     if ns >= NS_PER_MS:
         return f"{ns / NS_PER_MS:,.3f} ms"
-    return f"{ns / 1000:,.1f} µs"
+    return f"{ns / NS_PER_US:,.1f} µs"
 
 
 def _notes(view: dict) -> list:
