@@ -13,26 +13,11 @@ import time
 
 import pyarrow as pa
 
+from ..collectors.nvml import TELEMETRY_SCHEMA  # the sampler's schema: the one definition of the columns
 from ..errors import KernelscopeError, ParseError
 from .discovery import RUN_TRACES, path_problem
 from .onetrace import IngestResult, failed, ingest_file
 from .tracerow import TraceInput
-
-_TELEMETRY_COLUMNS = {
-    "device_uuid": pa.string(),
-    "device_index": pa.int32(),
-    "ts_ns": pa.int64(),
-    "power_mw": pa.int64(),
-    "power_instant_mw": pa.int64(),
-    "energy_mj": pa.int64(),
-    "sm_clock_mhz": pa.int32(),
-    "mem_clock_mhz": pa.int32(),
-    "gpu_util_pct": pa.int32(),
-    "mem_util_pct": pa.int32(),
-    "mem_used_bytes": pa.int64(),
-    "temperature_c": pa.int32(),
-    "throttle_reasons": pa.int64(),
-}
 
 
 def _read_telemetry(path: pathlib.Path) -> pa.Table:
@@ -48,7 +33,7 @@ def _read_telemetry(path: pathlib.Path) -> pa.Table:
     if "ts_ns" not in table.column_names:
         raise ParseError(f"{path}: telemetry has no ts_ns column; it was not written by kernelscope")
     cols = {}
-    for col, typ in _TELEMETRY_COLUMNS.items():
+    for col, typ in zip(TELEMETRY_SCHEMA.names, TELEMETRY_SCHEMA.types):
         if col in table.column_names:
             try:
                 cols[col] = table.column(col).cast(typ)
