@@ -13,6 +13,7 @@ import subprocess
 import sys
 
 import pytest
+from stores import empty
 from click.testing import CliRunner
 
 from kernelscope import __version__
@@ -84,7 +85,7 @@ def assert_one_line_error(proc, code=None):
 @pytest.fixture()
 def store(tmp_path):
     """A fresh store holding the tiny trace (labelled batch=8); returns (db, trace_id, trace_path)."""
-    db = tmp_path / "ks.duckdb"
+    db = empty(tmp_path / "ks.duckdb")
     path = write_trace(tmp_path / "tiny.json", tiny_trace())
     res = invoke("ingest", path, "--label", "batch=8", "--label", "model=mlp", db=db)
     assert res.exit_code == 0, res.output + res.stderr

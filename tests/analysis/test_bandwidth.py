@@ -8,6 +8,7 @@ import re
 
 import pandas as pd
 import pytest
+from stores import empty
 from click.testing import CliRunner
 from conftest import ROOT
 
@@ -230,7 +231,7 @@ def hand(tmp_path):
     def make(device_name):
         path = write_trace(tmp_path / f"bw_{device_name.replace(' ', '_')}.json", _events(),
                            deviceProperties=[{"id": 0, "name": device_name}])
-        s = open_store(tmp_path / f"{device_name.replace(' ', '_')}.duckdb")
+        s = open_store(empty(tmp_path / f"{device_name.replace(' ', '_')}.duckdb"))
         res = ingest_file(s, path)
         assert res.status == "ingested", res.message
         return s, res.trace_id

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from stores import empty
 from click.testing import CliRunner
 from storage.kineto_build import kern, op, rt, write_trace
 
@@ -62,7 +63,7 @@ def causes_events() -> list[dict]:
 @pytest.fixture()
 def hand_store(tmp_path):
     path = write_trace(tmp_path / "causes.json", causes_events())
-    db = tmp_path / "h.duckdb"
+    db = empty(tmp_path / "h.duckdb")
     with open_store(db, read_only=False) as store:
         (res,) = ingest_paths(store, [path])
     store = open_store(db, read_only=True)

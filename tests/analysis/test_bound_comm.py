@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from stores import empty
 from storage.ranks_build import overlap_pair
 
 from kernelscope.analysis import bound as B
@@ -23,7 +24,7 @@ US = 1000
 
 @pytest.fixture
 def pair(tmp_path):
-    with open_store(tmp_path / "s.duckdb") as s:
+    with open_store(empty(tmp_path / "s.duckdb")) as s:
         ingest_paths(s, [overlap_pair(tmp_path / "pair")])
         ids = dict(s.query("SELECT rank, trace_id FROM traces").values.tolist())
         yield s, ids

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from stores import empty
 
 from kernelscope.analysis import comm as comm_mod
 from kernelscope.analysis.registry import get_analysis
@@ -25,7 +26,7 @@ DDP2 = ROOT / "sample_traces" / "ddp2"
 
 @pytest.fixture
 def store(tmp_path):
-    with open_store(tmp_path / "s.duckdb") as s:
+    with open_store(empty(tmp_path / "s.duckdb")) as s:
         yield s
 
 

@@ -10,6 +10,7 @@ import json
 
 import pandas as pd
 import pytest
+from stores import empty
 from click.testing import CliRunner
 from conftest import ROOT
 from storage.kineto_build import kern, rt, write_trace, x
@@ -76,7 +77,7 @@ def _ingest(store, path, labels=None) -> str:
 
 @pytest.fixture()
 def pair_db(tmp_path):
-    db = tmp_path / "d.duckdb"
+    db = empty(tmp_path / "d.duckdb")
     with open_store(db, read_only=False) as store:
         a = _ingest(store, write_trace(tmp_path / "a.json", events_a()))
         b = _ingest(store, write_trace(tmp_path / "b.json", events_b()))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from stores import empty
 
 from kernelscope.analysis import kernels as K
 from kernelscope.storage.ingest import ingest_file
@@ -34,7 +35,7 @@ RULE_EXAMPLES = [
 
 @pytest.fixture
 def store(tmp_path):
-    with open_store(tmp_path / "k.duckdb") as s:
+    with open_store(empty(tmp_path / "k.duckdb")) as s:
         yield s
 
 

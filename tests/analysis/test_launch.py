@@ -6,6 +6,7 @@ import json
 import re
 
 import pytest
+from stores import empty
 import reference_launch
 from click.testing import CliRunner
 from conftest import ROOT
@@ -80,7 +81,7 @@ WANT = {  # activity name -> (lq, api, queue, dispatch, launch_delay)
 
 @pytest.fixture
 def hand(tmp_path):
-    with open_store(tmp_path / "l.duckdb") as s:
+    with open_store(empty(tmp_path / "l.duckdb")) as s:
         res = ingest_file(s, write_trace(tmp_path / "launch.json", _events()))
         assert res.status == "ingested", res.message
         yield s, res.trace_id

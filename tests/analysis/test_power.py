@@ -7,6 +7,7 @@ import json
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from stores import empty
 
 from kernelscope.analysis.power import power
 from kernelscope.storage.ingest import ingest_run
@@ -54,7 +55,7 @@ def _run(tmp_path, store, trace_ms: int, with_energy: bool = True, power_changes
 
 @pytest.fixture
 def store(tmp_path):
-    with open_store(tmp_path / "p.duckdb") as s:
+    with open_store(empty(tmp_path / "p.duckdb")) as s:
         yield s
 
 

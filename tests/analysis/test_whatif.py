@@ -6,6 +6,7 @@ import json
 import re
 
 import pytest
+from stores import empty
 from click.testing import CliRunner
 from conftest import ROOT
 
@@ -19,7 +20,7 @@ from storage.kineto_build import kern, rt, write_trace, x
 
 @pytest.fixture
 def store(tmp_path):
-    with open_store(tmp_path / "w.duckdb") as s:
+    with open_store(empty(tmp_path / "w.duckdb")) as s:
         yield s
 
 

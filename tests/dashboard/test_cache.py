@@ -8,6 +8,7 @@ import threading
 
 import edge_traces
 import pytest
+from stores import empty
 
 from kernelscope.analysis import recommend as recommend_mod
 from kernelscope.analysis.registry import get_analysis
@@ -23,7 +24,7 @@ from kernelscope.storage.store import open_store
 def small(tmp_path):
     """A store with one two-device trace (edge_traces): (db path, trace file, trace id)."""
     cache.clear()
-    db, path = tmp_path / "c.duckdb", edge_traces.multi_stream_multi_device(tmp_path)
+    db, path = empty(tmp_path / "c.duckdb"), edge_traces.multi_stream_multi_device(tmp_path)
     with open_store(db) as store:
         (res,) = ingest_paths(store, [path], progress=False)
     assert res.status == "ingested", res.message

@@ -10,6 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from stores import empty
 
 from kernelscope.errors import UsageError
 from kernelscope.storage.ingest import expand_paths, ingest_file, ingest_paths, ingest_run
@@ -36,7 +37,7 @@ def all_counts(store) -> dict[str, int]:
 
 @pytest.fixture
 def store(tmp_path):
-    with open_store(tmp_path / "s.duckdb") as s:
+    with open_store(empty(tmp_path / "s.duckdb")) as s:
         yield s
 
 

@@ -12,6 +12,7 @@ import zlib
 from pathlib import Path
 
 import pytest
+from stores import empty
 from click.testing import CliRunner
 
 from kernelscope.analysis.summary import no_gpu_reason, summary
@@ -30,7 +31,7 @@ def _counts(store) -> dict[str, int]:
 
 
 def _one_trace(tmp_path, path, **kw):
-    store = open_store(tmp_path / "s.duckdb")
+    store = open_store(empty(tmp_path / "s.duckdb"))
     r = ingest_file(store, path, **kw)
     assert r.status == "ingested", r.message
     return store, r

@@ -11,6 +11,7 @@ import sys
 import time
 
 import pytest
+from stores import empty
 
 from kernelscope.errors import StoreLockedError
 from kernelscope.storage import lock as store_lock
@@ -19,9 +20,7 @@ from kernelscope.storage.store import open_store
 
 @pytest.fixture
 def db(tmp_path):
-    p = tmp_path / "s.duckdb"
-    open_store(p).close()
-    return p
+    return empty(tmp_path / "s.duckdb")  # a migrated store, as open_store(p).close() leaves it
 
 
 def _hold(db, seconds: float, read_only: bool = True):

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from stores import empty
 
 from kernelscope.parsers.ncu import kernel_name_key
 from kernelscope.storage.ingest import ingest_file
@@ -19,7 +20,7 @@ DETAILS = NSIGHT / "encoder2_ncu_details.csv.gz"
 
 @pytest.fixture
 def store(tmp_path):
-    with open_store(tmp_path / "s.duckdb") as st:
+    with open_store(empty(tmp_path / "s.duckdb")) as st:
         yield st
 
 
