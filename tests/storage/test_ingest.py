@@ -14,9 +14,9 @@ from stores import empty
 
 from kernelscope.errors import UsageError
 from kernelscope.storage.ingest import expand_paths, ingest_file, ingest_paths, ingest_run
+from kernelscope.storage.labels import parse_label
 from kernelscope.storage.queries import (
     list_traces,
-    parse_label,
     remove_traces,
     resolve_trace,
     set_labels,

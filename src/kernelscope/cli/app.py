@@ -96,7 +96,7 @@ def output_format(fmt: str, as_json: bool) -> str:
 
 def label_pairs(values) -> dict[str, Any]:
     """KEY=VALUE texts as a dict; an empty value is refused in one line."""
-    from ..storage.queries import parse_label
+    from ..storage.labels import parse_label
 
     labels: dict[str, str] = {}
     for text in values:

@@ -30,8 +30,7 @@ def human_ns(ns: Any) -> str:
 def typed_label(text: str) -> Any:
     """A label's text as JSON shows it (``storage.labels.label_value`` of its stored number): an integer or a
     finite float when it reads as one, else the text."""
-    from ..storage.ingest import label_number
-    from ..storage.labels import label_value
+    from ..storage.labels import label_number, label_value
 
     return label_value(text, label_number(text))
 

@@ -35,6 +35,7 @@ from .discovery import (
     path_problem,
     trace_suffixes,
 )
+from .labels import label_number
 from .onetrace import IngestResult, ingest_file, ingest_reader
 from .rankrun import ingest_rank_run
 from .rundir import RUN_JSON_MAX_BYTES, ingest_run
@@ -54,7 +55,7 @@ from .sizing import (
     physical_memory_bytes,
     usable_cores,
 )
-from .tracerow import insert_labels, label_number
+from .tracerow import insert_labels
 
 __all__ = [
     "MAX_THREADS", "MEMORY_ENV", "MEMORY_PER_THREAD", "MIN_MEMORY", "RAM_SHARE", "RUN_JSON_MAX_BYTES", "RUN_RECORD",

@@ -11,17 +11,8 @@ import threading
 
 from ..errors import KernelscopeError, StoreError, TraceNotFound, UsageError
 from ..units import BYTES_PER_GB, BYTES_PER_MB
-from .ingest import insert_labels, label_number, memory_bytes
+from .ingest import insert_labels, memory_bytes
 from .store import damaged_store_error
-
-
-def parse_label(text: str) -> tuple[str, str, float | None]:
-    """``"batch=8"`` -> ``("batch", "8", 8.0)``; the number is None when the value is not numeric."""
-    key, sep, value = str(text).partition("=")
-    key = key.strip()
-    if not sep or not key:
-        raise UsageError(f"label {text!r} is not key=value (e.g. batch=8)")
-    return key, value, label_number(value)
 
 
 def list_traces(store):

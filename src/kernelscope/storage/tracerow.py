@@ -7,26 +7,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import pathlib
-import re
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from .. import __version__
 from ..errors import UsageError
+from .labels import label_number
 from .staging import Staged
-
-_NUM_RE = re.compile(r"^\s*[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?\s*$")
-
-
-def label_number(text: str) -> float | None:
-    """The numeric value of a label's text: a finite decimal number, else None ("8" -> 8.0)."""
-    if not _NUM_RE.match(text):
-        return None
-    v = float(text)
-    return v if math.isfinite(v) else None
 
 
 def hash_file(path: pathlib.Path) -> str:
