@@ -32,6 +32,8 @@ from importlib import resources
 
 import pyarrow as pa
 
+from .intervals import union_sql
+
 GPU_KINDS_SQL = "('kernel', 'memcpy', 'memset')"
 LAUNCH_KINDS_SQL = "('runtime', 'driver')"
 #: nsys-style version suffix on API names: cudaLaunchKernel_v7000 -> cudaLaunchKernel.
@@ -324,15 +326,7 @@ def insert_events(con, trace_id: str, base: int) -> None:
             FROM ks_raw
             WHERE kind IN {GPU_KINDS_SQL} AND dur_ns > 0 AND device IS NOT NULL
               AND ts_ns IS NOT NULL
-        ), b AS (
-            SELECT *, max(e) OVER (PARTITION BY device ORDER BY s, e
-                                   ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
-            FROM a
-        ), c AS (
-            SELECT *, sum(CASE WHEN prev_end IS NULL OR s > prev_end THEN 1 ELSE 0 END)
-                          OVER (PARTITION BY device ORDER BY s, e ROWS UNBOUNDED PRECEDING) AS grp
-            FROM b
         )
-        SELECT $tid, device, min(s), max(e) FROM c GROUP BY device, grp ORDER BY device, 3
+        SELECT $tid, device, s, e FROM ({union_sql("a", by=("device",), start="s", end="e")}) ORDER BY device, s
         """,
     )

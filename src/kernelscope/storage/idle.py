@@ -15,6 +15,8 @@ event tables and the launch splits and, for traces stored before schema 005, as 
 
 from __future__ import annotations
 
+from .intervals import union_sql
+
 _GAPS_CTE = """
 b AS (
     SELECT device, start_ns, end_ns,
@@ -99,14 +101,9 @@ GROUP BY g.device, g.gap_start_ns, g.gap_end_ns
 _KEPT_SQL = """WITH hw AS (SELECT * FROM ks_idle_hw),
 thr AS (SELECT DISTINCT pid, tid FROM hw WHERE pid IS NOT NULL),
 hw_u AS (  -- per thread, the union of its host-wait gaps (gaps of several devices may overlap)
-    SELECT pid, tid, min(g0) AS u0, max(g1) AS u1 FROM (
-        SELECT *, sum(CASE WHEN g0 > coalesce(run_end, g0 - 1) THEN 1 ELSE 0 END)
-                      OVER (PARTITION BY pid, tid ORDER BY g0, g1 ROWS UNBOUNDED PRECEDING) AS grp
-        FROM (SELECT pid, tid, g0, g1,
-                     max(g1) OVER (PARTITION BY pid, tid ORDER BY g0, g1
-                                   ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS run_end
-              FROM hw WHERE pid IS NOT NULL))
-    GROUP BY pid, tid, grp
+    SELECT pid, tid, g0 AS u0, g1 AS u1
+    FROM (""" + union_sql("(SELECT pid, tid, g0, g1 FROM hw WHERE pid IS NOT NULL)", by=("pid", "tid"),
+                          start="g0", end="g1") + """)
 ),
 -- Only the ops and calls overlapping a host-wait gap on their thread change the state inside a gap: on
 -- nested intervals, the innermost open interval at any instant of a gap overlaps that gap, and so do

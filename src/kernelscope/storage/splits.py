@@ -8,6 +8,8 @@ migration's backfill (the same function).
 
 from __future__ import annotations
 
+from .intervals import union_length_sql
+
 # The split of every GPU activity with a launch call (launch analysis, docs/metrics.md "Launch overhead"):
 # lq = start - launch start; api = min(launch dur, lq); ready = end of the previous activity on the
 # (device, stream) by (start, activity_id), else the launch end; queue = clamp(ready - launch end, 0, lq - api);
@@ -71,15 +73,11 @@ LEFT JOIN (
   FROM launches WHERE {where} AND activities > 0 AND {link} IS NOT NULL GROUP BY 1, 2
 ) c ON c.trace_id = t.trace_id AND c.op_id = t.op_id
 LEFT JOIN (
-  SELECT trace_id, op_id, sum(greatest(0, end_ns - greatest(start_ns, coalesce(prev_end, start_ns)))) AS gpu_union_ns
-  FROM (
-    SELECT x.trace_id, x.{link} AS op_id, x.start_ns, x.end_ns,
-           max(x.end_ns) OVER (PARTITION BY x.trace_id, x.{link} ORDER BY x.start_ns, x.end_ns
-                               ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
+  """ + union_length_sql("""(
+    SELECT x.trace_id, x.{link} AS op_id, x.start_ns, x.end_ns
     FROM x SEMI JOIN (SELECT trace_id, {link} FROM x WHERE {link} IS NOT NULL
                       GROUP BY 1, 2 HAVING count(*) > 1 AND count(*) FILTER (WHERE term) > 0) m
-      ON m.trace_id = x.trace_id AND m.{link} = x.{link}
-  ) GROUP BY 1, 2
+      ON m.trace_id = x.trace_id AND m.{link} = x.{link})""", by=("trace_id", "op_id"), name="gpu_union_ns") + """
 ) un ON un.trace_id = t.trace_id AND un.op_id = t.op_id
 LEFT JOIN (SELECT trace_id, op_id, name FROM cpu_ops WHERE {where}) op
   ON op.trace_id = t.trace_id AND op.op_id = t.op_id
