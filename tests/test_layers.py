@@ -27,6 +27,7 @@ def test_import_contracts_hold():
         cwd=ROOT,
         capture_output=True,
         text=True,
+        check=False,  # the assertion below shows its output
         env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
         timeout=300,
     )
@@ -44,8 +45,8 @@ def test_import_contracts_hold():
 # a finding. Docstrings are prose and not scanned; UI text in sentence case ("Select a trace from ...") does not
 # match the upper-case SQL shapes below.
 
-
-_SQL_SHAPES = re.compile("|".join([
+#: Shapes of SQL text (upper-case keywords, as kernelscope writes SQL).
+_SQL_PATTERNS = (
     r"\bSELECT\b[\s\S]*?\bFROM\b",
     r"^\s*(?:SELECT|WITH|INSERT|UPDATE|DELETE|CREATE|DROP|ALTER|PRAGMA|ATTACH|COPY|DESCRIBE|SUMMARIZE)\s",
     r"\bWITH\s+(?:RECURSIVE\s+)?\w+\s+AS\s*\(",
@@ -53,7 +54,8 @@ _SQL_SHAPES = re.compile("|".join([
     r"\bCREATE\s+(?:OR\s+REPLACE\s+)?(?:TEMP\s+|TEMPORARY\s+)?(?:TABLE|VIEW|MACRO|INDEX|SEQUENCE)\b",
     r"\b(?:LEFT\s+|INNER\s+|ASOF\s+|SEMI\s+|ANTI\s+|CROSS\s+)?JOIN\s+\w+(?:\s+\w+)?\s+(?:ON|USING)\b",
     r"\bFROM\s+\w+(?:\s+\w+)?\s+WHERE\b", r"\bGROUP\s+BY\b", r"\bORDER\s+BY\b", r"\bUNION\s+ALL\b",
-]), re.MULTILINE)
+)
+_SQL_SHAPES = re.compile("|".join(_SQL_PATTERNS), re.MULTILINE)
 #: Methods that run SQL on a DuckDB connection or a kernelscope Store.
 _SQL_CALLS = {"query", "query_arrow", "sql", "execute", "executemany", "fetchall", "fetchone", "fetchdf"}
 #: Receivers that are a store or a connection (``urls.query(search)`` parses a URL and is fine).

@@ -32,8 +32,18 @@ from ..storage import run_timeline as _rt
 from ..storage import timeline as _tl
 from ..storage.chrome_trace import EXPORT_LIMIT, chrome_trace, chrome_trace_text
 from ..storage.run_timeline import instance_window, run_count, run_events
-from ..storage.timeline import ANN_KINDS, LANE_COLUMNS, count_events, events, selection, telemetry, trace_info
-from .cache import cached  # the per-process cache shared with the other pages and the report
+from ..storage.timeline import (
+    ANN_KINDS,
+    LANE_COLUMNS,
+    count_events,
+    events,
+    selection,
+    telemetry,
+    trace_info,
+)
+
+# the per-process cache shared with the other pages and the report
+from .cache import cached
 
 __all__ = ["ANN_KINDS", "BASE_BINS", "EVENT_LIMIT", "EXPORT_LIMIT", "LANE_COLUMNS", "NAME_LIMIT", "bin_sql_query",
            "binned", "cached", "chrome_trace", "chrome_trace_text", "count_events", "events", "instance_window",
