@@ -54,6 +54,7 @@ import pandas as pd
 import pyarrow as pa
 
 from ..errors import UsageError
+from ..storage.intervals import union_length_sql
 from ..units import BYTES_PER_MIB, GFLOP_PER_TFLOP
 from .bandwidth_measured import (
     Measured,
@@ -110,13 +111,9 @@ WITH a AS (
   FROM gpu_activities
   WHERE trace_id = $t AND leaf_op_id IS NOT NULL AND contains(name, 'OpaqueType<') GROUP BY 1
 ), many AS (
-  SELECT op_id, sum(end_ns - greatest(start_ns, coalesce(prev_end, start_ns)))
-                  FILTER (WHERE prev_end IS NULL OR end_ns > prev_end) AS gpu_ns
-  FROM (SELECT op_id, start_ns, end_ns,
-               max(end_ns) OVER (PARTITION BY op_id ORDER BY start_ns, end_ns
-                                 ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
-        FROM a WHERE op_id IN (SELECT op_id FROM per WHERE activities > 2))
-  GROUP BY op_id
+""" + union_length_sql(
+    "(SELECT op_id, start_ns, end_ns FROM a WHERE op_id IN (SELECT op_id FROM per WHERE activities > 2))",
+    by=("op_id",), name="gpu_ns") + """
 ), inst AS (
   SELECT per.sig_id, hint.hint, per.kdtype, per.device, per.op_id, per.activities,
          CAST(coalesce(per.gpu_ns, many.gpu_ns, 0) AS BIGINT) AS gpu_ns

@@ -85,15 +85,17 @@ def tensor_core_sql(kernel_col: str) -> str:
 # Kernels are grouped by (kernel name, leaf operator name, log2 duration bin, short flag) once into a
 # connection-local temporary table; the category rules and the tensor-core test then run once per distinct
 # (kernel name, operator name) pair, not once per kernel, and every table is a sum over the groups
-# (n = kernels in the group, t = their summed dur_ns, the *_w / *_t columns the weighted means' parts).
+# (n = kernels in the group, t = their summed dur_ns, the *_w / *_t columns the weighted means' parts). The
+# float parts are compensated sums (fsum): a plain sum depends on the order DuckDB's threads add the rows in,
+# and est_sm_efficiency changed in its last digit from run to run.
 _GROUPS_SQL = """
 CREATE TEMP TABLE {g} AS
 WITH k AS (
   SELECT a.name, o.name AS op_name, CAST(floor(log2(greatest(a.dur_ns, 1))) AS INTEGER) AS bin,
          a.dur_ns < $short AS short, count(*) AS n, sum(a.dur_ns) AS t,
-         sum(a.dur_ns * least(a.blocks_per_sm, 1.0)) FILTER (WHERE a.blocks_per_sm IS NOT NULL) AS sm_w,
+         fsum(a.dur_ns * least(a.blocks_per_sm, 1.0)) FILTER (WHERE a.blocks_per_sm IS NOT NULL) AS sm_w,
          sum(a.dur_ns) FILTER (WHERE a.blocks_per_sm IS NOT NULL) AS sm_t,
-         sum(a.dur_ns * a.est_occupancy_pct) FILTER (WHERE a.est_occupancy_pct > 0) AS occ_w,
+         fsum(a.dur_ns * a.est_occupancy_pct) FILTER (WHERE a.est_occupancy_pct > 0) AS occ_w,
          sum(a.dur_ns) FILTER (WHERE a.est_occupancy_pct > 0) AS occ_t,
          count(*) FILTER (WHERE a.est_occupancy_pct = 0) AS occ_zero
   FROM gpu_activities a
@@ -128,9 +130,9 @@ SELECT CAST(coalesce(sum(n), 0) AS BIGINT) AS kernels, CAST(coalesce(sum(t), 0) 
            AS gemm_attention_ns,
        CAST(coalesce(sum(n) FILTER (WHERE short), 0) AS BIGINT) AS short_kernels,
        CAST(coalesce(sum(t) FILTER (WHERE short), 0) AS BIGINT) AS short_kernel_ns,
-       sum(sm_w) / nullif(sum(sm_t), 0) AS est_sm_efficiency,
+       fsum(sm_w) / nullif(sum(sm_t), 0) AS est_sm_efficiency,
        CAST(coalesce(sum(sm_t), 0) AS BIGINT) AS sm_eff_ns,
-       sum(occ_w) / nullif(sum(occ_t), 0) AS est_occupancy_pct,
+       fsum(occ_w) / nullif(sum(occ_t), 0) AS est_occupancy_pct,
        CAST(coalesce(sum(occ_t), 0) AS BIGINT) AS occupancy_ns,
        CAST(coalesce(sum(occ_zero), 0) AS BIGINT) AS occupancy_zero_kernels
 FROM {g}
