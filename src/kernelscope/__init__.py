@@ -17,7 +17,7 @@ def profile(*args, **kwargs):
     return _profile(*args, **kwargs)
 
 
-def range(name: str):  # noqa: A001 - mirrors torch.profiler.record_function naming
+def range(name: str):
     from .collectors.profile import range as _range
 
     return _range(name)

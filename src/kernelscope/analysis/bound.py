@@ -372,7 +372,8 @@ def bound(store, trace_id: str, bins: int = DEFAULT_BINS, top: int = 20,
     ops["share_of_host_wait"] = ops["idle_ns"] / host if host else float("nan")
     per_dev = dict(zip(comm_dev["device"].astype(int), comm_dev["ns"].astype(int)))
     devices["comm_only_ns"] = [per_dev.get(int(d), 0) for d in devices["device"]]
-    devices["comm_only_share"] = [x / sp if sp else None for x, sp in zip(devices["comm_only_ns"], devices["gpu_span_ns"])]
+    devices["comm_only_share"] = [x / sp if sp else None
+                                  for x, sp in zip(devices["comm_only_ns"], devices["gpu_span_ns"])]
     comm_only = int(devices["comm_only_ns"].sum())
     scalars = {
         "gpu_span_ns": span,

@@ -57,8 +57,8 @@ _LIVE = "run_id IN (SELECT run_id FROM traces WHERE run_id IS NOT NULL)"
 
 
 def run_traces(store, trace_ids=None, run: str | None = None) -> tuple[str | None, list[str]]:
-    """(run id, trace ids) to analyse: the run ``run`` (id, unique prefix, or its name if unique), else the given traces, else
-    the store's only run. UsageError when there is none or the choice is ambiguous."""
+    """(run id, trace ids) to analyse: the run ``run`` (id, unique prefix, or its name if unique), else the
+    given traces, else the store's only run. UsageError when there is none or the choice is ambiguous."""
     if run is not None:
         rows = store.con.execute(f"SELECT run_id FROM runs WHERE starts_with(run_id, ?) AND {_LIVE} ORDER BY run_id",
                                  [str(run)]).fetchall()
@@ -66,7 +66,8 @@ def run_traces(store, trace_ids=None, run: str | None = None) -> tuple[str | Non
             rows = store.con.execute(f"SELECT run_id FROM runs WHERE name = ? AND {_LIVE} ORDER BY run_id",
                                      [str(run)]).fetchall()
         if len(rows) != 1:
-            known = ", ".join(r[0] for r in store.con.execute(f"SELECT run_id FROM runs WHERE {_LIVE}").fetchall()) or "none"
+            live = store.con.execute(f"SELECT run_id FROM runs WHERE {_LIVE}").fetchall()
+            known = ", ".join(r[0] for r in live) or "none"
             raise UsageError(f"no single run matches '{run}'; runs in the store: {known}.")
         run_id = rows[0][0]
     elif trace_ids:

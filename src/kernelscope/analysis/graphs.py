@@ -118,7 +118,7 @@ def _sig(df: pd.DataFrame) -> pd.Series:
 
 def _reference(eager: pd.DataFrame, n: int) -> pd.DataFrame | None:
     """The eager kernels one replay of ``n`` kernels is compared with (see the module docstring)."""
-    for it, grp in eager[eager.iteration >= 0].groupby("iteration", sort=True):
+    for _, grp in eager[eager.iteration >= 0].groupby("iteration", sort=True):
         if len(grp) == n:
             return grp.reset_index(drop=True)
     if n and len(eager) % n == 0:
@@ -187,7 +187,8 @@ def graphs(store, trace_id: str, eager: str | None = None) -> Result:
 
     triton = store.query(_SQL_TRITON, {"t": t})
     overhead = store.query(_SQL_OVERHEAD, {"t": t})
-    overhead["compiled_call_overhead_ns"] = (overhead["compiled_call_ns"] - overhead["compiled_launch_ns"]).astype("int64")
+    overhead["compiled_call_overhead_ns"] = (overhead["compiled_call_ns"]
+                                             - overhead["compiled_launch_ns"]).astype("int64")
 
     counts = store.query(
         """SELECT count(*) FILTER (WHERE is_graph) AS graph_kernels,
@@ -213,7 +214,8 @@ def graphs(store, trace_id: str, eager: str | None = None) -> Result:
     }
     trust = {
         "graph_kernels_without_launch": int(counts["graph_kernels_without_launch"]),
-        "triton_kernels_without_region": int(triton.loc[triton["region"].isna(), "kernels"].sum()) if len(triton) else 0,
+        "triton_kernels_without_region": (int(triton.loc[triton["region"].isna(), "kernels"].sum())
+                                          if len(triton) else 0),
         "attribution": "eager twin (order, count, name, grid, block)" if eager_id else "replay annotation",
     }
     return Result(name="graphs", definition=__doc__.strip(), scalars=scalars,

@@ -33,11 +33,13 @@ Activities without a matched launch call are left out of every number here and c
 
 from __future__ import annotations
 
-from typing import Any, Collection
+from collections.abc import Collection
+from typing import Any
 
 import pandas as pd
 
-from .result import Result, py_scalar as _py
+from .result import Result
+from .result import py_scalar as _py
 from .rows import query_row
 
 DESCRIPTION = "Launch-and-queue time (api/queue/dispatch), TKLQT, mean queue depth, per operator and phase."

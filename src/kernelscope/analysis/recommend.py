@@ -25,8 +25,9 @@ Rules (thresholds below):
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Any
 
 import pandas as pd
 

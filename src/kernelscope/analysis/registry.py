@@ -7,12 +7,11 @@ Result`` whose docstring states its definitions, and add one ``Analysis`` row to
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from ..errors import UsageError
-from . import bandwidth, bound, diff, graphs, kernels, launch, power, summary, transition, whatif
-from . import comm, recommend
+from . import bandwidth, bound, comm, diff, graphs, kernels, launch, power, recommend, summary, transition, whatif
 from .result import Result
 
 

@@ -34,7 +34,8 @@ import pandas as pd
 from ..storage.intervals import union_sql
 from ..storage.labels import label_value
 from ..storage.ranks import rank_ranges
-from .result import Result, py_scalar as _py
+from .result import Result
+from .result import py_scalar as _py
 from .rows import query_row, query_rows
 
 DESCRIPTION = "Counts, GPU busy/idle/span, latency, top kernels and operators, trust."

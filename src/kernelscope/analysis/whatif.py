@@ -36,7 +36,7 @@ Definitions (docs/metrics.md "What-if" is the canonical text; every time is inte
 - ``twin`` option (trace id or name; e.g. the CUDA-graph capture of the same work): ``twin_observed_ns``
   (its observed time, same rules), ``observed_speedup`` = ``observed_ns / twin_observed_ns``,
   ``prediction_error`` = ``predicted_ns / twin_observed_ns - 1`` and ``naive_error`` likewise.
-"""
+"""  # noqa: E501 - the module docstring is the result's definition text, kept byte for byte
 
 from __future__ import annotations
 

@@ -458,7 +458,8 @@ def dashboard(host, port, token, db):
     try:
         from ..dashboard.app import serve, token_problem
     except ImportError as exc:  # dash is an extra
-        raise UsageError(f"the dashboard needs dash ({exc.name} is missing): pip install 'kernelscope[dashboard]'")
+        raise UsageError(f"the dashboard needs dash ({exc.name} is missing): pip install 'kernelscope[dashboard]'"
+                         ) from None
     if token is not None and token_problem(token):
         raise UsageError(f"--token {token_problem(token)}")
     import pathlib

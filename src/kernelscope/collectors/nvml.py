@@ -246,7 +246,7 @@ class Sampler(_SamplerBase):
         self._stop = threading.Event()
         self._thread = None
 
-    def start(self) -> "Sampler":
+    def start(self) -> Sampler:
         self._stop.clear()
         self._ticker = _Ticker(self.devices, self.slow_period_s)
         self._thread = threading.Thread(target=_loop, args=(self._ticker, self.period_s, self._stop.wait),
@@ -295,7 +295,7 @@ class ProcessSampler(_SamplerBase):
             self._proc.communicate()  # reaps the child and closes its pipes
         self._proc = None
 
-    def start(self) -> "ProcessSampler":
+    def start(self) -> ProcessSampler:
         fd, self._out = tempfile.mkstemp(prefix="kernelscope-nvml-", suffix=".arrow")
         os.close(fd)
         cmd = [sys.executable, "-m", "kernelscope.collectors.nvml", "--out", self._out,
@@ -354,7 +354,7 @@ class NullSampler:
     def __init__(self, reason: str, quiet: bool = False):
         self.reason, self.quiet = reason, quiet
 
-    def start(self) -> "NullSampler":
+    def start(self) -> NullSampler:
         if not self.quiet:
             warnings.warn(f"kernelscope: no GPU telemetry: {self.reason}", stacklevel=2)
         return self

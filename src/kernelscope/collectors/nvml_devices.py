@@ -45,7 +45,7 @@ def _load() -> tuple[object | None, str | None]:
         pynvml = getattr(mod, "pynvml", mod)
     if pynvml is None:
         try:
-            import pynvml as _mod  # noqa: PLC0415 - the one import site
+            import pynvml as _mod
         except ImportError:
             return None, "pynvml (nvidia-ml-py) is not installed"
         pynvml = _mod
@@ -179,8 +179,8 @@ class NvmlDevice:
         if group == "temperature_c":
             return {group: self._call(group, nv.nvmlDeviceGetTemperature, _TEMPERATURE_GPU)}
         if group == "throttle_reasons":
-            fn = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
-                nv, "nvmlDeviceGetCurrentClocksThrottleReasons")
+            fn = (getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None)
+                  or nv.nvmlDeviceGetCurrentClocksThrottleReasons)
             return {group: self._call(group, fn)}
         raise ValueError(f"unknown slow-field group {group!r}")
 

@@ -53,7 +53,7 @@ def _marker() -> int:
 
 
 @contextlib.contextmanager
-def range(name: str):  # noqa: A001 - mirrors torch naming
+def range(name: str):
     """Mark a phase: a ``record_function`` (user_annotation in the trace) and an NVTX range on CUDA."""
     torch = _torch()
     nvtx = torch.cuda.is_available()
@@ -100,7 +100,7 @@ def _default_run_dir(name) -> Path:
     return Path("runs") / f"{name or 'run'}-{stamp}"
 
 
-class profile:  # noqa: N801 - used like torch.profiler.profile
+class profile:
     """Profile a workload: ``with kernelscope.profile(name="x", labels={"batch": 8}): model(x)``.
 
     Also ``p = profile(...); p.start(); ...; p.step(); ...; p.stop()``.
@@ -142,7 +142,7 @@ class profile:  # noqa: N801 - used like torch.profiler.profile
         self._started = False
 
     # -- lifecycle ---------------------------------------------------------------------------
-    def start(self) -> "profile":
+    def start(self) -> profile:
         from . import nvml, provenance, timing
 
         torch = _torch()
@@ -285,7 +285,7 @@ class profile:  # noqa: N801 - used like torch.profiler.profile
         os.replace(tmp, self.run_dir / "run.json")
 
     # -- context manager -------------------------------------------------------------------------
-    def __enter__(self) -> "profile":
+    def __enter__(self) -> profile:
         return self.start()
 
     def __exit__(self, exc_type, exc, tb) -> bool:

@@ -7,7 +7,8 @@ Definitions (all durations int ns):
 - ``wall`` rows: per timed iteration, ``time.perf_counter_ns()`` around ``synchronize; fn();
   synchronize`` -- the latency a user sees, host overhead included.
 - ``energy_loop`` row (one): ``fn`` runs back to back (no per-iteration synchronize) until the NVML
-  energy counter (read every k iterations, k ~ 2 ms of work) has stepped at least ``min_energy_steps`` times and ``energy_min_s`` has passed.
+  energy counter (read every k iterations, k ~ 2 ms of work) has stepped at least ``min_energy_steps``
+  times and ``energy_min_s`` has passed.
   Average power P = (counter at the last step seen - counter at the first step seen) / (time between
   those two steps); ``dur_ns`` = loop wall time / iterations; ``energy_mj`` = P x dur_ns, the energy
   of one iteration in mJ. Counting from counter steps (not from the loop's edges) avoids the counter's

@@ -400,7 +400,7 @@ def _raw(header: list[str], rows: Iterator[list[str]]) -> tuple[list[NcuKernel],
     out: list[NcuKernel] = []
     ids: dict[int, int] = {}
     unknown: dict[str, str] = {}
-    for idx, r in enumerate(rows):
+    for r in rows:
         if units is None:
             units = [""] * len(header)
             if (r[h["ID"]] if "ID" in h and len(r) > h["ID"] else "x") == "":

@@ -52,7 +52,7 @@ class Source:
         self.cut: str | None = None
         check_regular_file(path)
         try:
-            raw = open(path, "rb")  # noqa: SIM115 - closed in close()
+            raw = open(path, "rb")
         except OSError as exc:
             raise ParseError(f"cannot open the file ({exc.strerror}); check the path and permissions") from None
         magic = raw.read(2)

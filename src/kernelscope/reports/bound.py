@@ -14,16 +14,16 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from . import cache
-from . import launch as rl
 from ..analysis import bound as analysis_bound
 from ..analysis.recommend import recommend
+from ..analysis.summary import no_gpu_reason
 from ..errors import KernelscopeError
 from ..storage import catalog
 from ..units import NS_PER_MS, mj_to_j, ms_text
+from . import cache
+from . import launch as rl
 from .blocks import Section, Table
 from .missing import is_missing, na, shown
-from ..analysis.summary import no_gpu_reason
 
 _LAYOUT = {"template": "plotly_white", "margin": {"l": 60, "r": 20, "t": 40, "b": 50},
            "legend": {"orientation": "h", "y": 1.02, "x": 1, "xanchor": "right", "yanchor": "bottom"}}
@@ -348,7 +348,7 @@ def headline_extras(store, tid: str, has_gpu: bool) -> dict:
     if has_gpu:
         try:
             out["findings"], out["recommend_warnings"] = recommendations(store, tid)
-        except Exception as e:  # noqa: BLE001 - one failing rule source must not take the page down; said in words
+        except Exception as e:
             out["recommend_warnings"] = [f"the recommend analysis failed ({type(e).__name__}: {e}); no "
                                          "recommendation is shown."]
     return out

@@ -12,12 +12,12 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from . import cache
-from ..units import NS_PER_MS, NS_PER_US, ms_text
+from ..analysis.summary import no_gpu_reason
 from ..storage import catalog
+from ..units import NS_PER_MS, NS_PER_US, ms_text
+from . import cache
 from .blocks import Section, Table
 from .missing import value_or_na
-from ..analysis.summary import no_gpu_reason
 
 SPLIT = [("api_ns", "api (host call)", "#2563eb"), ("queue_ns", "queue (GPU busy ahead)", "#f59e0b"),
          ("dispatch_ns", "dispatch (host→GPU)", "#10b981")]

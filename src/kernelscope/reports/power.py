@@ -16,13 +16,13 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from . import cache
 from ..storage import catalog, series
 from ..units import MJ_PER_J, NS_PER_MS
+from . import cache
 from .blocks import Section, Table
-from .missing import na, shown
 from .data import busy_bins
 from .figures import MAX_BINS, bin_width_ns, busy_fraction_bins
+from .missing import na, shown
 
 
 def has_telemetry(store, trace_id: str) -> bool:

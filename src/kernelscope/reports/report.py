@@ -1,8 +1,8 @@
 """``kernelscope report``: one self-contained HTML file (or a Markdown summary) for one or more traces.
 
 A report is a list of sections. Each entry of ``SECTIONS`` is a function
-``section(store, trace_ids, ctx) -> Section | None`` (``reports/blocks.py``) (None: nothing to say for these traces, e.g. no
-sweep with one trace). Sections hold blocks in order: text (a paragraph), ``Table`` (a DataFrame with a
+``section(store, trace_ids, ctx) -> Section | None`` (``reports/blocks.py``) (None: nothing to say for these
+traces, e.g. no sweep with one trace). Sections hold blocks in order: text (a paragraph), ``Table`` (a DataFrame with a
 caption) or a Plotly figure from the shared figure builders (``reports/figures*.py``), so the dashboard
 and the report draw the same pictures. HTML embeds plotly.js once (inline, so the file opens offline);
 Markdown keeps the text and tables and leaves the figures out (for a pull request).
@@ -20,12 +20,14 @@ import plotly.graph_objects as go
 
 from .. import __version__
 from ..storage import catalog
+from . import bound as _bound  # issue 5: launch, bound-ness, sweep
+from . import launch as _launch
+from . import power as _power  # issue 5: bandwidth/roofline, power
+from . import roofline as _roofline
+from . import sweep as _sweep
 from .blocks import Context, Section, Table
 from .missing import na, shown
 from .overview import overview_section
-from . import bound as _bound, launch as _launch, sweep as _sweep  # issue 5: launch, bound-ness, sweep
-from . import power as _power, roofline as _roofline  # issue 5: bandwidth/roofline, power
-
 
 # One line per section, in report order.
 SECTIONS = [

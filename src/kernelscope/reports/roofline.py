@@ -19,10 +19,10 @@ import math
 import pandas as pd
 import plotly.graph_objects as go
 
-from . import cache
 from ..storage import catalog
 from ..storage.ncu import measured_dram_bytes
 from ..units import GFLOP_PER_TFLOP, NS_PER_MS
+from . import cache
 from .blocks import Section, Table
 
 # Compute roofs drawn from a device-peak row: (column, label). Empty cells (unsupported) are skipped.

@@ -16,10 +16,10 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from . import cache
 from ..errors import UsageError
 from ..storage import catalog
 from ..units import NS_PER_MS, ms_text
+from . import cache
 from .blocks import Section, Table
 
 REGIME_COLORS = {"cpu_bound": "rgba(239, 68, 68, 0.12)", "gpu_bound": "rgba(34, 197, 94, 0.12)"}

@@ -159,10 +159,9 @@ def events_figure(lanes: pd.DataFrame, events: pd.DataFrame, a: int, b: int, ori
     ``events``: lane key columns, id, name, start_ns, end_ns, detail (GPU activity kind / launch type).
     The points of CPU operator traces carry ``customdata`` = the operator's ``op_id`` (a plain list, null at
     the gaps) so a click can select it. ``with_names``: hover text (name, duration) on each segment's start
-    point; without, hover says
-    the time only (keeps the figure small when many events are drawn). ``selected`` (from ``timeline_data.selection``): its activities are
-    redrawn in red, and a flow line runs from each launch call's start (on its thread's API lane) to the
-    activity's start (on its stream's lane).
+    point; without, hover says the time only (keeps the figure small when many events are drawn).
+    ``selected`` (from ``timeline_data.selection``): its activities are redrawn in red, and a flow line runs
+    from each launch call's start (on its thread's API lane) to the activity's start (on its stream's lane).
     """
     layout, traces, _ = _layout(lanes, _shift_telemetry(telemetry, origin), 0, a, b, origin)
     row = {k: i for i, k in enumerate(zip(lanes["src"], lanes["k1"], lanes["k2"], lanes["k3"]))}

@@ -18,8 +18,9 @@ functions ingest runs. Nothing derived is filled as a side effect of another ste
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Literal
+from typing import Literal
 
 from . import collectives, derive, idle, signatures, splits
 

@@ -33,7 +33,8 @@ acts AS (
                                ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS min_launch_end_after
     FROM (SELECT device, start_ns, activity_id, launch_end_ns FROM activity_splits WHERE trace_id = $trace
           UNION ALL  -- activity_splits holds every activity with a launch_id (launch_end_ns NULL if unmatched)
-          SELECT device, start_ns, activity_id, NULL FROM gpu_activities WHERE trace_id = $trace AND launch_id IS NULL) a
+          SELECT device, start_ns, activity_id, NULL FROM gpu_activities
+          WHERE trace_id = $trace AND launch_id IS NULL) a
 ),
 first_after AS (  -- per gap: min launch end over activities starting at/after the gap end (suffix min)
     SELECT g.device, g.gap_start_ns, g.gap_end_ns, min(x.min_launch_end_after) AS min_launch_end_after
@@ -242,5 +243,5 @@ def insert_idle(con, trace_id: str) -> None:
         for name, _sql in _STAGES:
             try:
                 con.execute(f"DROP TABLE IF EXISTS {name}")
-            except Exception:  # noqa: BLE001 -- an aborted transaction: the error above is the one to see
+            except Exception:
                 pass

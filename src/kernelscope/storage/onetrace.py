@@ -119,7 +119,7 @@ def ingest_reader(
                 staged = staging.derive_staged(con, scratch, meta, path, facts, clock)
                 trace_id = _insert(con, clock, meta, path, content_hash, rows, staged, given)
                 break
-            except Exception as exc:  # noqa: BLE001 -- out of memory: again with fewer threads (same memory)
+            except Exception as exc:
                 nxt = sizing.retry_settings(con, exc)
                 if nxt is None:
                     raise
@@ -198,7 +198,7 @@ def ingest_file(
         except OSError as exc:
             reason = exc.strerror or str(exc)
             return failed(path, ParseError(f"cannot read the file: {reason}"), t0)
-        except Exception as exc:  # noqa: BLE001 -- DuckDB's own errors (e.g. out of memory): one line, not a traceback
+        except Exception as exc:
             if type(exc).__module__.split(".")[0] not in ("duckdb", "_duckdb"):
                 raise
             return failed(path, sizing.db_error(path, exc), t0)

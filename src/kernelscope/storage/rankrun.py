@@ -91,7 +91,7 @@ def _parse_and_derive(path: str, out: str, python_functions: bool, res: sizing.R
                 con.execute(f"COPY \"{table}\" TO {staging.sql_path(folder / f't_{table}.parquet')} "
                             "(FORMAT parquet, COMPRESSION lz4)")
             break
-        except Exception as exc:  # noqa: BLE001 -- out of memory: again with fewer threads, less memory
+        except Exception as exc:
             forced = bool((os.environ.get(sizing.MEMORY_ENV) or "").strip())
             nxt = sizing.fallback_resources(res, forced) if sizing.is_oom(exc) else None
             if nxt is None:
@@ -118,7 +118,7 @@ def _parse_all(jobs, python_functions: bool, workers: int, salvage: bool = False
                 out.append(_parse_and_derive(str(p), str(o), python_functions, res, i, salvage))
             except KernelscopeError as exc:
                 raise named(p, exc) from None
-            except Exception as exc:  # noqa: BLE001 -- DuckDB's errors: one line
+            except Exception as exc:
                 if type(exc).__module__.split(".")[0] not in ("duckdb", "_duckdb"):
                     raise
                 raise sizing.db_error(p, exc, rank_files=True) from None
@@ -136,7 +136,7 @@ def _parse_all(jobs, python_functions: bool, workers: int, salvage: bool = False
                 out.append(f.result())
             except KernelscopeError as exc:
                 raise named(p, exc) from None
-            except Exception as exc:  # noqa: BLE001 -- DuckDB's errors from a worker: one line
+            except Exception as exc:
                 if type(exc).__module__.split(".")[0] not in ("duckdb", "_duckdb"):
                     raise
                 raise sizing.db_error(p, exc, rank_files=True) from None

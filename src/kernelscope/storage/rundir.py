@@ -110,7 +110,7 @@ def _timing_rows(trace_id: str, timings, path) -> list[tuple]:
         return kind(v)
 
     rows = []
-    for i, t in enumerate(timings or []):
+    for i, t in enumerate(timings or []):  # noqa: B007 - i is read by number()'s message
         if not isinstance(t, dict) or "kind" not in t:
             raise ParseError(f"{path}: each timings entry needs a 'kind'")
         rows.append(

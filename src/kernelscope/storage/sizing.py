@@ -191,7 +191,7 @@ def retry_settings(con, exc: BaseException) -> Resources | None:
     try:
         threads = int(con.execute("SELECT current_setting('threads')").fetchone()[0])
         mem_text = con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
-    except Exception:  # noqa: BLE001
+    except Exception:
         return None
     mem = _duckdb_bytes(mem_text)  # DuckDB shows '244.1 MiB' for the 256MB it was given: whole MB again
     now = Resources(threads, f"{round(mem / 10**6)}MB" if mem else mem_text,
@@ -215,11 +215,11 @@ def clear_failed_attempt(con) -> None:
     for t in ("ks_idle_hw", "ks_idle_kept", "ks_idle_pieces", "ks_rank_map"):
         try:
             con.execute(f"DROP TABLE IF EXISTS {t}")
-        except Exception:  # noqa: BLE001
+        except Exception:
             pass
     try:
         con.execute("CHECKPOINT")
-    except Exception:  # noqa: BLE001 -- an in-memory worker database has nothing to checkpoint
+    except Exception:
         pass
 
 

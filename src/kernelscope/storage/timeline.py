@@ -67,7 +67,8 @@ FROM traces t WHERE t.trace_id = $t
 """
 
 _LANES_SQL = f"""
-SELECT 'ann' AS src, {_ANN_CASE} AS k1, 0 AS k2, 0 AS k3, count(*) AS events FROM annotations WHERE trace_id = $t GROUP BY ALL
+SELECT 'ann' AS src, {_ANN_CASE} AS k1, 0 AS k2, 0 AS k3, count(*) AS events
+FROM annotations WHERE trace_id = $t GROUP BY ALL
 UNION ALL SELECT 'cpu', pid, tid, coalesce(depth, 0), count(*) FROM cpu_ops WHERE trace_id = $t GROUP BY ALL
 UNION ALL SELECT 'api', pid, tid, 0, count(*) FROM launches WHERE trace_id = $t GROUP BY ALL
 UNION ALL SELECT 'gpu', device, stream, 0, count(*) FROM gpu_activities WHERE trace_id = $t GROUP BY ALL
@@ -134,8 +135,10 @@ WITH s AS (
   FROM telemetry WHERE trace_id = $t
 )
 SELECT * FROM s WHERE t_ns >= $a AND t_ns < $b
-UNION ALL SELECT * FROM (SELECT * FROM s WHERE t_ns < $a QUALIFY row_number() OVER (PARTITION BY device ORDER BY t_ns DESC) = 1)
-UNION ALL SELECT * FROM (SELECT * FROM s WHERE t_ns >= $b QUALIFY row_number() OVER (PARTITION BY device ORDER BY t_ns) = 1)
+UNION ALL SELECT * FROM (SELECT * FROM s WHERE t_ns < $a
+                         QUALIFY row_number() OVER (PARTITION BY device ORDER BY t_ns DESC) = 1)
+UNION ALL SELECT * FROM (SELECT * FROM s WHERE t_ns >= $b
+                         QUALIFY row_number() OVER (PARTITION BY device ORDER BY t_ns) = 1)
 ORDER BY device, t_ns
 """
 

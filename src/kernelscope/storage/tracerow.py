@@ -9,8 +9,9 @@ import hashlib
 import json
 import pathlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from .. import __version__
 from ..errors import UsageError

@@ -350,7 +350,7 @@ def _pid_tid(pid_l: list, tid_l: list) -> tuple[pa.Array, pa.Array, pa.Array]:
         pid = pa.array(pid_l, i64)
         pid_text = pa.nulls(len(pid_l), s)
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
-        pid_text = pa.array([None if type(p) is int and -(2**63) <= p < 2**63 else _text_pid(p)  # noqa: E721
+        pid_text = pa.array([None if type(p) is int and -(2**63) <= p < 2**63 else _text_pid(p)
                              for p in pid_l], s)  # an integer past int64 is kept as text
         pid = pa.array([_int_or_none(p) for p in pid_l], i64)
     try:
