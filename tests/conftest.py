@@ -30,6 +30,12 @@ TRACE_DIRS = [SAMPLES, ROOT / "tests" / "data"]
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+# Bytecode caches (gitignored __pycache__/) for this session and the processes it starts, also where the
+# environment says PYTHONDONTWRITEBYTECODE=1 (this project's machines do): without them pytest rewrites the
+# asserts of every test module again in each worker, and each of the ~100 CLI subprocesses compiles kernelscope.
+sys.dont_write_bytecode = False
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+
 import stores  # noqa: E402  (tests/ is on sys.path from here on)
 
 
@@ -46,10 +52,26 @@ def _template_folders(tmp_path_factory):
 
 def pytest_collection_modifyitems(config, items):
     """Every test that drives Chromium (through the ``browser`` fixture of tests/dashboard/conftest.py) is
-    marked ``browser``."""
+    marked ``browser``. The conformance matrix runs variant by variant (every check of one corpus variant, then
+    the next), so the report, the pages and the diff of a variant share the analyses the process's result
+    cache (reports/cache.py, 48 entries) holds from its first use instead of recomputing them per check."""
     for item in items:
         if "browser" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.browser)
+    conformance = [i for i, item in enumerate(items) if item.nodeid.startswith("tests/test_conformance.py::")]
+    if conformance:
+        first, last = conformance[0], conformance[-1] + 1
+        block = items[first:last]
+        if len(block) == len(conformance):  # one contiguous module: regroup it, keep everything else in place
+            variants: dict[str, int] = {}
+
+            def key(pair):
+                index, item = pair
+                name = getattr(item, "callspec", None) and item.callspec.params.get("name")
+                rank = variants.setdefault(name, len(variants)) if isinstance(name, str) else len(items)
+                return rank, index
+
+            items[first:last] = [item for _, item in sorted(enumerate(block), key=key)]
 
 
 def trace_files() -> list[Path]:
@@ -101,6 +123,12 @@ def _ingest_files(db: Path) -> tuple[dict, dict]:
 def session_store() -> SessionStore:
     db, (ids, failures) = stores.template("sample_files", _ingest_files)
     return SessionStore(db=db, ids=dict(ids), failures=dict(failures))
+
+
+def session_store_copy(dst) -> SessionStore:
+    """A copy of the ``session_store`` store at ``dst`` (for a module that writes to it)."""
+    ids, failures = stores.copy("sample_files", _ingest_files, dst)
+    return SessionStore(db=Path(dst), ids=dict(ids), failures=dict(failures))
 
 
 @dataclass
@@ -158,6 +186,22 @@ def _ingest_ddp2(db: Path) -> None:
     with open_store(db) as store:
         for res in ingest_paths(store, [SAMPLES / "ddp2"], progress=False):
             assert res.status == "ingested", res.message
+
+
+def _ingest_ddp2_ranks_alone(db: Path) -> None:
+    from kernelscope.storage.ingest import ingest_run
+    from kernelscope.storage.store import open_store
+
+    with open_store(db) as store:
+        for r in (0, 1):
+            res = ingest_run(store, SAMPLES / "ddp2" / f"ddp_rank{r}")
+            assert res.status == "ingested", res.message
+
+
+def ddp2_ranks_alone_copy(dst) -> Path:
+    """A store holding ddp2's two rank run dirs, each ingested on its own (ingest_run, rank 0 then 1), at ``dst``."""
+    stores.copy("ddp2_ranks_alone", _ingest_ddp2_ranks_alone, dst)
+    return Path(dst)
 
 
 def ddp2_copy(dst) -> Path:

@@ -21,6 +21,7 @@ import pytest
 from click.testing import CliRunner
 
 import corpus
+import stores
 from kernelscope.analysis.registry import ANALYSES
 from kernelscope.cli import cli
 from kernelscope.errors import KernelscopeError
@@ -31,26 +32,39 @@ EXIT_CODES = {c.exit_code for c in (KernelscopeError, *KernelscopeError.__subcla
     s.exit_code for c in KernelscopeError.__subclasses__() for s in c.__subclasses__()}
 
 
+@dataclass(frozen=True)
+class Ingested:
+    """What `kernelscope ingest` of one variant said (of click's Result)."""
+    stdout: str
+    stderr: str
+    exit_code: int
+
+
 @dataclass
 class Corpus:
     db: Path
     ids: dict[str, list[str]] = field(default_factory=dict)  # variant -> trace ids
-    ingest: dict[str, object] = field(default_factory=dict)  # variant -> click Result
+    ingest: dict[str, Ingested] = field(default_factory=dict)  # variant -> what its ingest said
+
+
+def _ingest_corpus(db: Path) -> tuple[dict, dict]:
+    runner = CliRunner()
+    ids, said = {}, {}
+    for v in corpus.VARIANTS:
+        folder = db.parent / "src" / v.name
+        folder.mkdir(parents=True)
+        target = v.build(folder)
+        res = runner.invoke(cli, ["ingest", str(target), *v.ingest_args, "--db", str(db)])
+        said[v.name] = Ingested(res.stdout, res.stderr, res.exit_code)
+        ids[v.name] = [m.group(2) for m in _LINE.finditer(res.stdout)]
+    return ids, said
 
 
 @pytest.fixture(scope="session")
-def conf(tmp_path_factory) -> Corpus:
-    tmp = tmp_path_factory.mktemp("corpus")
-    out = Corpus(db=tmp / "corpus.duckdb")
-    runner = CliRunner()
-    for v in corpus.VARIANTS:
-        folder = tmp / "src" / v.name
-        folder.mkdir(parents=True)
-        target = v.build(folder)
-        res = runner.invoke(cli, ["ingest", str(target), *v.ingest_args, "--db", str(out.db)])
-        out.ingest[v.name] = res
-        out.ids[v.name] = [m.group(2) for m in _LINE.finditer(res.stdout)]
-    return out
+def conf() -> Corpus:
+    """The corpus ingested once per session (tests/stores.py); this process's copy of the store."""
+    db, (ids, said) = stores.template("corpus", _ingest_corpus)
+    return Corpus(db=db, ids=dict(ids), ingest=dict(said))
 
 
 def _ok_or_one_line(res, what: str) -> None:

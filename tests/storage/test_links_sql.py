@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import session_store_copy
 
 from kernelscope.storage.ingest import ingest_file
 from kernelscope.storage.store import open_store
@@ -20,7 +21,12 @@ TRACES = sorted(ROOT.glob("sample_traces/**/trace.json.gz")) + [ROOT / "tests/da
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
-    with open_store(tmp_path_factory.mktemp("links") / "s.duckdb") as s:
+    """A copy of the session's store of every sample trace file, each ingested on its own with the CLI's
+    ingest (``s.ids``: file -> trace id; every trace of TRACES is there, none refused)."""
+    copied = session_store_copy(tmp_path_factory.mktemp("links") / "s.duckdb")
+    assert set(TRACES) <= set(copied.ids), {str(p): copied.failures.get(p) for p in TRACES if p not in copied.ids}
+    with open_store(copied.db) as s:
+        s.ids = copied.ids
         yield s
 
 
@@ -32,7 +38,7 @@ def ingest(store, path):
 
 @pytest.mark.parametrize("path", TRACES, ids=[p.parent.name for p in TRACES])
 def test_sql_links_equal_the_stack_sweep_on_sample_traces(store, path):
-    tid = ingest(store, path)
+    tid = store.ids[path]
     want = sweep_oracle.sweep(store, tid)
     got = sweep_oracle.stored(store, tid)
     assert len(want) > 0 and got.keys() == want.keys()
