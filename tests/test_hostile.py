@@ -99,11 +99,13 @@ def test_corpus_has_at_least_100_refusals():
             "run", "store", "tolerated"} <= set(specs.values())
 
 
+@pytest.mark.slow  # the hostile fixture runs the whole corpus (~25 s of CPU)
 def test_suite_wall_time_and_every_case_ran(hostile):
     assert set(hostile["results"]) == set(CASES)
     assert hostile["wall_s"] < SUITE_WALL_S, hostile["wall_s"]
 
 
+@pytest.mark.slow  # the hostile fixture runs the whole corpus (~25 s of CPU)
 def test_no_scratch_left_next_to_the_stores(hostile):
     """No ingest scratch folder, WAL or temporary file left beside a store after 120 refused inputs (a lock
     file the store keeps for its writers is not scratch)."""
@@ -112,6 +114,7 @@ def test_no_scratch_left_next_to_the_stores(hostile):
         assert left == [], left
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_hostile_case(name, hostile):
     r, spec = hostile["results"][name], hostile["specs"][name]

@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 
+import pytest
 from click.testing import CliRunner
 from conftest import ROOT
 
@@ -76,6 +77,7 @@ def test_worked_example_numbers_are_live(tmp_path):
     assert f"{top_ops[0]['kernel_time_ns']}" in example
 
 
+@pytest.mark.slow
 def test_the_main_job_ingests_every_shipped_sample(tmp_path):
     """README's first command runs `kernelscope ingest sample_traces/` before the dashboard, behind `&&`: one
     refused file there (a capture's metadata JSON, say) and the dashboard never starts."""

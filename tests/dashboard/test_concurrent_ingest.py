@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from kernelscope.dashboard.app import create_app
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,6 +74,7 @@ def _browse(app, trace_ids: list[str], stop, counts: dict, lock, seed: int) -> N
             counts[key] = counts.get(key, 0) + 1
 
 
+@pytest.mark.slow
 def test_three_ingests_succeed_while_four_clients_browse(tmp_path):
     """The README's promise under load: 4 clients request dashboard pages back to back (threads of this
     process, each with its own read-only connection per page: together they keep the store open for

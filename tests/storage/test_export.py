@@ -51,6 +51,7 @@ def _outcome(fn):
         return f"{type(exc).__name__}: {exc}"
 
 
+@pytest.mark.slow
 def test_analyses_over_the_dataset_equal_the_store(exported):
     db, pq, _ = exported
     with open_store(db, read_only=True) as store:
