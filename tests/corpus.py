@@ -16,9 +16,9 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import edge_traces
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import edge_traces as et  # noqa: E402
+import edge_traces as et
 
 ROOT = Path(__file__).resolve().parents[1]
 NSIGHT = ROOT / "sample_traces" / "nsight"

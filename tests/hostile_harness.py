@@ -32,19 +32,19 @@ import traceback
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.pop("KERNELSCOPE_DB", None)
 
-import duckdb  # noqa: E402,F401  -- imported, never connected, in the parent
-import pandas  # noqa: E402,F401
-import pyarrow  # noqa: E402,F401
-import pyarrow.compute  # noqa: E402,F401
-import pyarrow.parquet  # noqa: E402,F401
+import duckdb  # noqa: F401  -- imported, never connected, in the parent
+import pandas  # noqa: F401
+import pyarrow
+import pyarrow.compute
+import pyarrow.parquet  # noqa: F401
 
-import kernelscope.analysis  # noqa: E402,F401
-import kernelscope.cli  # noqa: E402
-import kernelscope.parsers.kineto  # noqa: E402,F401
-import kernelscope.parsers.ncu  # noqa: E402,F401
-import kernelscope.parsers.nsys  # noqa: E402,F401
-import kernelscope.storage.ingest  # noqa: E402,F401
-import kernelscope.storage.ncu  # noqa: E402,F401
+import kernelscope.analysis
+import kernelscope.cli
+import kernelscope.parsers.kineto
+import kernelscope.parsers.ncu
+import kernelscope.parsers.nsys
+import kernelscope.storage.ingest
+import kernelscope.storage.ncu
 
 PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
 
@@ -90,9 +90,9 @@ def _child(case: dict, db: str | None, out_dir: str, prev_sha: str | None) -> No
             f = os.open(base + suffix, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             os.dup2(f, fd)
             os.close(f)
-        sys.stdin = open(0, closefd=False)  # noqa: SIM115
-        sys.stdout = open(1, "w", closefd=False, encoding="utf-8", errors="backslashreplace")  # noqa: SIM115
-        sys.stderr = open(2, "w", closefd=False, encoding="utf-8", errors="backslashreplace")  # noqa: SIM115
+        sys.stdin = open(0, closefd=False)
+        sys.stdout = open(1, "w", closefd=False, encoding="utf-8", errors="backslashreplace")
+        sys.stderr = open(2, "w", closefd=False, encoding="utf-8", errors="backslashreplace")
         os.environ.update(case.get("env") or {})
         argv = [a.replace("{db}", db or "") for a in case["argv"]]
         start_kb = _rss_kb()  # what the child holds from its parent before it runs anything

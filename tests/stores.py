@@ -23,8 +23,9 @@ import fcntl
 import pickle
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 #: The session's template folder (shared by xdist workers) and this process's folder; set by tests/conftest.py.
 SHARED: Path | None = None

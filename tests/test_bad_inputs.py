@@ -15,8 +15,8 @@ from kernelscope.cli import cli
 from kernelscope.storage.store import open_store
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import edge_traces as et  # noqa: E402
-from storage.kineto_build import kern, op, rt, write_trace  # noqa: E402
+import edge_traces as et
+from storage.kineto_build import kern, op, rt, write_trace
 
 ROOT = Path(__file__).resolve().parents[1]
 GOOD_RUN = ROOT / "sample_traces" / "compiled"

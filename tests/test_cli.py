@@ -13,8 +13,8 @@ import subprocess
 import sys
 
 import pytest
-from stores import empty
 from click.testing import CliRunner
+from stores import empty
 
 from kernelscope import __version__
 from kernelscope.cli import cli

@@ -17,11 +17,11 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import corpus
 import pytest
+import stores
 from click.testing import CliRunner
 
-import corpus
-import stores
 from kernelscope.analysis.registry import ANALYSES
 from kernelscope.cli import cli
 from kernelscope.errors import KernelscopeError

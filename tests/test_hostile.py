@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from conftest import compiled_copy  # noqa: E402
-from hostile_cases import CASES, Ctx  # noqa: E402
+from conftest import compiled_copy
+from hostile_cases import CASES, Ctx
 
 ROOT = Path(__file__).resolve().parents[1]
 HARNESS = Path(__file__).resolve().parent / "hostile_harness.py"

@@ -1,5 +1,5 @@
-"""The layer contracts in pyproject.toml ([tool.importlinter]) hold: import-linter's `lint-imports` passes; and
-reports/ and dashboard/ hold no SQL (a source scan: import-linter sees imports, not SQL text)."""
+"""The layer contracts in pyproject.toml ([tool.importlinter]) hold: import-linter's `lint-imports` passes; ruff
+passes; and reports/ and dashboard/ hold no SQL (a source scan: import-linter sees imports, not SQL text)."""
 
 from __future__ import annotations
 
@@ -102,6 +102,14 @@ def sql_findings(source: str, filename: str = "<source>") -> list[str]:
             if any(n == "duckdb" or n.startswith("duckdb.") for n in names):
                 out.append(f"{filename}:{node.lineno}: imports duckdb")
     return out
+
+
+def test_ruff_is_clean():
+    """`ruff check src tests` with pyproject's [tool.ruff] rules: lint runs in CI as a test."""
+    ruff = Path(sys.executable).parent / "ruff"
+    proc = subprocess.run([str(ruff) if ruff.exists() else "ruff", "check", "--no-cache", "src", "tests"], cwd=ROOT,
+                          capture_output=True, text=True, check=False, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
 
 
 def test_the_sql_guard_finds_sql_and_passes_prose():

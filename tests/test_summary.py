@@ -9,9 +9,9 @@ import re
 import pytest
 from click.testing import CliRunner
 from conftest import ROOT, kineto_event, trace_files, write_kineto
+from reference_summary import reference_summary
 
 from kernelscope.cli import cli
-from reference_summary import reference_summary
 
 FILES = trace_files()
 EXACT_KEYS = ["kernels", "memcpys", "memsets", "launches", "cpu_ops", "kernel_time_ns", "busy_ns",

@@ -8,18 +8,24 @@ import re
 
 import pandas as pd
 import pytest
-from stores import empty
 from click.testing import CliRunner
 from conftest import ROOT
+from storage.kineto_build import kern, rt, write_trace, x
+from stores import empty
 
 from kernelscope.analysis.bandwidth import bandwidth, load_peaks, match_device
-from kernelscope.analysis.opmodel import (KERNEL_DTYPE_PATTERNS, MIXED, element_size_hint, infer_input_types,
-                                          kernel_name_dtype, model_op)
+from kernelscope.analysis.opmodel import (
+    KERNEL_DTYPE_PATTERNS,
+    MIXED,
+    element_size_hint,
+    infer_input_types,
+    kernel_name_dtype,
+    model_op,
+)
 from kernelscope.cli import cli
 from kernelscope.errors import UsageError
 from kernelscope.storage.ingest import ingest_file
 from kernelscope.storage.store import open_store
-from storage.kineto_build import kern, rt, write_trace, x
 
 BF16, F32, I64 = '"c10::BFloat16"', '"float"', '"long int"'
 

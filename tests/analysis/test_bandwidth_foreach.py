@@ -8,13 +8,13 @@ import json
 import pandas as pd
 import pytest
 from click.testing import CliRunner
+from storage.kineto_build import kern, rt, write_trace, x
 
 from kernelscope.analysis.bandwidth import bandwidth
 from kernelscope.analysis.opmodel import foreach_chunks, model_op
 from kernelscope.cli import cli
 from kernelscope.storage.ingest import ingest_file
 from kernelscope.storage.store import open_store
-from storage.kineto_build import kern, rt, write_trace, x
 
 MTA = ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::"
        "TensorListMetadata<{d}>, at::native::(anonymous namespace)::{f}<float, {d}, {d}, 0>, std::multiplies<float>, "

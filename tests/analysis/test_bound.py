@@ -8,9 +8,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from stores import empty
 from click.testing import CliRunner
 from storage.kineto_build import kern, op, rt, write_trace
+from stores import empty
 
 from kernelscope.analysis import bound as B
 from kernelscope.analysis.launch import launch

@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from stores import empty
 from storage.ranks_build import overlap_pair
+from stores import empty
 
 from kernelscope.analysis import bound as B
 from kernelscope.analysis import comm as comm_mod

@@ -10,10 +10,10 @@ import json
 
 import pandas as pd
 import pytest
-from stores import empty
 from click.testing import CliRunner
 from conftest import ROOT
 from storage.kineto_build import kern, rt, write_trace, x
+from stores import empty
 
 from kernelscope.analysis.diff import diff, normalised_name_sql, parse_rule
 from kernelscope.analysis.summary import summary

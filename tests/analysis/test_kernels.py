@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from storage.kineto_build import kern, op, rt, write_trace
 from stores import empty
 
 from kernelscope.analysis import kernels as K
 from kernelscope.storage.ingest import ingest_file
 from kernelscope.storage.store import open_store
-from storage.kineto_build import kern, op, rt, write_trace
 
 # One example per rule of data/kernel_categories.csv, in file order: (leaf op or None, kernel name, category)
 RULE_EXAMPLES = [

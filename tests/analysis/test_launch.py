@@ -6,16 +6,16 @@ import json
 import re
 
 import pytest
-from stores import empty
 import reference_launch
 from click.testing import CliRunner
 from conftest import ROOT
+from storage.kineto_build import kern, op, rt, write_trace, x
+from stores import empty
 
 from kernelscope.analysis.launch import activity_splits, launch
 from kernelscope.cli import cli
 from kernelscope.storage.ingest import ingest_file
 from kernelscope.storage.store import open_store
-from storage.kineto_build import kern, op, rt, write_trace, x
 
 
 def _events() -> list[dict]:

@@ -7,12 +7,12 @@ import json
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from storage.kineto_build import BASE, kern, op, rt, write_trace
 from stores import empty
 
 from kernelscope.analysis.power import power
 from kernelscope.storage.ingest import ingest_run
 from kernelscope.storage.store import open_store
-from storage.kineto_build import BASE, kern, op, rt, write_trace
 
 MS = 1_000_000
 

@@ -12,7 +12,8 @@ import pytest
 from click.testing import CliRunner
 from conftest import ROOT
 
-from kernelscope.analysis import bandwidth, bound, kernels, launch, recommend as rec, whatif
+from kernelscope.analysis import bandwidth, bound, kernels, launch, whatif
+from kernelscope.analysis import recommend as rec
 from kernelscope.analysis.registry import ANALYSES
 from kernelscope.analysis.result import Result
 from kernelscope.cli import cli

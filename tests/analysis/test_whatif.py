@@ -6,16 +6,16 @@ import json
 import re
 
 import pytest
-from stores import empty
 from click.testing import CliRunner
 from conftest import ROOT
+from storage.kineto_build import kern, rt, write_trace, x
+from stores import empty
 
 from kernelscope.analysis.whatif import whatif
 from kernelscope.cli import cli
 from kernelscope.errors import UsageError
 from kernelscope.storage.ingest import ingest_file
 from kernelscope.storage.store import open_store
-from storage.kineto_build import kern, rt, write_trace, x
 
 
 @pytest.fixture

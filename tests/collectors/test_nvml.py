@@ -11,9 +11,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fake_pynvml import FakeNVML  # noqa: E402
+from fake_pynvml import FakeNVML
 
-from kernelscope.collectors import nvml, nvml_devices  # noqa: E402
+from kernelscope.collectors import nvml, nvml_devices
 
 UUIDS = ["GPU-aaaaaaaa-0000-0000-0000-000000000000", "GPU-bbbbbbbb-0000-0000-0000-000000000000",
          "GPU-cccccccc-0000-0000-0000-000000000000"]

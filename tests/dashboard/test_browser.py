@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 
-
 from kernelscope.reports.figures import bin_width_ns
 
 try:

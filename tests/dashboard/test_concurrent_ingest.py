@@ -102,7 +102,7 @@ def test_three_ingests_succeed_while_four_clients_browse(tmp_path):
         before = dict(counts)
         for folder in ("llama_prefill_b2", "llama_prefill_b4", "llama_prefill_b16"):
             t0 = time.monotonic()
-            proc = subprocess.run([sys.executable, "-m", "kernelscope.cli", "ingest", "--db", str(db),  # noqa: PLW1510
+            proc = subprocess.run([sys.executable, "-m", "kernelscope.cli", "ingest", "--db", str(db),
                                    str(ROOT / "sample_traces" / folder)], capture_output=True, text=True,
                                   timeout=600)
             results.append((folder, proc.returncode, proc.stderr.strip(), round(time.monotonic() - t0, 1)))

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 
-
 from kernelscope.analysis.registry import get_analysis
 from kernelscope.dashboard.app import create_app
 from kernelscope.storage.store import open_store

@@ -26,7 +26,6 @@ from .tree import page_json as _page
 from .tree import plotly_values as _values
 from .tree import text_json as _text
 
-
 # ------------------------------------------------------------------ Flask test client helpers
 
 

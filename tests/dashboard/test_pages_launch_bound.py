@@ -20,10 +20,6 @@ from .tree import plotly_values as _vals
 from .tree import text_json as _text
 
 
-
-
-
-
 def _dv(tree, kid) -> str:
     return _find(tree, f"kpi-{kid}")["props"]["data-value"]
 

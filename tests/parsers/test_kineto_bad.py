@@ -9,11 +9,11 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import edge_traces as et  # noqa: E402
+import edge_traces as et
 
-from kernelscope.errors import ParseError  # noqa: E402
-from kernelscope.parsers import open_trace  # noqa: E402
-from kernelscope.parsers.kineto import read_kineto  # noqa: E402
+from kernelscope.errors import ParseError
+from kernelscope.parsers import open_trace
+from kernelscope.parsers.kineto import read_kineto
 
 #: A word each message must contain (what is wrong), so a wrong reason fails the test.
 EXPECT = {

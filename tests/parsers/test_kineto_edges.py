@@ -11,11 +11,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import edge_traces as et  # noqa: E402
+import edge_traces as et
 
-from kernelscope.parsers import detect_format, open_trace  # noqa: E402
-from kernelscope.parsers import kineto, source  # noqa: E402
-from kernelscope.parsers.schema import RAW_EVENTS  # noqa: E402
+from kernelscope.parsers import detect_format, kineto, open_trace, source
+from kernelscope.parsers.schema import RAW_EVENTS
 
 
 def read(path, **opts):

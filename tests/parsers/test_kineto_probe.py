@@ -14,9 +14,9 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import edge_traces as et  # noqa: E402
+import edge_traces as et
 
-from kernelscope.parsers import open_trace  # noqa: E402
+from kernelscope.parsers import open_trace
 
 PROBE = Path(__file__).resolve().parents[1] / "data" / "probe_train.json.gz"
 

@@ -12,10 +12,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import edge_traces as et  # noqa: E402
+import edge_traces as et
 
-from kernelscope.errors import ParseError  # noqa: E402
-from kernelscope.parsers import open_trace  # noqa: E402
+from kernelscope.errors import ParseError
+from kernelscope.parsers import open_trace
 
 #: case -> (events kept, baseTimeNanoseconds recovered), or the word the refusal must hold.
 SALVAGED = {

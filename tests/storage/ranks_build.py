@@ -3,9 +3,8 @@ tests. Times in microseconds relative to BASE; each rank's GPU is device = rank.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import json
+from pathlib import Path
 
 from storage.kineto_build import BASE, kern
 

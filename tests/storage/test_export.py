@@ -62,7 +62,7 @@ def test_analyses_over_the_dataset_equal_the_store(exported):
             if a.multi:
                 continue
             for tid in ids:
-                want[(name, tid)] = _outcome(lambda: a.fn(store, tid))
+                want[(name, tid)] = _outcome(lambda a=a, tid=tid: a.fn(store, tid))
         want[("comm", None)] = _outcome(lambda: ANALYSES["comm"].fn(store, None))
         tables = {t: store.query(f"SELECT * FROM {t} ORDER BY ALL") for t in ("traces", "gpu_activities",
                                                                                 "collectives", "rank_clocks")}
@@ -72,7 +72,7 @@ def test_analyses_over_the_dataset_equal_the_store(exported):
             if a.multi:
                 continue
             for tid in ids:
-                got[(name, tid)] = _outcome(lambda: a.fn(ps, tid))
+                got[(name, tid)] = _outcome(lambda a=a, tid=tid: a.fn(ps, tid))
         got[("comm", None)] = _outcome(lambda: ANALYSES["comm"].fn(ps, None))
         for t, df in tables.items():
             back = ps.query(f"SELECT * FROM {t} ORDER BY ALL")

@@ -12,8 +12,8 @@ import zlib
 from pathlib import Path
 
 import pytest
-from stores import empty
 from click.testing import CliRunner
+from stores import empty
 
 from kernelscope.analysis.summary import no_gpu_reason, summary
 from kernelscope.cli import cli

@@ -14,7 +14,6 @@ from kernelscope.cli import cli
 from kernelscope.storage import ranks
 from kernelscope.storage.ingest import ingest_paths
 from kernelscope.storage.store import open_store
-
 from storage.kineto_build import kern
 from storage.kineto_build import write_trace as write_trace_events_first
 from storage.ranks_build import AR, coll, dist, overlap_pair, straggler_pair, write_trace
