@@ -5,9 +5,9 @@ that tests open or copy.
   (``*.json`` / ``*.json.gz`` under ``sample_traces/``, real traces from a GPU, and directly under
   ``tests/data/``, small real traces), so a file the parser refuses is recorded as a failure (tests decide
   whether that is right) and ``.json``/``.json.gz`` twins map to the same trace id. Open it read-only.
-- ``sample_runs``: every collector run directory under ``sample_traces/`` (run.json + trace.json.gz:
-  name, labels, telemetry, un-profiled timings) ingested as a run, in path order; ``sample_runs_copy(dst)``
-  gives a module its own copy to write to.
+- ``sample_runs``: README's main job, ``kernelscope ingest sample_traces/``: every collector run directory
+  (run.json + trace.json.gz: name, labels, telemetry, un-profiled timings) ingested as a run, and the rest of
+  the folder; ``ids`` maps each run directory to its trace id. Open it read-only.
 
 Markers (pyproject.toml): ``browser`` is put on every test that drives Chromium (``pytest -m "not browser"``
 is the fast loop); ``slow`` on GPU-free tests that take many seconds on their own.
@@ -131,35 +131,45 @@ def session_store_copy(dst) -> SessionStore:
     return SessionStore(db=Path(dst), ids=dict(ids), failures=dict(failures))
 
 
+@dataclass(frozen=True)
+class Said:
+    """What a CLI command said: click's Result without its traceback objects (it must pickle)."""
+    exit_code: int
+    stdout: str
+    stderr: str
+
+
 @dataclass
 class SampleRuns:
     db: Path
-    ids: dict[str, str]  # run directory relative to sample_traces/ (posix) -> trace id
+    ids: dict[str, str]  # run directory relative to sample_traces/ (posix), in path order -> trace id
+    ingest: Said  # what `kernelscope ingest sample_traces/` said
 
 
-def _ingest_runs(db: Path) -> dict[str, str]:
-    from kernelscope.storage.ingest import ingest_run
-    from kernelscope.storage.store import open_store
+def _ingest_samples(db: Path) -> tuple[Said, dict[str, str]]:
+    """README's main job, `kernelscope ingest sample_traces/`, into a new store."""
+    from click.testing import CliRunner
 
+    from kernelscope.cli import cli
+
+    res = CliRunner().invoke(cli, ["ingest", str(SAMPLES), "--db", str(db)])
+    said = Said(res.exit_code, res.stdout, res.stderr)
+    stored = {Path(m.group(3)): m.group(2) for m in map(_LINE.match, res.stdout.splitlines()) if m}
     ids = {}
-    with open_store(db) as store:
-        for run in run_dirs():
-            res = ingest_run(store, run)
-            assert res.status == "ingested", res.message
-            ids[run.relative_to(SAMPLES).as_posix()] = res.trace_id
-    return ids
+    for run in run_dirs():  # a run dir's line names the folder (a rank of a run) or its trace.json.gz
+        tid = stored.get(run) or stored.get(run / "trace.json.gz")
+        if tid is not None:
+            ids[run.relative_to(SAMPLES).as_posix()] = tid
+    return said, ids
 
 
 @pytest.fixture(scope="session")
 def sample_runs() -> SampleRuns:
-    """Every sample run directory ingested as a run (this process's copy: open it read-only)."""
-    db, ids = stores.template("sample_runs", _ingest_runs)
-    return SampleRuns(db=db, ids=dict(ids))
-
-
-def sample_runs_copy(dst) -> dict[str, str]:
-    """A copy of the ``sample_runs`` store at ``dst`` (for a module that writes); returns its ids."""
-    return dict(stores.copy("sample_runs", _ingest_runs, dst))
+    """README's main job (`kernelscope ingest sample_traces/`) once per session: every collector run directory
+    as a run (name, labels, telemetry, un-profiled timings; ddp2's two ranks as one run), the loose trace
+    files, the Nsight exports and Compute CSVs. This process's copy: open it read-only."""
+    db, (said, ids) = stores.template("sample_traces", _ingest_samples)
+    return SampleRuns(db=db, ids=dict(ids), ingest=said)
 
 
 def _ingest_cli(path: Path) -> Callable[[Path], None]:

@@ -214,7 +214,7 @@ def test_sweeps_paired_by_label(tmp_path):
 
 @pytest.fixture(scope="module")
 def sample_store(sample_runs):
-    """The four runs ingested with ingest_run: the session's store of every sample run (diff reads the two
+    """The four runs ingested as runs: the session's store of every sample run (diff reads the two
     traces it is given)."""
     names = ("small_kernels_eager", "small_kernels_graph", "llama_prefill_b1", "llama_prefill_b128")
     return sample_runs.db, {n: sample_runs.ids[n] for n in names}
