@@ -137,15 +137,18 @@ def test_summary_invariants(conf, name):
 @pytest.mark.parametrize("name", NAMES)
 def test_every_analysis_works_or_says_why(conf, name, capsys):
     """Every registered single-trace analysis, computed once in-process and rendered in every CLI format (the
-    CLI path itself is exercised on three variants below)."""
+    CLI path itself is exercised on three variants below). Computed through the process's result cache, as the
+    report and the dashboard compute them: this is the variant's first check that runs them (the matrix runs
+    variant by variant), and its report and pages then reuse these Results."""
     from kernelscope.cli.render import emit_result as _emit_result
+    from kernelscope.reports import cache
     from kernelscope.storage.store import open_store
 
     tid = _first(conf, name)
     with open_store(conf.db, read_only=True) as store:
         for analysis in SINGLE:
             try:
-                result = ANALYSES[analysis].fn(store, tid)
+                result = cache.analysis(store, analysis, tid)
             except KernelscopeError as exc:  # says why it cannot, in one sentence
                 assert str(exc).strip() and "\n" not in str(exc).strip(), f"{analysis} {name}: {exc!r}"
                 continue
