@@ -30,6 +30,9 @@ CASES = {
     "t1": (NUMBERS_BAD + TEXT_BAD, ["5", "12.5"]),
     "op": (ID_BAD + TEXT_BAD, ["aten::mm", "12", "nan"]),
     "coll": (INSTANCE_BAD + TEXT_BAD, ["0:1", "default_pg:3"]),
+    "sel": (["gpu", "gpu:", "gpu:-1", "gpu:1.5", "kernel:3", "gpu:" + "9" * 30, "gpu:²"] + TEXT_BAD,
+            ["gpu:1", "api:12", "ann:0", "cpu:7"]),
+    "find": (TEXT_BAD, ["gemm", "aten::mm", "no such kernel"]),
     "sig": (["-1", "1.5", "9" * 30, "nan", "x"] + TEXT_BAD, ["0", "3"]),
     "bins": (["7", "0", "-50", "9" * 30, "nan"] + TEXT_BAD, ["50", "2000"]),
     "level": (["middle", "LEAF"] + TEXT_BAD, ["leaf", "top"]),
@@ -48,7 +51,7 @@ CASES = {
 # the parameters each page reads (every page also gets a parameter it does not read)
 PAGE_PARAMS = {
     "overview": ["t0"], "launch": ["sig"], "power": ["bins"],
-    "timeline": ["t0", "t1", "op"], "operators": ["level", "op"], "bound": ["bins"], "bandwidth": ["sig"],
+    "timeline": ["t0", "t1", "op", "sel", "find"], "operators": ["level", "op"], "bound": ["bins"], "bandwidth": ["sig"],
     "compare": ["a", "b", "sweep_a", "sweep_b", "by"], "sweep": ["sweep", "by", "point"],
     "ranks": ["run", "view", "t0", "t1", "coll"], "traces": ["trace"],
 }

@@ -41,7 +41,7 @@ def shown(value, limit: int = 60) -> str:
 
 @dataclass(frozen=True)
 class Spec:
-    """One parameter: ``kind`` is 'ms' | 'int' | 'choice' | 'text' | 'id_or_name' | 'instance'."""
+    """One parameter: ``kind`` is 'ms' | 'int' | 'choice' | 'text' | 'id_or_name' | 'instance' | 'event'."""
 
     kind: str
     what: str  # words for the sentence: "the window start t0"
@@ -60,6 +60,8 @@ SPECS: dict[str, Spec] = {
     "t1": Spec("ms", "the window end t1"),
     "op": Spec("id_or_name", "the selected operator op"),
     "coll": Spec("instance", "the collective coll"),
+    "sel": Spec("event", "the selected event sel"),
+    "find": Spec("text", "the searched name find"),
     # Ranks
     "run": Spec("text", "the run"),
     "view": Spec("choice", "the view", choices=("timeline",)),
@@ -129,6 +131,10 @@ def check(name: str, value: str) -> str | None:
         _, sep, seq = value.rpartition(":")
         if not sep or not re.fullmatch(r"-?[0-9]{1,19}", seq) or abs(int(seq)) > MAX_ID:
             return "is not a collective instance 'group:sequence number'"
+        return None
+    if spec.kind == "event":  # a Timeline event 'src:id' (src: gpu, api, ann, cpu)
+        if not re.fullmatch(r"(gpu|api|ann|cpu):[0-9]{1,18}", value):
+            return "is not a timeline event 'gpu:id', 'api:id', 'ann:id' or 'cpu:id'"
         return None
     return None  # text: the common checks only
 
