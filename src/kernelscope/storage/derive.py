@@ -229,7 +229,7 @@ def insert_events(con, trace_id: str, base: int) -> None:
         SELECT $tid, r.seq, r.name, r.pid, r.tid, r.ts_ns + $base, coalesce(r.dur_ns, 0),
                r.ts_ns + coalesce(r.dur_ns, 0) + $base, r.external_id, r.seq_number, r.fwd_thread_id,
                r.input_dims, r.input_types, r.input_strides, r.concrete_inputs,
-               l.up, l.top, l.depth, l.phase, r.text
+               l.up, l.top, l.depth, l.phase, r.text, NULL, NULL, NULL
         FROM ks_raw r LEFT JOIN ks_links l ON l.seq = r.seq
         WHERE r.kind = 'cpu_op' AND r.ts_ns IS NOT NULL
         ORDER BY r.pid, r.tid, r.ts_ns, r.seq
@@ -239,7 +239,7 @@ def insert_events(con, trace_id: str, base: int) -> None:
         """
         INSERT INTO python_calls
         SELECT $tid, seq, name, pid, tid, ts_ns + $base, coalesce(dur_ns, 0),
-               ts_ns + coalesce(dur_ns, 0) + $base
+               ts_ns + coalesce(dur_ns, 0) + $base, NULL, NULL, NULL, NULL
         FROM ks_raw WHERE kind = 'python' AND ts_ns IS NOT NULL
         ORDER BY pid, tid, ts_ns, seq
         """
