@@ -182,7 +182,8 @@ def test_each_step_alone_refills_its_rows(fresh, tmp_path, name):
 def test_a_store_at_schema_2_migrates_to_what_a_fresh_ingest_stores(fresh, tmp_path):
     """A store written before the launch splits (schema 2) gets every derived table of its traces from the
     migrations' backfills, row for row what ingest stores now. (The run's traces are removed first: their
-    collectives come from the staged events, which an old store no longer has.)"""
+    collectives come from the staged events, which an old store no longer has; so do memory events, which stay
+    empty: the memory analysis then asks for a re-ingest.)"""
     db = _copy(fresh, tmp_path)
     with open_store(db) as store:
         run = [t for (t,) in store.con.execute(
@@ -194,5 +195,12 @@ def test_a_store_at_schema_2_migrates_to_what_a_fresh_ingest_stores(fresh, tmp_p
     with open_store(db) as store:
         assert store.schema_version() == migrations()[-1][0]
     want = _rows(fresh, kept)
-    assert all(rows for name, (_cols, rows) in want.items() if name != "collectives"), want.keys()
-    _assert_same(_rows(db, kept), want)
+    # tables of staged steps newer than schema 2 come from events an old store no longer has: they stay empty
+    late_staged = {t for s in derivations.STEPS.values() if s.source == "staged" and s.schema > 2 for t in s.tables}
+    assert all(rows for name, (_cols, rows) in want.items() if name not in late_staged), want.keys()
+    assert want["memory_events"][1], "the kept traces include one recorded with profile_memory=True"
+    got = _rows(db, kept)
+    for name in late_staged:
+        assert got[name][1] == [], name
+        got[name] = want[name] = (want[name][0], [])
+    _assert_same(got, want)

@@ -11,7 +11,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import UsageError
-from . import bandwidth, bound, comm, diff, graphs, kernels, launch, power, recommend, summary, transition, whatif
+from . import (
+    bandwidth,
+    bound,
+    comm,
+    diff,
+    graphs,
+    kernels,
+    launch,
+    memory,
+    power,
+    recommend,
+    summary,
+    transition,
+    whatif,
+)
 from .result import Result
 
 
@@ -39,6 +53,7 @@ _TABLE = [
     Analysis("recommend", recommend.DESCRIPTION, recommend.recommend),
     Analysis("diff", diff.DESCRIPTION, diff.diff, multi=True),
     Analysis("comm", comm.DESCRIPTION, comm.comm, multi=True),
+    Analysis("memory", memory.DESCRIPTION, memory.memory),
 ]
 
 ANALYSES: dict[str, Analysis] = {a.name: a for a in _TABLE}

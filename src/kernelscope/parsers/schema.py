@@ -100,6 +100,14 @@ RAW_EVENTS = pa.schema(
         pa.field("input_types", _str),  # JSON text
         pa.field("input_strides", _str),  # JSON text
         pa.field("concrete_inputs", _str),  # JSON text
+        # [memory] instants (profile_memory=True): args Addr, Bytes (signed: negative = free), the allocator's
+        # running Total Allocated / Total Reserved after the event, Device Type (0 CPU, 1 CUDA), Device Id
+        pa.field("mem_addr", _i64),
+        pa.field("mem_bytes", _i64),
+        pa.field("mem_total_allocated_bytes", _i64),
+        pa.field("mem_total_reserved_bytes", _i64),
+        pa.field("mem_device_type", _i32),
+        pa.field("mem_device_id", _i32),
         pa.field("flow_id", _i64),  # flow events: id
         pa.field("flow_phase", _str),  # 's' | 'f' | 't'
         pa.field("text", _str),  # meta events: args.name; collectives: args as JSON text; else null

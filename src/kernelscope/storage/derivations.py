@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from . import collectives, derive, idle, pycontext, signatures, splits
+from . import collectives, derive, idle, memory, pycontext, signatures, splits
 
 Source = Literal["staged", "stored"]
 
@@ -55,6 +55,7 @@ _STEPS = (
          signatures.insert_signatures),
     Step("collectives", ("collectives",), (), "staged", 4, collectives.insert_collectives),
     Step("device_time", ("device_time",), ("events", "collectives"), "stored", 7, collectives.insert_device_time),
+    Step("memory", ("memory_events",), ("events",), "staged", 9, memory.insert_memory),
     Step("python_context", ("python_stacks", "python_calls.parent_call_id", "python_calls.depth",
                             "python_calls.stack_id", "python_calls.module_call_id", "cpu_ops.fwd_op_id",
                             "cpu_ops.py_call_id", "cpu_ops.module_call_id", "launches.fwd_op_id",

@@ -57,6 +57,13 @@ ARG_FIELDS: tuple[ArgField, ...] = (
     ArgField("ev_idx", "Ev Idx", "ev_idx", "number", _I64),
     # the older name of the same index: used where "Ev Idx" is absent, its bad values counted as "Ev Idx"
     ArgField("ev_idx_old", "Profiler Event Index", "ev_idx", "number", _I64),
+    # allocator events ([memory] instants of profile_memory=True): Bytes is signed (negative: a free)
+    ArgField("mem_addr", "Addr", "mem_addr", "number", _I64),
+    ArgField("mem_bytes", "Bytes", "mem_bytes", "number", _I64),
+    ArgField("mem_total_allocated", "Total Allocated", "mem_total_allocated_bytes", "number", _I64),
+    ArgField("mem_total_reserved", "Total Reserved", "mem_total_reserved_bytes", "number", _I64),
+    ArgField("mem_device_type", "Device Type", "mem_device_type", "number", _I32),
+    ArgField("mem_device_id", "Device Id", "mem_device_id", "number", _I32),
     ArgField("input_dims", "Input Dims", "input_dims", "json"),
     ArgField("input_types", "Input type", "input_types", "json"),
     ArgField("input_strides", "Input Strides", "input_strides", "json"),

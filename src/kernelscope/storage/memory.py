@@ -1,0 +1,318 @@
+"""The allocator's events of a trace (schema 009, ``memory_events``): the "memory" step of storage/derivations.py
+that fills them, and the named queries the memory analysis reads (analysis/memory.py has the definitions;
+docs/metrics.md "Memory").
+
+**memory** (a staged step: the args of the ``[memory]`` instants exist only in the staged events, ``ks_raw``):
+one row per ``[memory]`` event with its signed ``Bytes``, ``Addr``, the allocator's running ``Total Allocated`` /
+``Total Reserved`` and its device, attributed to the innermost cpu_op on its (pid, tid) whose range holds it
+(``start_ns <= ts_ns < end_ns``) and that op's top-level op. The innermost holder is found without a range join:
+the deepest op starting last at or before the event on its thread (an ASOF join) is the innermost op of a chain
+that holds every op holding the event (ops nest), so the holder is the first op up that chain (``parent_op_id``)
+whose end lies after the event. Traces stored before schema 009 keep none (their ``[memory]`` instants sit in
+other_events without args): ``memory_state`` tells the two apart.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from .idle import _ALLOCATOR
+from .intervals import union_sql
+
+#: The name profile_memory=True gives the allocator's instant events (and its out-of-memory ones).
+MEMORY_EVENT = "[memory]"
+OOM_EVENT = "[OutOfMemory]"
+
+#: A device's label: "cuda:0", "cpu", else the raw type and id.
+_LABEL = """CASE WHEN {p}device_type = 1 THEN 'cuda:' || coalesce({p}device_id::VARCHAR, '?')
+                 WHEN {p}device_type = 0 THEN 'cpu'
+                 ELSE 'device type ' || coalesce({p}device_type::VARCHAR, '?') || ':'
+                      || coalesce({p}device_id::VARCHAR, '?') END"""
+
+
+def device_label_sql(prefix: str = "") -> str:
+    """SQL of the device label of a memory_events row (``prefix``: its alias and a dot)."""
+    return _LABEL.format(p=prefix)
+
+
+_INSERT = f"""
+INSERT INTO memory_events
+WITH RECURSIVE m AS (
+    SELECT seq, pid, tid, ts_ns + $base AS ts, mem_device_type, mem_device_id, mem_addr, mem_bytes,
+           mem_total_allocated_bytes, mem_total_reserved_bytes
+    FROM ks_raw WHERE kind = 'instant' AND name = '{MEMORY_EVENT}' AND ts_ns IS NOT NULL
+), heads AS (  -- per thread and start time, the deepest op starting there (the others there hold it)
+    SELECT pid, tid, start_ns, op_id FROM cpu_ops WHERE trace_id = $tid
+    QUALIFY row_number() OVER (PARTITION BY pid, tid, start_ns ORDER BY depth DESC, end_ns, op_id DESC) = 1
+), cand AS (
+    SELECT m.seq, m.ts, h.op_id FROM m ASOF JOIN heads h ON h.pid = m.pid AND h.tid = m.tid AND m.ts >= h.start_ns
+), walk AS (  -- up the chain while the op ended at or before the event
+    SELECT seq, ts, op_id FROM cand
+    UNION ALL
+    SELECT w.seq, w.ts, o.parent_op_id
+    FROM walk w JOIN cpu_ops o ON o.trace_id = $tid AND o.op_id = w.op_id
+    WHERE o.end_ns <= w.ts AND o.parent_op_id IS NOT NULL
+), holder AS (
+    SELECT w.seq, o.op_id, o.top_op_id
+    FROM walk w JOIN cpu_ops o ON o.trace_id = $tid AND o.op_id = w.op_id
+    WHERE o.start_ns <= w.ts AND w.ts < o.end_ns
+)
+SELECT $tid, m.seq, m.pid, m.tid, m.ts, m.mem_device_type, m.mem_device_id, m.mem_addr, m.mem_bytes,
+       m.mem_total_allocated_bytes, m.mem_total_reserved_bytes, h.op_id, h.top_op_id
+FROM m LEFT JOIN holder h ON h.seq = m.seq
+ORDER BY m.mem_device_type, m.mem_device_id, m.ts, m.seq
+"""
+
+
+def insert_memory(con, trace_id: str, base: int) -> None:
+    """Insert the ``memory_events`` rows of the trace staged as ``ks_raw`` (inside the ingest transaction, after
+    the "events" step stored its cpu_ops)."""
+    con.execute(_INSERT, {"tid": trace_id, "base": int(base)})
+
+
+# ------------------------------------------------------------------------------------------------ queries
+
+_SQL_STATE = f"""
+SELECT (SELECT count(*) FROM memory_events WHERE trace_id = $t) AS events,
+       (SELECT count(*) FROM other_events WHERE trace_id = $t AND name = '{MEMORY_EVENT}') AS instants,
+       (SELECT count(*) FROM other_events WHERE trace_id = $t AND name = '{OOM_EVENT}') AS oom,
+       (SELECT count(*) FROM memory_events WHERE trace_id = $t AND (bytes IS NULL OR total_allocated_bytes IS NULL))
+         AS incomplete,
+       (SELECT count(*) FROM memory_events WHERE trace_id = $t AND op_id IS NULL) AS without_op
+"""
+
+
+def memory_state(store, trace_id: str) -> dict[str, int]:
+    """Counts that say what a trace holds: ``events`` (memory_events rows), ``instants`` (its ``[memory]``
+    instants kept in other_events: more than ``events`` means it was ingested before memory events were kept),
+    ``oom`` (``[OutOfMemory]`` events), ``incomplete`` (rows lacking Bytes or Total Allocated), ``without_op``."""
+    row = store.con.execute(_SQL_STATE, {"t": trace_id}).fetchone()
+    return dict(zip(("events", "instants", "oom", "incomplete", "without_op"), (int(v) for v in row)))
+
+
+_SQL_DEVICES = f"""
+SELECT {device_label_sql()} AS device, device_type, device_id, count(*) AS events,
+       count(*) FILTER (WHERE bytes > 0) AS allocs,
+       CAST(coalesce(sum(bytes) FILTER (WHERE bytes > 0), 0) AS BIGINT) AS alloc_bytes,
+       count(*) FILTER (WHERE bytes < 0) AS frees,
+       CAST(coalesce(-sum(bytes) FILTER (WHERE bytes < 0), 0) AS BIGINT) AS freed_bytes,
+       min(ts_ns) AS first_ns, max(ts_ns) AS last_ns,
+       arg_min(total_allocated_bytes - bytes, (ts_ns, event_id)) AS allocated_before_bytes,
+       arg_max(total_allocated_bytes, (ts_ns, event_id)) AS allocated_at_end_bytes,
+       max(total_allocated_bytes) AS peak_allocated_bytes,
+       max(total_reserved_bytes) AS peak_reserved_bytes,
+       arg_max(total_reserved_bytes, (ts_ns, event_id)) AS reserved_at_end_bytes
+FROM memory_events WHERE trace_id = $t AND total_allocated_bytes IS NOT NULL
+GROUP BY ALL ORDER BY device_type DESC, device_id
+"""
+
+
+def memory_devices(store, trace_id: str) -> pd.DataFrame:
+    """Per device (``device`` label, ``device_type``, ``device_id``): events, allocations and frees (count and
+    bytes), first/last event time, allocated just before the first event and after the last, the peaks of
+    allocated and reserved bytes, reserved at the end. CUDA devices first, then CPU."""
+    return store.query(_SQL_DEVICES, {"t": trace_id})
+
+
+_SQL_PEAKS = f"""
+WITH p AS (
+    SELECT *, {device_label_sql()} AS device FROM memory_events
+    WHERE trace_id = $t AND total_allocated_bytes IS NOT NULL
+    QUALIFY row_number() OVER (PARTITION BY device_type, device_id
+                               ORDER BY total_allocated_bytes DESC, ts_ns, event_id) = 1
+)
+SELECT p.device, p.device_type, p.device_id, p.total_allocated_bytes AS peak_allocated_bytes,
+       p.total_reserved_bytes AS reserved_at_peak_bytes, p.ts_ns, p.event_id, p.pid, p.tid, p.bytes,
+       p.op_id, o.name AS operator, p.top_op_id, t.name AS top_operator
+FROM p LEFT JOIN cpu_ops o ON o.trace_id = $t AND o.op_id = p.op_id
+LEFT JOIN cpu_ops t ON t.trace_id = $t AND t.op_id = p.top_op_id
+ORDER BY p.device_type DESC, p.device_id
+"""
+
+
+def memory_peaks(store, trace_id: str) -> pd.DataFrame:
+    """Per device, the event at which allocated bytes peak (the first one reaching the maximum ``Total
+    Allocated``): its time, thread, bytes, reserved bytes then, and its operator and top-level operator."""
+    return store.query(_SQL_PEAKS, {"t": trace_id})
+
+
+_SQL_SERIES = f"""
+WITH e AS (
+    SELECT device_type, device_id, event_id, ts_ns, total_allocated_bytes, total_reserved_bytes,
+           count(*) OVER d AS n, min(ts_ns) OVER d AS t0, max(ts_ns) OVER d AS t1
+    FROM memory_events WHERE trace_id = $t AND total_allocated_bytes IS NOT NULL
+    WINDOW d AS (PARTITION BY device_type, device_id)
+), b AS (
+    SELECT *, CASE WHEN n <= $max THEN event_id
+                   ELSE (ts_ns - t0) // greatest(1, (t1 - t0 + $bins) // $bins) END AS bin
+    FROM e
+), r AS (
+    SELECT *,
+      row_number() OVER (PARTITION BY device_type, device_id, bin ORDER BY total_allocated_bytes DESC, ts_ns, event_id)
+        AS r_hi,
+      row_number() OVER (PARTITION BY device_type, device_id, bin ORDER BY total_allocated_bytes, ts_ns, event_id)
+        AS r_lo,
+      row_number() OVER (PARTITION BY device_type, device_id, bin
+                         ORDER BY total_reserved_bytes DESC NULLS LAST, ts_ns, event_id) AS r_res,
+      row_number() OVER (PARTITION BY device_type, device_id, bin ORDER BY ts_ns DESC, event_id DESC) AS r_last
+    FROM b
+)
+SELECT {device_label_sql()} AS device, device_type, device_id, ts_ns, event_id,
+       total_allocated_bytes AS allocated_bytes, total_reserved_bytes AS reserved_bytes
+FROM r WHERE r_hi = 1 OR r_lo = 1 OR r_res = 1 OR r_last = 1
+ORDER BY device_type DESC, device_id, ts_ns, event_id
+"""
+
+
+def memory_series(store, trace_id: str, max_points: int) -> pd.DataFrame:
+    """Allocated and reserved bytes after each event, per device; a device with more than ``max_points``
+    events is cut into ``max_points // 4`` equal time bins and keeps, per bin, the events of its highest and
+    lowest allocated, highest reserved, and its last event (so the exact peaks and the level at each bin's
+    end are kept)."""
+    return store.query(_SQL_SERIES, {"t": trace_id, "max": int(max_points), "bins": max(1, int(max_points) // 4)})
+
+
+_SQL_OPS = f"""
+SELECT {device_label_sql('e.')} AS device, coalesce(o.name, '(no operator)') AS operator,
+       count(*) FILTER (WHERE e.bytes > 0) AS allocs,
+       CAST(coalesce(sum(e.bytes) FILTER (WHERE e.bytes > 0), 0) AS BIGINT) AS alloc_bytes,
+       count(*) FILTER (WHERE e.bytes < 0) AS frees,
+       CAST(coalesce(-sum(e.bytes) FILTER (WHERE e.bytes < 0), 0) AS BIGINT) AS freed_bytes,
+       CAST(coalesce(sum(e.bytes), 0) AS BIGINT) AS net_bytes,
+       CAST(coalesce(max(e.bytes) FILTER (WHERE e.bytes > 0), 0) AS BIGINT) AS largest_alloc_bytes
+FROM memory_events e LEFT JOIN cpu_ops o ON o.trace_id = e.trace_id AND o.op_id = e.op_id
+WHERE e.trace_id = $t AND e.bytes IS NOT NULL AND e.bytes <> 0
+GROUP BY e.device_type, e.device_id, operator
+ORDER BY e.device_type DESC, e.device_id, alloc_bytes DESC, freed_bytes DESC, operator
+"""
+
+
+def op_allocations(store, trace_id: str) -> pd.DataFrame:
+    """Per device and operator name (its events' innermost operator: self, not children): allocations and
+    frees (count, bytes), net bytes (allocated - freed) and the largest allocation. Events outside every
+    operator are ``(no operator)``."""
+    return store.query(_SQL_OPS, {"t": trace_id})
+
+
+_LIVE_CTE = """
+WITH x AS (
+    SELECT *, lead(bytes) OVER (PARTITION BY device_type, device_id, addr ORDER BY ts_ns, event_id) AS next_bytes
+    FROM memory_events WHERE trace_id = $t AND bytes IS NOT NULL AND bytes <> 0
+), live AS (
+    SELECT * FROM x WHERE bytes > 0 AND (next_bytes IS NULL OR next_bytes > 0)
+)"""
+
+_SQL_LIVE = _LIVE_CTE + f"""
+SELECT {device_label_sql('l.')} AS device, l.ts_ns, l.event_id, l.addr, l.bytes, l.tid,
+       l.op_id, o.name AS operator, t.name AS top_operator
+FROM live l LEFT JOIN cpu_ops o ON o.trace_id = $t AND o.op_id = l.op_id
+LEFT JOIN cpu_ops t ON t.trace_id = $t AND t.op_id = l.top_op_id
+ORDER BY l.bytes DESC, l.ts_ns, l.event_id LIMIT $limit
+"""
+
+_SQL_LIVE_TOTALS = _LIVE_CTE + f"""
+SELECT {device_label_sql()} AS device, count(*) AS blocks, CAST(sum(bytes) AS BIGINT) AS bytes
+FROM live GROUP BY ALL
+"""
+
+_SQL_UNMATCHED_FREES = """
+SELECT count(*) FROM (
+    SELECT bytes, lag(bytes) OVER (PARTITION BY device_type, device_id, addr ORDER BY ts_ns, event_id) AS prev
+    FROM memory_events WHERE trace_id = $t AND bytes IS NOT NULL AND bytes <> 0
+) WHERE bytes < 0 AND (prev IS NULL OR prev < 0)
+"""
+
+
+def live_at_end(store, trace_id: str, limit: int) -> tuple[pd.DataFrame, pd.DataFrame, int]:
+    """Blocks allocated inside the window and not freed by its end (an allocation whose next event at the
+    same device and address is not a free): the ``limit`` largest (time, address, bytes, thread, allocating
+    operator and its top-level operator), totals per device (``blocks``, ``bytes``), and the number of frees
+    of blocks allocated before the window."""
+    p = {"t": trace_id}
+    rows = store.query(_SQL_LIVE, {**p, "limit": int(limit)})
+    totals = store.query(_SQL_LIVE_TOTALS, p)
+    unmatched = int(store.con.execute(_SQL_UNMATCHED_FREES, p).fetchone()[0])
+    return rows, totals, unmatched
+
+
+_SQL_ALLOCATOR_IDLE = f"""
+WITH calls AS (
+    SELECT start_ns, end_ns FROM launches
+    WHERE trace_id = $t AND end_ns > start_ns AND {_ALLOCATOR.format(c="regexp_replace(name, '_v[0-9]+$', '')")}
+), u AS ({union_sql("calls")}),
+g AS (SELECT device, gap_start_ns, gap_end_ns FROM idle_gaps WHERE trace_id = $t),
+ov AS (
+    SELECT g.device, sum(least(g.gap_end_ns, u.end_ns) - greatest(g.gap_start_ns, u.start_ns)) AS ns
+    FROM g JOIN u ON u.start_ns < g.gap_end_ns AND g.gap_start_ns < u.end_ns
+    GROUP BY g.device
+)
+SELECT g.device, CAST(sum(g.gap_end_ns - g.gap_start_ns) AS BIGINT) AS idle_ns,
+       CAST(coalesce(any_value(ov.ns), 0) AS BIGINT) AS allocator_idle_ns,
+       (SELECT count(*) FROM calls) AS allocator_calls,
+       (SELECT CAST(coalesce(sum(end_ns - start_ns), 0) AS BIGINT) FROM u) AS allocator_call_ns
+FROM g LEFT JOIN ov ON ov.device = g.device
+GROUP BY g.device ORDER BY g.device
+"""
+
+_SQL_ALLOCATOR_CALLS = f"""
+SELECT count(*) AS calls, CAST(coalesce(sum(dur_ns), 0) AS BIGINT) AS call_ns FROM launches
+WHERE trace_id = $t AND {_ALLOCATOR.format(c="regexp_replace(name, '_v[0-9]+$', '')")}
+"""
+
+
+def allocator_idle(store, trace_id: str) -> tuple[pd.DataFrame, dict[str, int]]:
+    """Per GPU device: its idle time (the idle gaps of its busy union, idle_gaps) and the part of it that
+    overlaps the union of the allocator's runtime/driver calls (cudaMalloc, cudaFree, cuMemAlloc, ...: the
+    'allocator' names of storage/idle.py) on any thread; and the trace's allocator calls (count, summed ns)."""
+    per_device = store.query(_SQL_ALLOCATOR_IDLE, {"t": trace_id})
+    calls, call_ns = store.con.execute(_SQL_ALLOCATOR_CALLS, {"t": trace_id}).fetchone()
+    return per_device, {"calls": int(calls), "call_ns": int(call_ns)}
+
+
+# A module range is a python_function named "nn.Module: X_k" (with_modules=True). The innermost holding a time
+# on a thread is the one starting last (then ending first) among those holding it.
+_SQL_MODULES = """
+WITH RECURSIVE ev AS (
+    SELECT event_id, pid, tid, ts_ns, op_id FROM memory_events WHERE trace_id = $t AND list_contains($ids, event_id)
+), mods AS (
+    SELECT pid, tid, start_ns, end_ns, name FROM python_calls WHERE trace_id = $t AND name LIKE 'nn.Module: %'
+), direct AS (
+    SELECT e.event_id, arg_max(m.name, (m.start_ns, -m.end_ns)) AS module
+    FROM ev e JOIN mods m ON m.pid = e.pid AND m.tid = e.tid AND m.start_ns <= e.ts_ns AND e.ts_ns < m.end_ns
+    GROUP BY e.event_id
+), chain AS (  -- the event's operator and its enclosing operators
+    SELECT e.event_id, o.op_id, o.parent_op_id, o.depth, o.seq_number, o.fwd_thread_id, o.pid, o.tid
+    FROM ev e JOIN cpu_ops o ON o.trace_id = $t AND o.op_id = e.op_id
+    WHERE e.event_id NOT IN (SELECT event_id FROM direct)
+    UNION ALL
+    SELECT c.event_id, o.op_id, o.parent_op_id, o.depth, o.seq_number, o.fwd_thread_id, o.pid, o.tid
+    FROM chain c JOIN cpu_ops o ON o.trace_id = $t AND o.op_id = c.parent_op_id
+), bwd AS (  -- the innermost backward operator (it carries the forward's sequence number and thread)
+    SELECT event_id, arg_max(seq_number, depth) AS seq_number, any_value(pid) AS pid, any_value(tid) AS tid
+    FROM chain WHERE seq_number IS NOT NULL AND seq_number >= 0 AND fwd_thread_id IS NOT NULL
+    GROUP BY event_id
+), fwd AS (  -- the innermost operator of that sequence number on another thread of the process: the forward
+    SELECT b.event_id, arg_max(f.op_id, (f.depth, f.start_ns)) AS op_id
+    FROM bwd b JOIN cpu_ops f ON f.trace_id = $t AND f.seq_number = b.seq_number AND f.pid = b.pid
+                            AND f.tid <> b.tid
+    GROUP BY b.event_id
+), via AS (
+    SELECT x.event_id, arg_max(m.name, (m.start_ns, -m.end_ns)) AS module
+    FROM fwd x JOIN cpu_ops f ON f.trace_id = $t AND f.op_id = x.op_id
+    JOIN mods m ON m.pid = f.pid AND m.tid = f.tid AND m.start_ns <= f.start_ns AND f.start_ns < m.end_ns
+    GROUP BY x.event_id
+)
+SELECT event_id, module, 'event' AS module_via FROM direct
+UNION ALL
+SELECT event_id, module, 'forward operator' FROM via
+"""
+
+
+def event_modules(store, trace_id: str, event_ids: list[int]) -> pd.DataFrame:
+    """The nn.Module active at each of ``event_ids`` (``event_id``, ``module``, ``module_via``): the innermost
+    ``nn.Module: X_k`` range on the event's thread holding it (``module_via`` 'event'); else, for an event under
+    a backward operator (autograd thread), the innermost module range holding the start of the forward operator
+    with the same sequence number ('forward operator'). Events with neither are absent."""
+    if not event_ids:
+        return pd.DataFrame({"event_id": [], "module": [], "module_via": []})
+    return store.query(_SQL_MODULES, {"t": trace_id, "ids": [int(i) for i in event_ids]})
