@@ -14,9 +14,10 @@ canonical text; every size is in bytes, every time integer ns).
   ``torch.cuda.max_memory_allocated()`` over that step (after ``reset_peak_memory_stats``). The peak event is
   the first one reaching that maximum; its **operator** is the innermost cpu_op on the event's thread whose range
   holds it (``start <= t < end``), with its top-level operator; its **module** is the innermost
-  ``nn.Module: X_k`` range (``with_modules=True``) on that thread holding the event, else (an event under a
-  backward operator, on the autograd thread) the innermost module range holding the start of the forward
-  operator with the backward operator's ``Sequence number`` (``module_via`` says which).
+  ``nn.Module: X_k`` range (``with_modules=True``) on that thread holding the event, else its operator's module
+  (the innermost module range holding the operator's start; for a backward operator on the autograd thread, its
+  forward operator's: the one with the backward node's ``Sequence number``, as the Modules analysis maps them);
+  ``module_via`` says which.
 - ``operators``: per device and operator name, the events whose innermost operator it is (self, not its
   children's): ``allocs``/``alloc_bytes`` (positive ``Bytes``), ``frees``/``freed_bytes`` (negative, as
   positive numbers), ``net_bytes = alloc_bytes - freed_bytes``. Events outside every operator form the row

@@ -269,50 +269,35 @@ def allocator_idle(store, trace_id: str) -> tuple[pd.DataFrame, dict[str, int]]:
     return per_device, {"calls": int(calls), "call_ns": int(call_ns)}
 
 
-# A module range is a python_function named "nn.Module: X_k" (with_modules=True). The innermost holding a time
-# on a thread is the one starting last (then ending first) among those holding it.
+# A module range is a python_function named "nn.Module: X_k" (with_modules=True). The innermost holding an event
+# on its thread is the one starting last (then ending first) among those holding it; else the operator's module
+# (cpu_ops.module_call_id, storage/pycontext.py: the module at the op's start, or its forward operator's).
 _SQL_MODULES = """
-WITH RECURSIVE ev AS (
+WITH ev AS (
     SELECT event_id, pid, tid, ts_ns, op_id FROM memory_events WHERE trace_id = $t AND list_contains($ids, event_id)
-), mods AS (
-    SELECT pid, tid, start_ns, end_ns, name FROM python_calls WHERE trace_id = $t AND name LIKE 'nn.Module: %'
 ), direct AS (
     SELECT e.event_id, arg_max(m.name, (m.start_ns, -m.end_ns)) AS module
-    FROM ev e JOIN mods m ON m.pid = e.pid AND m.tid = e.tid AND m.start_ns <= e.ts_ns AND e.ts_ns < m.end_ns
+    FROM ev e JOIN python_calls m ON m.trace_id = $t AND m.pid = e.pid AND m.tid = e.tid
+                                 AND m.start_ns <= e.ts_ns AND e.ts_ns < m.end_ns AND m.name LIKE 'nn.Module: %'
     GROUP BY e.event_id
-), chain AS (  -- the event's operator and its enclosing operators
-    SELECT e.event_id, o.op_id, o.parent_op_id, o.depth, o.seq_number, o.fwd_thread_id, o.pid, o.tid
+), by_op AS (
+    SELECT e.event_id, m.name AS module,
+           CASE WHEN o.fwd_op_id IS NULL THEN 'operator' ELSE 'forward operator' END AS module_via
     FROM ev e JOIN cpu_ops o ON o.trace_id = $t AND o.op_id = e.op_id
-    WHERE e.event_id NOT IN (SELECT event_id FROM direct)
-    UNION ALL
-    SELECT c.event_id, o.op_id, o.parent_op_id, o.depth, o.seq_number, o.fwd_thread_id, o.pid, o.tid
-    FROM chain c JOIN cpu_ops o ON o.trace_id = $t AND o.op_id = c.parent_op_id
-), bwd AS (  -- the innermost backward operator (it carries the forward's sequence number and thread)
-    SELECT event_id, arg_max(seq_number, depth) AS seq_number, any_value(pid) AS pid, any_value(tid) AS tid
-    FROM chain WHERE seq_number IS NOT NULL AND seq_number >= 0 AND fwd_thread_id IS NOT NULL
-    GROUP BY event_id
-), fwd AS (  -- the innermost operator of that sequence number on another thread of the process: the forward
-    SELECT b.event_id, arg_max(f.op_id, (f.depth, f.start_ns)) AS op_id
-    FROM bwd b JOIN cpu_ops f ON f.trace_id = $t AND f.seq_number = b.seq_number AND f.pid = b.pid
-                            AND f.tid <> b.tid
-    GROUP BY b.event_id
-), via AS (
-    SELECT x.event_id, arg_max(m.name, (m.start_ns, -m.end_ns)) AS module
-    FROM fwd x JOIN cpu_ops f ON f.trace_id = $t AND f.op_id = x.op_id
-    JOIN mods m ON m.pid = f.pid AND m.tid = f.tid AND m.start_ns <= f.start_ns AND f.start_ns < m.end_ns
-    GROUP BY x.event_id
+    JOIN python_calls m ON m.trace_id = $t AND m.call_id = o.module_call_id
 )
-SELECT event_id, module, 'event' AS module_via FROM direct
-UNION ALL
-SELECT event_id, module, 'forward operator' FROM via
+SELECT e.event_id, coalesce(d.module, b.module) AS module,
+       CASE WHEN d.module IS NOT NULL THEN 'event' ELSE b.module_via END AS module_via
+FROM ev e LEFT JOIN direct d ON d.event_id = e.event_id LEFT JOIN by_op b ON b.event_id = e.event_id
+WHERE d.module IS NOT NULL OR b.module IS NOT NULL
 """
 
 
 def event_modules(store, trace_id: str, event_ids: list[int]) -> pd.DataFrame:
     """The nn.Module active at each of ``event_ids`` (``event_id``, ``module``, ``module_via``): the innermost
-    ``nn.Module: X_k`` range on the event's thread holding it (``module_via`` 'event'); else, for an event under
-    a backward operator (autograd thread), the innermost module range holding the start of the forward operator
-    with the same sequence number ('forward operator'). Events with neither are absent."""
+    ``nn.Module: X_k`` range on the event's thread holding it (``module_via`` 'event'); else its operator's module
+    (``cpu_ops.module_call_id``: 'operator', or 'forward operator' for a backward operator on the autograd
+    thread, whose module is its forward operator's). Events with neither are absent."""
     if not event_ids:
         return pd.DataFrame({"event_id": [], "module": [], "module_via": []})
     return store.query(_SQL_MODULES, {"t": trace_id, "ids": [int(i) for i in event_ids]})
