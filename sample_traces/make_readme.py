@@ -65,6 +65,21 @@ Models we did not write, captured on 2026-11-25 on an NVIDIA H100 80GB HBM3 (dri
 - `graph_prior/`: CUDA-graph replays of our own workloads (200 chained elementwise ops; an 8-layer MLP at
   batch 1; a 16-layer Llama-shaped one-token forward) from which `make_graph_prior.py` measures the shipped
   prior of the launch-free gap (`src/kernelscope/data/graph_gap_prior.csv`).
+
+The TensorBoard-style captures of 2026-11-27 (same H100 machine and versions) by
+`PYTHONPATH=src python3 sample_traces/capture_tb.py --out DIR`: a Qwen2ForCausalLM from a config with **6
+decoder layers** (d=256), AdamW, bf16 autocast, batches of 4 x 128 from a `DataLoader` (pinned, copied
+`non_blocking`). Each `oracle.txt` (JSON) holds, per training step by `ProfilerStep` number,
+`torch.cuda.max_memory_allocated()` over the step (peak stats reset at its start), the allocated bytes at its
+start and end, and its GPU time between two CUDA events:
+
+- `tb_qwen2/`: the folder `torch.profiler.tensorboard_trace_handler(use_gzip=True)` wrote for plain
+  torch.profiler with shapes, memory, stacks and modules under `schedule(wait=1, warmup=1, active=2,
+  repeat=2)`: two files `vm_484.<ns>.pt.trace.json.gz`, steps 2-3 and 6-7.
+- `tb_ddp/`: the same handler's folder for two DDP workers (gloo, both on the one GPU, a 2-layer copy), one
+  profiled step each: two worker files of one step, ranks 0 and 1.
+- `qwen2_train_mem/`: our collector (telemetry, un-profiled timing) around the 6-layer step with every
+  profiler option on; step 1 profiled.
 """
 
 
