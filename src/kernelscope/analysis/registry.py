@@ -22,6 +22,7 @@ from . import (
     memory,
     power,
     recommend,
+    steps,
     summary,
     transition,
     whatif,
@@ -54,6 +55,7 @@ _TABLE = [
     Analysis("diff", diff.DESCRIPTION, diff.diff, multi=True),
     Analysis("comm", comm.DESCRIPTION, comm.comm, multi=True),
     Analysis("memory", memory.DESCRIPTION, memory.memory),
+    Analysis("steps", steps.DESCRIPTION, steps.steps),
 ]
 
 ANALYSES: dict[str, Analysis] = {a.name: a for a in _TABLE}

@@ -1,0 +1,213 @@
+"""The steps analysis (docs/metrics.md "Steps").
+
+- On sample traces with several ProfilerSteps, every step's span and each of its seven categories equal the
+  independent plain-Python sweep over the raw JSON (tests/reference_steps.py), to the ns.
+- On a hand-made trace (numbers worked out by hand in ``edge_events``): TensorBoard's span rule (GPU work past
+  the CPU step's end), the category priorities, dataloader ranges, enclosing annotations and markers left out,
+  warm-up and partial steps of two windows, ``phase=``, and a trace without steps.
+- The CLI's ``analyze steps TRACE --json``.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import stores
+from click.testing import CliRunner
+from conftest import SAMPLES
+from reference_steps import reference_steps
+from storage.kineto_build import kern, op, rt, write_trace, x
+
+from kernelscope.analysis.steps import CATEGORIES, steps
+from kernelscope.cli import cli
+from kernelscope.errors import UsageError
+from kernelscope.storage.store import open_store
+
+US = 1000
+COLS = ["step", "start_ns", "dur_ns", *[f"{c}_ns" for c in CATEGORIES]]
+# several ProfilerSteps each: eager (6), graph replays with GPU work past the CPU steps (6), torch.compile (30),
+# a prefill whose kernels end after the step (2)
+REFERENCE_SAMPLES = ["small_kernels_eager", "small_kernels_graph", "compiled", "llama_prefill_b1"]
+
+
+def _rows(df) -> list[dict]:
+    return [{c: int(v) for c, v in zip(COLS, row)} for row in df[COLS].itertuples(index=False)]
+
+
+@pytest.mark.parametrize("name", REFERENCE_SAMPLES)
+def test_categories_equal_the_raw_json_sweep(session_store, name):
+    path = SAMPLES / name / "trace.json.gz"
+    want = reference_steps(str(path))
+    assert len(want) >= 2
+    with open_store(session_store.db, read_only=True) as store:
+        r = steps(store, session_store.ids[path])
+    df = r.tables["steps"]
+    assert _rows(df) == want
+    parts = df[[f"{c}_ns" for c in CATEGORIES]].sum(axis=1)
+    assert (parts == df["dur_ns"]).all() and (df[[f"{c}_ns" for c in CATEGORIES]] >= 0).all().all()
+    assert r.scalars["step_count"] == len(want)
+    steady = sorted(d["dur_ns"] for d, w, p in zip(want, df["warmup"], df["partial"]) if not w and not p)
+    assert r.scalars["step_time_min_ns"] == steady[0] and r.scalars["step_time_max_ns"] == steady[-1]
+
+
+def test_graph_steps_run_past_the_cpu_step(session_store):
+    """small_kernels_graph: the host launches faster than the GPU runs, so each step's span ends with its
+    kernels (TensorBoard's rule), after its host range."""
+    path = SAMPLES / "small_kernels_graph" / "trace.json.gz"
+    with open_store(session_store.db, read_only=True) as store:
+        df = steps(store, session_store.ids[path]).tables["steps"]
+    assert (df["gpu_tail_ns"] > 0).all()
+    assert (df["start_ns"].iloc[1:].to_numpy() == (df["start_ns"] + df["dur_ns"]).iloc[:-1].to_numpy()).all()
+
+
+def edge_events() -> list[dict]:
+    """Times in us. ``train`` [0,1300) encloses every step (not an operator); window 1 = steps 5, 6, 7;
+    window 2 = steps 10, 11.
+
+    Step 5, host [0,100): an orphan kernel [2,10) (no launch call: queued before the trace). aten::mm [20,60)
+    launches k1 (call [30,34)) -> [40,70); cudaMemcpyAsync [62,66) -> memcpy [65,80).
+      GPU work launched inside starts at 40; the orphan ends at 10 before it -> span [10,100) = 90:
+      kernel [40,70) 30, memcpy [70,80) 10, runtime [30,34) 4 ([62,66) is under the kernel),
+      cpu_op [20,30)+[34,40) 16, other [10,20)+[80,100) 30. Warm-up; partial (1 unlaunched activity).
+    Step 6, host [100,200): dataloader [100,105); aten::add [105,115) launches k3 (call [110,112)) -> [150,260).
+      span [100,260) = 160: kernel 110, dataloader 5, runtime 2, cpu_op [105,110)+[112,115) 8, other [115,150) 35.
+    Step 7, host [200,300): k4 (call [210,212)) -> [270,280); a launch call [220,222) whose kernel is missing;
+      cudaMemsetAsync [230,232) -> memset [275,290).
+      span [260,300) = 40: kernel 10, memset [280,290) 10, other [260,270)+[290,300) 20. Partial (1 lost launch).
+    Step 10, host [1000,1100): two kernels [1020,1030), [1050,1060) (calls [1010,1012), [1040,1042)).
+      span [1000,1100): kernel 20, runtime 4, other 76. Warm-up (first of window 2).
+    Step 11, host [1100,1200): one kernel [1120,1130) (call [1110,1112)); kernelscope's marker [1150,1160).
+      span [1100,1200): kernel 10, runtime 2, other 88 (the marker is not an operator). Partial (1 activity
+      against 2 in the previous step).
+    ``iter`` user annotations [0,100) and [100,200) are the steps under phase=iter.
+    """
+    return [
+        x("user_annotation", "train", 0, 1300),
+        x("user_annotation", "ProfilerStep#5", 0, 100),
+        x("user_annotation", "iter", 0, 100),
+        kern("orphan", 2, 8, 900, 900),
+        op("aten::mm", 20, 40, 1),
+        rt("cudaLaunchKernel", 30, 4, 1, 1),
+        kern("k1", 40, 30, 1, 1),
+        rt("cudaMemcpyAsync", 62, 4, 2, 1),
+        kern("Memcpy HtoD", 65, 15, 2, 1, stream=8, cat="gpu_memcpy"),
+        x("user_annotation", "ProfilerStep#6", 100, 100),
+        x("user_annotation", "iter", 100, 100),
+        x("user_annotation", "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 100, 5),
+        op("aten::add", 105, 10, 3),
+        rt("cudaLaunchKernel", 110, 2, 3, 3),
+        kern("k3", 150, 110, 3, 3),
+        x("user_annotation", "ProfilerStep#7", 200, 100),
+        rt("cudaLaunchKernel", 210, 2, 4, 4),
+        kern("k4", 270, 10, 4, 4),
+        rt("cudaLaunchKernel", 220, 2, 5, 5),
+        rt("cudaMemsetAsync", 230, 2, 6, 6),
+        kern("Memset (Device)", 275, 15, 6, 6, stream=9, cat="gpu_memset"),
+        x("user_annotation", "ProfilerStep#10", 1000, 100),
+        rt("cudaLaunchKernel", 1010, 2, 7, 7),
+        kern("k7", 1020, 10, 7, 7),
+        rt("cudaLaunchKernel", 1040, 2, 8, 8),
+        kern("k8", 1050, 10, 8, 8),
+        x("user_annotation", "ProfilerStep#11", 1100, 100),
+        rt("cudaLaunchKernel", 1110, 2, 9, 9),
+        kern("k9", 1120, 10, 9, 9),
+        x("user_annotation", "kernelscope::clock_sync 1", 1150, 10),
+    ]
+
+
+def _build_edges(db) -> dict:
+    from kernelscope.storage.ingest import ingest_paths
+
+    folder = db.parent
+    paths = {"edges": write_trace(folder / "steps_edges.json", edge_events()),
+             "nosteps": write_trace(folder / "steps_none.json", [op("aten::mm", 0, 10, 1)])}
+    out = {}
+    with open_store(db) as store:
+        for key, path in paths.items():
+            (res,) = ingest_paths(store, [path])
+            out[key] = (res.trace_id, str(path))
+    return out
+
+
+@pytest.fixture(scope="module")
+def edges():
+    db, meta = stores.template("steps_edges", _build_edges)
+    with open_store(db, read_only=True) as store:
+        yield store, meta
+
+
+def test_edges_by_hand(edges):
+    store, meta = edges
+    r = steps(store, meta["edges"][0])
+    df = r.tables["steps"]
+    got = {int(s): row for s, row in zip(df["step"], _rows(df))}
+    want = {  # step: (start, dur, kernel, memcpy, memset, runtime, dataloader, cpu_op, other) in us
+        5: (10, 90, 30, 10, 0, 4, 0, 16, 30),
+        6: (100, 160, 110, 0, 0, 2, 5, 8, 35),
+        7: (260, 40, 10, 0, 10, 0, 0, 0, 20),
+        10: (1000, 100, 20, 0, 0, 4, 0, 0, 76),
+        11: (1100, 100, 10, 0, 0, 2, 0, 0, 88),
+    }
+    from storage.kineto_build import BASE
+    for n, w in want.items():
+        g = got[n]
+        assert (g["start_ns"] - BASE, *[g[c] for c in COLS[2:]]) == tuple(v * US for v in w), n
+    assert _rows(df) == reference_steps(meta["edges"][1])
+    flags = {int(s): (bool(w), bool(p)) for s, w, p in zip(df["step"], df["warmup"], df["partial"])}
+    assert flags == {5: (True, True), 6: (False, False), 7: (False, True), 10: (True, False), 11: (False, True)}
+    by = df.set_index("step")
+    assert (by.at[5, "unlaunched"], by.at[7, "lost_launches"], by.at[11, "activities"]) == (1, 1, 1)
+    assert by.at[6, "gpu_tail_ns"] == 60 * US and by.at[6, "host_dur_ns"] == 100 * US
+    assert "partial" in by.at[11, "note"] and "warm-up" in by.at[10, "note"]
+    # only step 6 is steady
+    s = r.scalars
+    assert (s["step_count"], s["steady_steps"], s["warmup_steps"], s["partial_steps"]) == (5, 1, 2, 3)
+    assert s["step_time_median_ns"] == s["step_time_min_ns"] == s["step_time_max_ns"] == 160 * US
+    assert s["step_time_cv"] == 0.0
+    b = r.tables["breakdown"].set_index("category")
+    assert b.at["kernel", "mean_ns"] == 110 * US and b.at["other", "share"] == pytest.approx(35 / 160)
+
+
+def test_warmup_option_and_spread(edges):
+    store, meta = edges
+    r = steps(store, meta["edges"][0], warmup=0)
+    df = r.tables["steps"]
+    assert not df["warmup"].any()
+    assert r.scalars["steady_steps"] == 2  # steps 6 and 10
+    durs = [160 * US, 100 * US]
+    mean = sum(durs) / 2
+    assert r.scalars["step_time_median_ns"] == 130 * US
+    assert r.scalars["step_time_cv"] == pytest.approx((sum((d - mean) ** 2 for d in durs) / 2) ** 0.5 / mean)
+
+
+def test_phase_steps(edges):
+    store, meta = edges
+    df = steps(store, meta["edges"][0], phase="iter").tables["steps"]
+    assert list(df["step"]) == [0, 1]
+    assert list(df["dur_ns"]) == [90 * US, 160 * US]
+    assert list(df["warmup"]) == [True, False] and list(df["partial"]) == [True, True]
+    with pytest.raises(UsageError):
+        steps(store, meta["edges"][0], warmup=-1)
+
+
+def test_no_steps_is_one_sentence(edges):
+    store, meta = edges
+    r = steps(store, meta["nosteps"][0])
+    assert r.tables["steps"].empty and r.scalars["step_count"] == 0
+    assert len(r.warnings) == 1 and "ProfilerStep" in r.warnings[0]
+    r = steps(store, meta["edges"][0], phase="nope")
+    assert r.scalars["step_count"] == 0 and "nope" in r.warnings[0]
+
+
+def test_cli_json(session_store):
+    path = SAMPLES / "compiled" / "trace.json.gz"
+    res = CliRunner().invoke(cli, ["analyze", "steps", session_store.ids[path], "--json",
+                                   "--db", str(session_store.db)])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["analysis"] == "steps" and out["steps"] and len(out["steps"]) == 30
+    row = out["steps"][3]
+    assert all(type(row[f"{c}_ns"]) is int for c in CATEGORIES)
+    assert sum(row[f"{c}_ns"] for c in CATEGORIES) == row["dur_ns"]
+    assert [r["step"] for r in out["steps"]] == list(range(1, 31))
