@@ -71,18 +71,19 @@ def nav(trace_id: str, active: str) -> html.Div:
                      for n, m in TRACE_PAGES.items()], className="ks-nav")
 
 
-def route(db_path, pathname: str | None, search: str | None):
+def route(db_path, pathname: str | None, search: str | None, logdir=None):
     """Render the page for a URL (the router callback as a plain function). A URL parameter that fails its
-    check (``params.SPECS``) is left out and named in one sentence above the page."""
+    check (``params.SPECS``) is left out and named in one sentence above the page. ``logdir``: the folder
+    ``--logdir`` watches (the traces list says so)."""
     path = pathname if isinstance(pathname, str) else "/"
     params = P.url_params(search)
-    page = _page(db_path, path or "/", search if isinstance(search, str) else "", params)
+    page = _page(db_path, path or "/", search if isinstance(search, str) else "", params, logdir)
     if not params.problems:
         return page
     return html.Div([message(params.sentence(), "msg-bad-param", "error"), page])
 
 
-def _page(db_path, path: str, search: str, params):
+def _page(db_path, path: str, search: str, params, logdir=None):
     name = page_name(path)
     ref = trace_ref(path, search)
     params = {k: v for k, v in params.items() if k != "trace"}  # the trace is the page's subject, not state
@@ -93,7 +94,7 @@ def _page(db_path, path: str, search: str, params):
     try:
         with open_store(db_path, read_only=True) as store:
             if ref is None:
-                return STORE_PAGES[name].layout(store, params) if name in STORE_PAGES else traces.layout(store)
+                return STORE_PAGES[name].layout(store, params) if name in STORE_PAGES else traces.layout(store, logdir)
             try:
                 trace_id = resolve_trace(store, ref)
             except TraceNotFound:
@@ -128,9 +129,10 @@ def callback_error(exc: Exception):
     return None
 
 
-def create_app(db_path, token: str | None = None) -> dash.Dash:
+def create_app(db_path, token: str | None = None, logdir=None) -> dash.Dash:
     """The dashboard over the store at ``db_path`` (read-only, one short-lived connection per callback).
-    With ``token`` every request needs it (``_guard``); request bodies are capped at MAX_BODY_BYTES."""
+    With ``token`` every request needs it (``_guard``); request bodies are capped at MAX_BODY_BYTES. ``logdir``:
+    the folder a watcher ingests (storage/logdir.py), named in the header and on the traces list."""
     db_path = pathlib.Path(db_path)
     app = dash.Dash(__name__, title="kernelscope", suppress_callback_exceptions=True,
                     update_title=None, on_error=callback_error,
@@ -141,7 +143,8 @@ def create_app(db_path, token: str | None = None) -> dash.Dash:
         html.Div([dcc.Link("kernelscope", href="/", className="ks-brand"),
                   dcc.Link("traces", href="/"),
                   *[dcc.Link(getattr(m, "TITLE", n), href=f"/{n}") for n, m in STORE_PAGES.items()],
-                  html.Span(str(db_path), className="ks-store")], className="ks-header"),
+                  html.Span(str(db_path) + (f" · watching {logdir}" if logdir else ""), className="ks-store")],
+                 className="ks-header"),
         html.Div(id=ERROR_ID),
         dcc.Loading(html.Div(id="page"), delay_show=300),
     ])
@@ -149,7 +152,7 @@ def create_app(db_path, token: str | None = None) -> dash.Dash:
     @app.callback(Output("page", "children"), Input("url", "pathname"), State("url", "search"))
     def _render(pathname, search):
         return route(db_path, pathname if isinstance(pathname, str) else None,
-                     search if isinstance(search, str) else None)
+                     search if isinstance(search, str) else None, logdir)
 
     for module in list(TRACE_PAGES.values()) + list(STORE_PAGES.values()):
         if hasattr(module, "register"):
@@ -246,7 +249,7 @@ def new_token() -> str:
 
 
 def serve(db_path, host: str = "127.0.0.1", port: int = 8050, debug: bool = False,
-          token: str | None = None) -> None:
+          token: str | None = None, logdir=None) -> None:
     """Print the URL and serve the dashboard until interrupted. Beyond loopback a token is required (one is
     generated when none is given) and a warning goes to stderr; on loopback a given token is required too."""
     import sys
@@ -256,7 +259,7 @@ def serve(db_path, host: str = "127.0.0.1", port: int = 8050, debug: bool = Fals
         print(f"kernelscope: warning: serving on {host}, beyond this machine: every trace, name and file path "
               "in the store can be read by anyone who can reach this port and has the token in the URL below; "
               "serve on 127.0.0.1 (the default) unless you mean it.", file=sys.stderr, flush=True)
-    app = create_app(db_path, token=token)
+    app = create_app(db_path, token=token, logdir=logdir)
     query = f"?token={token}" if token else ""
     shown_host = f"[{host}]" if ":" in host and not host.startswith("[") else host
     print(f"kernelscope dashboard: http://{shown_host}:{port}/{query}", flush=True)

@@ -33,18 +33,26 @@ def rows(store) -> pd.DataFrame:
     return out
 
 
-def layout(store) -> html.Div:
+def layout(store, logdir=None) -> html.Div:
+    """The list; ``logdir``: the folder `kernelscope dashboard --logdir` watches (new traces appear on reload)."""
     df = rows(store)
     if df.empty:
+        if logdir is not None:
+            from ...storage.logdir import describe
+
+            return html.Div([html.H2("Traces"), message(
+                f"Waiting for traces: {describe(logdir)}. Each appears here (reload the page) once its file is "
+                "complete.", "msg-empty-store")])
         return html.Div([
             html.H2("Traces"),
             message(f"The store {store.path} has no traces yet. Ingest one with "
                     "`kernelscope ingest TRACE_FILE` and reload this page.", "msg-empty-store"),
         ])
+    watching = f" Watching {logdir}: new traces appear on reload." if logdir is not None else ""
     return html.Div([
         html.H2("Traces"),
         html.P(f"{len(df)} traces in {store.path}. Type in the row under a header to filter "
-               "(e.g. >100 under kernels); click a row to open its overview.", className="ks-hint"),
+               f"(e.g. >100 under kernels); click a row to open its overview.{watching}", className="ks-hint"),
         grid(df, COLUMNS, TABLE_ID, filters=True, page_size=50, clickable=True),
     ])
 
