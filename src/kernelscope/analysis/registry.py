@@ -20,6 +20,7 @@ from . import (
     kernels,
     launch,
     memory,
+    modules,
     power,
     recommend,
     steps,
@@ -54,6 +55,7 @@ _TABLE = [
     Analysis("recommend", recommend.DESCRIPTION, recommend.recommend),
     Analysis("diff", diff.DESCRIPTION, diff.diff, multi=True),
     Analysis("comm", comm.DESCRIPTION, comm.comm, multi=True),
+    Analysis("modules", modules.DESCRIPTION, modules.modules),
     Analysis("memory", memory.DESCRIPTION, memory.memory),
     Analysis("steps", steps.DESCRIPTION, steps.steps),
 ]
