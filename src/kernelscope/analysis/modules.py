@@ -26,9 +26,10 @@ Definitions (docs/metrics.md, "Modules", is the canonical text; every time is an
   over its instances' calls, inclusive numbers counting a call nested inside a call of the same class once (at
   the outer call); ``instances`` counts the class's distinct instances.
 - ``module_kernel_ns``: kernel time inside some module (forward or rolled up); ``outside_kernel_ns`` the rest
-  of ``kernel_time_ns`` (optimizer steps, the loss seed, gradient accumulation, ops outside the model);
-  ``outside`` lists it by top-level operator. ``kernel_time_ns`` counts kernels with a launch call in the
-  trace; ``trust.no_launch_kernel_ns`` is the kernel time without one (not attributable).
+  of the kernel time with a launch call (optimizer steps, the loss seed, gradient accumulation, ops outside the model);
+  ``outside`` lists it by top-level operator; ``trust.no_launch_kernel_ns`` is the kernel time without a launch
+  call in the trace (queued before the profiler started: not attributable). ``module_kernel_ns +
+  outside_kernel_ns + trust.no_launch_kernel_ns = kernel_time_ns`` (every kernel).
 """
 
 from __future__ import annotations
@@ -111,7 +112,7 @@ def modules(store, trace_id: str) -> Result:
                          "number, as the profiler's fwdbwd flows)"}
     if sm.module_call_count(store, trace_id) == 0:
         return Result(name="modules", definition=__doc__.strip(),
-                      scalars={"module_calls": 0, "instances": 0, "classes": 0, **base,
+                      scalars={"module_calls": 0, "module_instances": 0, "module_classes": 0, **base,
                                "module_kernel_ns": 0, "outside_kernel_ns": totals["kernel_time_ns"],
                                "bwd_kernel_ns": totals["bwd_kernel_ns"], "module_share": None,
                                "top_module": None},
@@ -128,8 +129,8 @@ def modules(store, trace_id: str) -> Result:
                         "before the profiler started): they are in no module and not in kernel_time_ns.")
     return Result(
         name="modules", definition=__doc__.strip(),
-        scalars={"module_calls": len(calls), "instances": int(calls["module"].nunique()),
-                 "classes": int(calls["class"].nunique()), **base,
+        scalars={"module_calls": len(calls), "module_instances": int(calls["module"].nunique()),
+                 "module_classes": int(calls["class"].nunique()), **base,
                  "module_kernel_ns": totals["module_kernel_ns"], "outside_kernel_ns": totals["outside_kernel_ns"],
                  "bwd_kernel_ns": totals["bwd_kernel_ns"],
                  "module_share": (totals["module_kernel_ns"] / k) if k else None,

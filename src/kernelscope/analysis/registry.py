@@ -23,6 +23,7 @@ from . import (
     modules,
     power,
     recommend,
+    stacks,
     steps,
     summary,
     transition,
@@ -56,6 +57,7 @@ _TABLE = [
     Analysis("diff", diff.DESCRIPTION, diff.diff, multi=True),
     Analysis("comm", comm.DESCRIPTION, comm.comm, multi=True),
     Analysis("modules", modules.DESCRIPTION, modules.modules),
+    Analysis("stacks", stacks.DESCRIPTION, stacks.stacks),
     Analysis("memory", memory.DESCRIPTION, memory.memory),
     Analysis("steps", steps.DESCRIPTION, steps.steps),
 ]

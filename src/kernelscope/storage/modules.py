@@ -74,7 +74,9 @@ ORDER BY mc.start_ns, mc.call_id"""
 
 _SQL_TOTALS = f"""
 WITH k AS ({_KERNELS})
-SELECT CAST(coalesce(sum(ns), 0) AS BIGINT) AS kernel_time_ns, CAST(coalesce(sum(kernels), 0) AS BIGINT) AS kernels,
+SELECT (SELECT CAST(coalesce(sum(dur_ns), 0) AS BIGINT) FROM gpu_activities WHERE trace_id = $t AND kind = 'kernel')
+           AS kernel_time_ns,
+       (SELECT count(*) FROM gpu_activities WHERE trace_id = $t AND kind = 'kernel') AS kernels,
        CAST(coalesce(sum(ns) FILTER (WHERE module_call_id IS NOT NULL), 0) AS BIGINT) AS module_kernel_ns,
        CAST(coalesce(sum(ns) FILTER (WHERE module_call_id IS NULL), 0) AS BIGINT) AS outside_kernel_ns,
        CAST(coalesce(sum(ns) FILTER (WHERE bwd), 0) AS BIGINT) AS bwd_kernel_ns,
@@ -113,11 +115,11 @@ def module_calls(store, trace_id: str) -> pd.DataFrame:
 
 
 def module_totals(store, trace_id: str) -> dict:
-    """The trace's kernel time (kernels with a launch call) split by module context: kernel_time_ns, kernels,
+    """The trace's kernel time split by module context: kernel_time_ns, kernels (every kernel),
     module_kernel_ns (inside some module, forward or rolled-up backward), outside_kernel_ns (the rest: launched
     outside every module, or backward kernels whose forward operator was, or that have none), bwd_kernel_ns
     (kernels of backward operators with a forward operator), no_launch_kernel_ns (kernels without a launch
-    call: not attributed, not in kernel_time_ns)."""
+    call: in no module). module + outside + no_launch = kernel_time_ns."""
     row = store.query(_SQL_TOTALS, {"t": trace_id}).iloc[0]
     return {k: int(v) for k, v in row.items()}
 
