@@ -244,10 +244,10 @@ def steps(store, trace_id: str, phase: str | None = None, warmup: int = 1) -> Re
     source = "ProfilerStep" if phase is None else f"annotation {phase}"
     trust: dict[str, Any] = {"source": source}
     if not rows:
-        sentence = ("this trace has no ProfilerStep#N ranges: call prof.step() once per iteration under "
+        sentence = ("This trace has no ProfilerStep#N ranges: call prof.step() once per iteration under "
                     "torch.profiler (or kernelscope.profile's p.step()), or name a record_function range "
                     "with -o phase=NAME." if phase is None else
-                    f"this trace has no user annotation named '{phase}' (record_function('{phase}')) to use as steps.")
+                    f"This trace has no user annotation named '{phase}' (record_function('{phase}')) to use as steps.")
         empty = pd.DataFrame({c: pd.Series(dtype="object" if c in ("name", "note") else
                                            "bool" if c in ("warmup", "partial") else "int64") for c in _COLUMNS})
         return Result(name="steps", definition=__doc__.strip(),

@@ -34,7 +34,7 @@ from ..storage.queries import resolve_trace
 from ..storage.store import open_store
 from . import params as P
 from . import urls
-from .pages import bandwidth, bound, compare, launch, operators, overview, power, ranks, sweep, timeline, traces
+from .pages import bandwidth, bound, compare, launch, operators, overview, power, ranks, steps, sweep, timeline, traces
 from .params import check_ref, shown
 from .urls import page_name, trace_ref, url_params  # noqa: F401  (the router reads the URL with these)
 from .widgets import message
@@ -48,6 +48,7 @@ TRACE_PAGES = {
     "bound": bound,
     "bandwidth": bandwidth,
     "power": power,
+    "steps": steps,
 }
 # Pages over the whole store or several traces: /<name>?...
 STORE_PAGES: dict = {

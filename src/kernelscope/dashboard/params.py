@@ -77,6 +77,9 @@ SPECS: dict[str, Spec] = {
     "sweep_b": Spec("text", "sweep B"),
     "by": Spec("text", "the label to pair by"),
     "point": Spec("text", "the selected point"),
+    # Steps: a user annotation used as the steps, warm-up steps per window
+    "phase": Spec("text", "the step annotation phase"),
+    "warmup": Spec("int", "the warm-up steps per window warmup", lo=0, hi=10**6),
 }
 
 

@@ -24,6 +24,7 @@ from . import bound as _bound  # issue 5: launch, bound-ness, sweep
 from . import launch as _launch
 from . import power as _power  # issue 5: bandwidth/roofline, power
 from . import roofline as _roofline
+from . import steps as _steps
 from . import sweep as _sweep
 from .blocks import Context, Section, Table
 from .missing import na, shown
@@ -38,6 +39,7 @@ SECTIONS = [
     _sweep.sweep_section,  # only with several traces or --by
     _roofline.roofline_section,
     _power.power_section,
+    _steps.steps_section,
 ]
 
 

@@ -1,0 +1,73 @@
+"""Steps of one trace (``/trace/<ref>/steps``): TensorBoard's overview per step -- stacked bars of kernel,
+memcpy, memset, runtime, dataloader, CPU-op and other time, the step-time line with the steady steps' median,
+the spread, and the table with warm-up and partial steps marked (and why). Numbers come from the ``steps``
+analysis (docs/metrics.md "Steps") through ``reports/steps.py``.
+
+URL state: ``phase`` (a user annotation to use as the steps instead of ``ProfilerStep#N``) and ``warmup``
+(warm-up steps per window, default 1).
+"""
+
+from __future__ import annotations
+
+from dash import html
+
+from ...errors import UsageError
+from ...reports import cache
+from ...reports import steps as rs
+from ...reports.missing import shown
+from ...units import ms_text
+from .. import params as P
+from ..widgets import graph, grid, kpi, message, warning_lines
+
+TITLE = "Steps"
+
+
+def _kpis(r) -> html.Div:
+    s = r.scalars
+    cv = s.get("step_time_cv")
+    return html.Div([
+        kpi("step_time_median_ns", "median step time", s.get("step_time_median_ns"),
+            ms_text(s.get("step_time_median_ns")), f"over {s.get('steady_steps') or s.get('step_count')} step(s)",
+            "median span of the steady steps (neither warm-up nor partial)"),
+        kpi("step_time_min_ns", "min", s.get("step_time_min_ns"), ms_text(s.get("step_time_min_ns"))),
+        kpi("step_time_max_ns", "max", s.get("step_time_max_ns"), ms_text(s.get("step_time_max_ns"))),
+        kpi("step_time_cv", "CV", cv, "—" if cv is None else f"{100 * cv:.2f}%", "",
+            "population standard deviation / mean of the steady steps' times"),
+        kpi("step_count", "steps", s.get("step_count"), f"{s.get('step_count', 0):,}",
+            f"{s.get('warmup_steps', 0)} warm-up, {s.get('partial_steps', 0)} partial"),
+    ], className="ks-kpis", id="steps-kpis")
+
+
+def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
+    params = params or {}
+    phase = params.get("phase") or None
+    warmup = P.integer(params, "warmup")
+    body: list = [html.H2("Steps")]
+    try:
+        r = cache.analysis(store, "steps", trace_id, phase=phase, warmup=1 if warmup is None else warmup)
+    except UsageError as exc:
+        return html.Div(body + [message(str(exc), "msg-steps-bad-option", "error")])
+    if not r.scalars.get("step_count"):
+        hint = " Here, ?phase=NAME in the page's URL does the same." if phase is None else ""
+        return html.Div(body + [message(shown(r.warnings[0]) + hint, "msg-no-steps")], id="steps-page")
+    df = r.tables["steps"]
+    body.append(_kpis(r))
+    body.append(html.P(rs.spread_text(r), className="ks-hint", id="steps-spread"))
+    body.append(graph("steps-breakdown", rs.breakdown_figure(df)))
+    body.append(graph("steps-time", rs.step_time_figure(df, r.scalars)))
+    cols = [("step", "step", "numeric"), ("dur_ns", "step (ms)", "ms")]
+    cols += [(f"{k}_ns", f"{label} (ms)", "ms") for k, label, _ in rs.CATEGORIES]
+    cols += [("gpu_tail_ns", "GPU tail (ms)", "ms"), ("host_dur_ns", "host range (ms)", "ms"),
+             ("activities", "GPU activities", "numeric"), ("marked", "marked", "text"), ("note", "why", "text")]
+    shown_df = df.assign(marked=rs.table_rows(df)["marked"])
+    body += [html.H3("Per step (a step ends when the GPU work it launched ends; the categories add up to it)"),
+             grid(shown_df, cols, "steps-table", tooltips=("note",))]
+    b = r.tables["breakdown"]
+    labels = {k: label for k, label, _ in rs.CATEGORIES}
+    body += [html.H3("Mean over the steady steps"),
+             grid(b.assign(pct=[None if v is None or v != v else round(100 * float(v), 1) for v in b["share"]],
+                           category=[labels.get(c, c) for c in b["category"]]),
+                  [("category", "category", "text"), ("mean_ns", "mean (ms)", "ms"), ("pct", "% of step", "numeric")],
+                  "steps-breakdown-table")]
+    body += warning_lines(r.warnings, shown)
+    return html.Div(body, id="steps-page")

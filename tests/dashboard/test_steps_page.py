@@ -1,0 +1,74 @@
+"""Steps page and report section: through the Flask test client (the router callback over HTTP), numbers equal
+to the steps analysis' JSON; the stacked bars add up to each step; no steps, bad parameters and phase= in words;
+the report section drawn by the same builders, present only when steps exist."""
+
+from __future__ import annotations
+
+import json
+
+import plotly.graph_objects as go
+
+from kernelscope.analysis.registry import get_analysis
+from kernelscope.reports.blocks import Context, Table
+from kernelscope.reports.report import SECTIONS
+from kernelscope.reports.steps import steps_section
+from kernelscope.storage.store import open_store
+
+from .tree import find_json, page_json, plotly_values, text_json
+
+
+def _js(db, tid, **kw) -> dict:
+    with open_store(db, read_only=True) as store:
+        return json.loads(get_analysis("steps").fn(store, tid, **kw).to_json())
+
+
+def test_page_equals_the_analysis(client, dash_store):
+    tid = dash_store.ids["small_kernels_graph"]
+    js = _js(dash_store.db, tid)
+    page = page_json(client, f"/trace/{tid}/steps")
+    for key in ("step_time_median_ns", "step_time_min_ns", "step_time_max_ns", "step_count"):
+        assert find_json(page, f"kpi-{key}")["props"]["data-value"] == str(js[key]), key
+    rows = find_json(page, "steps-table")["props"]["rowData"]
+    assert [(r["step"], r["dur_ns"], r["kernel_ns"], r["gpu_tail_ns"]) for r in rows] == \
+        [(s["step"], s["dur_ns"], s["kernel_ns"], s["gpu_tail_ns"]) for s in js["steps"]]
+    assert rows[0]["marked"] == "warm-up" and rows[1]["marked"] == ""
+    # the stacked bars: seven categories whose heights add up to each step's time (ms)
+    fig = find_json(page, "steps-breakdown")["props"]["figure"]
+    bars = [t for t in fig["data"] if t["type"] == "bar"]
+    assert [t["name"] for t in bars] == ["Kernel", "Memcpy", "Memset", "Runtime", "DataLoader", "CPU Exec", "Other"]
+    heights = [plotly_values(t["y"]) for t in bars]
+    for i, s in enumerate(js["steps"]):
+        assert abs(sum(h[i] for h in heights) - s["dur_ns"] / 1e6) < 1e-9
+    assert fig["data"][0]["x"][0] == f"{js['steps'][0]['step']} (warm-up)"
+    line = find_json(page, "steps-time")["props"]["figure"]["data"][0]
+    assert plotly_values(line["y"]) == [s["dur_ns"] / 1e6 for s in js["steps"]]
+
+
+def test_no_steps_bad_params_and_phase(client, dash_store):
+    nsys = dash_store.ids["nsys"]
+    page = page_json(client, f"/trace/{nsys}/steps")
+    assert "ProfilerStep" in text_json(find_json(page, "msg-no-steps"))
+    tid = dash_store.ids["compiled"]
+    page = page_json(client, f"/trace/{tid}/steps", "?warmup=x")
+    assert "warmup" in text_json(find_json(page, "msg-bad-param")) and find_json(page, "steps-table")
+    page = page_json(client, f"/trace/{tid}/steps", "?warmup=0")
+    assert find_json(page, "kpi-step_count")["props"]["data-value"] == "30"
+    assert find_json(page, "steps-table")["props"]["rowData"][0]["marked"] == ""
+    page = page_json(client, f"/trace/{tid}/steps", "?phase=nope")
+    assert "'nope'" in text_json(find_json(page, "msg-no-steps"))
+
+
+def test_report_section(dash_store):
+    assert steps_section in SECTIONS
+    with_steps, without = dash_store.ids["compiled"], dash_store.ids["nsys"]
+    with open_store(dash_store.db, read_only=True) as store:
+        sec = steps_section(store, [with_steps, without], Context())
+        assert steps_section(store, [without], Context()) is None
+    assert sec.anchor == "steps"
+    assert sum(isinstance(b, go.Figure) for b in sec.blocks) == 2
+    (table,) = [b for b in sec.blocks if isinstance(b, Table)]
+    js = _js(dash_store.db, with_steps)
+    assert list(table.df["step (ms)"]) == [s["dur_ns"] / 1e6 for s in js["steps"]]
+    assert list(table.df["marked"])[:2] == ["warm-up", ""]
+    text = " ".join(b for b in sec.blocks if isinstance(b, str))
+    assert f"median {js['step_time_median_ns'] / 1e6:,.3f} ms" in text
