@@ -22,8 +22,10 @@ from .. import __version__
 from ..storage import catalog
 from . import bound as _bound  # issue 5: launch, bound-ness, sweep
 from . import launch as _launch
+from . import modules as _modules  # issue 13: modules, call stacks
 from . import power as _power  # issue 5: bandwidth/roofline, power
 from . import roofline as _roofline
+from . import stacks as _stacks
 from . import steps as _steps
 from . import sweep as _sweep
 from .blocks import Context, Section, Table
@@ -40,6 +42,8 @@ SECTIONS = [
     _roofline.roofline_section,
     _power.power_section,
     _steps.steps_section,
+    _modules.modules_section,  # only for traces recorded with with_modules
+    _stacks.stacks_section,  # only for traces recorded with with_stack
 ]
 
 
