@@ -34,7 +34,22 @@ from ..storage.queries import resolve_trace
 from ..storage.store import open_store
 from . import params as P
 from . import urls
-from .pages import bandwidth, bound, compare, launch, operators, overview, power, ranks, steps, sweep, timeline, traces
+from .pages import (
+    bandwidth,
+    bound,
+    compare,
+    launch,
+    modules,
+    operators,
+    overview,
+    power,
+    ranks,
+    stacks,
+    steps,
+    sweep,
+    timeline,
+    traces,
+)
 from .params import check_ref, shown
 from .urls import page_name, trace_ref, url_params  # noqa: F401  (the router reads the URL with these)
 from .widgets import message
@@ -49,6 +64,8 @@ TRACE_PAGES = {
     "bandwidth": bandwidth,
     "power": power,
     "steps": steps,
+    "modules": modules,
+    "stacks": stacks,
 }
 # Pages over the whole store or several traces: /<name>?...
 STORE_PAGES: dict = {

@@ -23,7 +23,8 @@ from ..units import NS_PER_MS
 from . import params as P
 
 #: Pages of one trace, in nav order (``app.TRACE_PAGES`` maps each to its module).
-TRACE_PAGES = ("overview", "timeline", "operators", "launch", "bound", "bandwidth", "power", "steps")
+TRACE_PAGES = ("overview", "timeline", "operators", "launch", "bound", "bandwidth", "power", "steps", "modules",
+               "stacks")
 #: Pages over the whole store or several traces (``app.STORE_PAGES``).
 STORE_PAGES = ("compare", "sweep", "ranks")
 
