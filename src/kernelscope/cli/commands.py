@@ -445,13 +445,18 @@ def profile(name, labels, run_dir, db, command):
 @click.option("--token", default=None, metavar="TEXT", envvar="KERNELSCOPE_DASHBOARD_TOKEN", show_envvar=True,
               help="Access token every request must carry (8+ characters of A-Z a-z 0-9 . _ ~ -). Default: "
                    "none on loopback; beyond it, a new random one, printed in the URL.")
+@click.option("--logdir", default=None, metavar="DIR", type=click.Path(),
+              help="Folder torch.profiler.tensorboard_trace_handler writes to: its traces are ingested now and as "
+                   "they appear (the worker files of one profiling cycle as the ranks of one run, each cycle a "
+                   "trace of its own); it may not exist yet.")
 @db_option
-def dashboard(host, port, token, db):
+def dashboard(host, port, token, logdir, db):
     """Serve the web dashboard over a store and print its URL.
 
     Pages read through short-lived read-only connections, so `kernelscope ingest` can run meanwhile:
     it waits (up to 30 s) for the pages being drawn, pages drawn while it writes say the store is busy,
-    and new traces appear on refresh. With a token (given,
+    and new traces appear on refresh. With --logdir DIR a watcher process ingests DIR's complete trace
+    files into the store (created if missing) while the dashboard runs (docs/logdir.md). With a token (given,
     or generated when --host is beyond loopback) a request without it gets 401: open the printed URL
     once (?token=..., then a cookie) or send the X-Kernelscope-Token header. Stop with Ctrl-C.
     """
@@ -462,18 +467,37 @@ def dashboard(host, port, token, db):
                          ) from None
     if token is not None and token_problem(token):
         raise UsageError(f"--token {token_problem(token)}")
+    import os
     import pathlib
 
     from ..errors import StoreLockedError
 
-    if pathlib.Path(db_path(db)).is_file():
-        try:  # a store from an older kernelscope is migrated once here; pages open it read-only
+    if logdir is not None and os.path.exists(logdir) and not os.path.isdir(logdir):
+        raise UsageError(f"--logdir {logdir} is a file, not a folder; give the folder "
+                         "torch.profiler.tensorboard_trace_handler writes to")
+    if pathlib.Path(db_path(db)).is_file() or logdir is not None:
+        try:  # a store from an older kernelscope is migrated once here (with --logdir: created); pages read it
             open_db(db, read_only=False).close()
         except StoreLockedError:  # an ingest is running: it migrates; pages say "busy" until it ends
             pass
     with open_db(db, read_only=True):  # a missing or foreign store fails here, in one line
         pass
-    serve(db_path(db), host=host, port=port, token=token)
+    if logdir is None:
+        serve(db_path(db), host=host, port=port, token=token)
+        return
+    import signal
+
+    from ..storage import logdir as watch
+
+    folder = os.path.abspath(logdir)
+    click.echo(f"kernelscope: watching {folder} for torch.profiler traces; each is ingested once complete",
+               err=True)
+    running = watch.start(folder, db_path(db))
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))  # `kill`: stop the watcher too
+    try:
+        serve(db_path(db), host=host, port=port, token=token, logdir=folder)
+    finally:
+        watch.stop(running)
 
 
 @cli.command()

@@ -313,7 +313,7 @@ class Watcher:
         return out
 
     def _skip_stored(self, scanned: list[_Seen]) -> list[IngestResult]:
-        """Files whose content the store already holds: done, one line each."""
+        """Files whose content the store already holds: done, one line for them all."""
         if not scanned or not self.db_path.exists():
             return []
         from .store import open_store
@@ -328,8 +328,12 @@ class Watcher:
         for s in scanned:
             if stored.get(s.facts.path):
                 s.state = "done"
-                out.append(self._tell(IngestResult(str(s.facts.path), "skipped", stored[s.facts.path],
-                                                   f"already stored as {stored[s.facts.path]}")))
+                out.append(IngestResult(str(s.facts.path), "skipped", stored[s.facts.path],
+                                        f"already stored as {stored[s.facts.path]}"))
+        if len(out) == 1:
+            self._tell(out[0])
+        elif out:
+            self.say(f"kernelscope: logdir: skipped {len(out)} files already in the store")
         return out
 
     def _tell(self, r: IngestResult) -> IngestResult:
@@ -472,8 +476,8 @@ def describe(logdir) -> str:
     if not n:
         return (f"{logdir} holds no trace files yet (*.pt.trace.json[.gz], written by "
                 "torch.profiler.tensorboard_trace_handler when a profiling cycle ends)")
-    return (f"{logdir} holds {n} trace file{'s' if n != 1 else ''}; each is ingested once it is complete (a run "
-            f"once all its ranks are there, or {RANK_WAIT_S:g} s after its last)")
+    return (f"{logdir} holds {n} trace file{'s' if n != 1 else ''}, ingested once complete (the ranks of a cycle "
+            f"together, once all are there or {RANK_WAIT_S:g} s after the last)")
 
 
 # ------------------------------------------------------------------------------------ beside the dashboard
@@ -512,7 +516,12 @@ def start(logdir, db_path, interval: float = POLL_S) -> Running:
     import signal
 
     db_path = pathlib.Path(db_path).resolve()
-    stage = pathlib.Path(tempfile.mkdtemp(prefix=f".{db_path.name}.logdir-", dir=db_path.parent))
+    prefix = f".{db_path.name}.logdir-"
+    for old in db_path.parent.glob(prefix + "*-*"):  # left by a watcher that was killed: its pid is gone
+        pid = old.name[len(prefix):].split("-")[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(old, ignore_errors=True)
+    stage = pathlib.Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=db_path.parent))
     ctx = multiprocessing.get_context("spawn")
     stop_event = ctx.Event()
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # the child starts with Ctrl-C ignored
@@ -523,6 +532,16 @@ def start(logdir, db_path, interval: float = POLL_S) -> Running:
     finally:
         signal.signal(signal.SIGINT, previous)
     return Running(proc, stop_event, stage)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
 
 
 def stop(running: Running, timeout: float = 10.0) -> None:

@@ -41,8 +41,7 @@ def layout(store, logdir=None) -> html.Div:
             from ...storage.logdir import describe
 
             return html.Div([html.H2("Traces"), message(
-                f"Waiting for traces: {describe(logdir)}. Each appears here (reload the page) once its file is "
-                "complete.", "msg-empty-store")])
+                f"Waiting for traces: {describe(logdir)}. Reload this page to see them.", "msg-empty-store")])
         return html.Div([
             html.H2("Traces"),
             message(f"The store {store.path} has no traces yet. Ingest one with "
