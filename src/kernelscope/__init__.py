@@ -30,6 +30,9 @@ def sweep(*args, **kwargs):
 
 
 def open_store(path=None, read_only: bool = False):
-    from .storage.store import open_store as _open
+    """The store at ``path`` for Python and notebooks: a ``kernelscope.notebook.NotebookStore`` (the storage
+    ``Store`` with ``.traces()``, ``.table(name, trace)``, ``.analyze(name, trace)`` and figures; see
+    docs/notebook.md)."""
+    from .notebook import open_store as _open
 
     return _open(path, read_only=read_only)
