@@ -39,6 +39,7 @@ from .pages import (
     bound,
     compare,
     launch,
+    memory,
     modules,
     operators,
     overview,
@@ -66,6 +67,7 @@ TRACE_PAGES = {
     "steps": steps,
     "modules": modules,
     "stacks": stacks,
+    "memory": memory,
 }
 # Pages over the whole store or several traces: /<name>?...
 STORE_PAGES: dict = {

@@ -71,6 +71,8 @@ SPECS: dict[str, Spec] = {
     "sig": Spec("int", "the selected signature sig", lo=0, hi=10**9),
     # Modules: what the icicle's boxes are sized by
     "metric": Spec("choice", "the module metric", choices=("gpu_ns", "gpu_fwd_ns", "gpu_bwd_ns", "cpu_ns")),
+    # Memory: the device whose tables are shown ('cuda:0', 'cpu'; absent: all)
+    "device": Spec("text", "the memory device"),
     # Bound: bins of the queue-depth figure
     "bins": Spec("choice", "the bin count", choices=tuple(str(n) for n in BIN_CHOICES)),
     # Sweep and Compare

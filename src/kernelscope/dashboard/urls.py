@@ -24,7 +24,7 @@ from . import params as P
 
 #: Pages of one trace, in nav order (``app.TRACE_PAGES`` maps each to its module).
 TRACE_PAGES = ("overview", "timeline", "operators", "launch", "bound", "bandwidth", "power", "steps", "modules",
-               "stacks")
+               "stacks", "memory")
 #: Pages over the whole store or several traces (``app.STORE_PAGES``).
 STORE_PAGES = ("compare", "sweep", "ranks")
 

@@ -22,6 +22,7 @@ from .. import __version__
 from ..storage import catalog
 from . import bound as _bound  # issue 5: launch, bound-ness, sweep
 from . import launch as _launch
+from . import memory as _memory  # issue 13: memory
 from . import modules as _modules  # issue 13: modules, call stacks
 from . import power as _power  # issue 5: bandwidth/roofline, power
 from . import roofline as _roofline
@@ -44,6 +45,7 @@ SECTIONS = [
     _steps.steps_section,
     _modules.modules_section,  # only for traces recorded with with_modules
     _stacks.stacks_section,  # only for traces recorded with with_stack
+    _memory.memory_section,  # only for traces recorded with profile_memory
 ]
 
 
