@@ -11,6 +11,7 @@ import plotly.graph_objects as go
 
 from ..storage import catalog
 from ..storage import stacks as ss
+from ..storage.pycontext import MODULE_PREFIX
 from ..units import NS_PER_MS
 from . import cache
 from .blocks import Section, Table
@@ -46,6 +47,24 @@ def frame_label(name) -> str:
     return text
 
 
+#: Box colours of a flame graph by the kind of frame (``frame_kind``).
+KIND_COLORS = {"module": "#f59e0b", "builtin": "#9ca3af", "torch": "#6366f1", "library": "#10b981", "user": "#ef4444"}
+_LIBRARIES = ("site-packages/", "dist-packages/", "transformers/", "accelerate/", "peft/", "diffusers/", "triton/")
+
+
+def frame_kind(name) -> str:
+    """'module' (an nn.Module range), 'builtin' (``<built-in ...>``), 'torch' (a file under torch/), 'library'
+    (another installed package) or 'user' (any other file: the user's own code)."""
+    text = "" if name is None or name != name else str(name)
+    if text.startswith(MODULE_PREFIX):
+        return "module"
+    if text.startswith("<"):
+        return "builtin"
+    if text.startswith("torch/") or "/torch/" in text:
+        return "torch"
+    return "library" if any(lib in text for lib in _LIBRARIES) else "user"
+
+
 def drawn_paths(flame: pd.DataFrame, metric: str) -> pd.DataFrame:
     """The paths a flame graph draws: value > 0 and at least ``MIN_SHARE`` of the roots' total, at most
     ``MAX_NODES`` of the largest, each only with its parent drawn."""
@@ -64,7 +83,8 @@ def drawn_paths(flame: pd.DataFrame, metric: str) -> pd.DataFrame:
 
 def flame_figure(flame: pd.DataFrame, metric: str = "gpu_ns", title: str | None = None) -> go.Figure:
     """A flame graph of ``metric`` (``METRICS``): one box per frame path, callers below callees, width the
-    path's inclusive time; hover names the frame and its CPU and GPU time."""
+    path's inclusive time, colour by ``frame_kind`` (your code red, libraries green, torch indigo, nn.Module
+    ranges amber, built-ins grey); hover names the frame and its CPU and GPU time."""
     metric = metric if metric in METRICS else "gpu_ns"
     fig = go.Figure()
     fig.update_layout(title=title or f"Python frames by {METRICS[metric]}", height=560,
@@ -81,7 +101,7 @@ def flame_figure(flame: pd.DataFrame, metric: str = "gpu_ns", title: str | None 
     fig.add_trace(go.Icicle(
         ids=ids, parents=parents, labels=[frame_label(n) for n in df["name"]], values=[int(v) for v in df[metric]],
         branchvalues="total", customdata=custom, tiling={"orientation": "v", "flip": "y"}, maxdepth=40,
-        root={"color": "#f3f4f6"},
+        marker={"colors": [KIND_COLORS[frame_kind(n)] for n in df["name"]]},
         hovertemplate=("<b>%{customdata[0]}</b><br>CPU %{customdata[1]}<br>GPU %{customdata[2]} (backward "
                        "%{customdata[3]})<br>%{customdata[4]} kernels<extra></extra>")))
     return fig

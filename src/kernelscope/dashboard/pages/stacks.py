@@ -43,6 +43,8 @@ def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
     body += [_kpis(r.scalars), html.P(rs.summary_sentence(r), className="ks-hint", id="stacks-sentence"),
              graph("stacks-gpu-flame", rs.flame_figure(flame, "gpu_ns", "GPU kernel time by Python path "
                                                        "(callers below callees; click a box to zoom)")),
+             html.P("Colours: your code red, libraries green, torch indigo, nn.Module ranges amber, built-ins "
+                    "grey.", className="ks-hint"),
              graph("stacks-cpu-flame", rs.flame_figure(flame, "cpu_ns", "CPU time by Python path")),
              html.H3("Source lines"),
              html.P("GPU time of a line: the kernels launched while it was on the stack, each once; self: with it "
@@ -51,6 +53,6 @@ def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
                           ("gpu_self_ns", "self GPU (ms)", "ms"), ("gpu_bwd_ns", "backward GPU (ms)", "ms"),
                           ("kernels", "kernels", "numeric"), ("launches", "launches", "numeric"),
                           ("calls", "calls", "numeric"), ("cpu_ns", "CPU (ms)", "ms")], "stacks-lines",
-                  filters=True, tooltips=("source",))]
+                  filters=True, tooltips=("source",), page_size=50)]
     body += warning_lines(r.warnings, shown)
     return html.Div(body, id="stacks-page")
