@@ -6,7 +6,6 @@ frees, allocator stalls), the CLI, and what a trace without memory events (or fr
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 from click.testing import CliRunner
@@ -234,4 +233,3 @@ def test_salvaged_cut_trace_keeps_its_memory_events(tmp_path):
     reader = open_trace(cut, salvage=True)
     rows = [r for b in reader for r in b.to_pylist() if r["name"] == "[memory]"]
     assert reader.meta.truncated and [r["mem_bytes"] for r in rows] == [512, 256, -512, -100, 1024, -1024]
-    shutil.rmtree(tmp_path, ignore_errors=True)
