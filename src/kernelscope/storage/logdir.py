@@ -5,8 +5,9 @@ completed schedule cycle per worker: ``<worker>.<time.time_ns()>.pt.trace.json[.
 ``<hostname>_<pid>``), written in place (the ``.gz`` is streamed from a temporary JSON). ``Watcher.poll`` looks at
 DIR (recursively; each folder on its own, as TensorBoard took each folder as one run):
 
-- **When a file is complete.** Its size and mtime are the same as at the previous poll and its mtime is at least
-  ``quiet_s`` old; then it is read once (``scan``: the sha256 of the decompressed bytes, as ingest computes it, the
+- **When a file is complete.** Its size and mtime are the same as at the previous poll and it has not changed for
+  ``quiet_s`` (by its mtime, or by the poller's own clock since it first saw it so: a file server's clock may
+  differ); then it is read once (``scan``: the sha256 of the decompressed bytes, as ingest computes it, the
   ``ProfilerStep#N`` numbers it covers, its ``distributedInfo``) and taken when its gzip stream reached its end
   marker and its JSON ends with ``}``. A file that stays incomplete for ``truncated_after_s`` is ingested with
   salvage and marked truncated (``traces.truncated``), as ``kernelscope ingest --salvage`` does. Content already
@@ -43,7 +44,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..errors import KernelscopeError, StoreError
+from ..errors import KernelscopeError, StoreError, StoreLockedError
 from ..units import NS_PER_S
 from . import ranks
 from .onetrace import IngestResult
@@ -51,7 +52,7 @@ from .onetrace import IngestResult
 #: tensorboard_trace_handler's file names: worker, the optional time.time_ns() of the export, the suffix.
 NAME_RE = re.compile(r"^(?P<worker>.+?)(?:\.(?P<ns>\d+))?\.pt\.trace\.json(?P<gz>\.gz)?$")
 _STEP_RE = re.compile(rb'"ProfilerStep#(\d+)"')
-#: Seconds a file's mtime must be old (and its size unchanged since the last poll) before it is read.
+#: Seconds a file must be unchanged (and its size and mtime the same as at the last poll) before it is read.
 QUIET_S = 2.0
 #: Seconds a file that is not complete (no gzip end marker, no closing brace) stays unchanged before it is
 #: taken as cut for good and ingested with salvage.
@@ -209,6 +210,7 @@ def plan(ready: list[FileFacts], *, busy_folders=(), learned=None, workers=None,
 @dataclass
 class _Seen:
     key: tuple[int, int]  # (size, mtime_ns) at the last poll
+    since: float  # when this poller first saw that key (its own clock: a file server's clock may differ)
     facts: FileFacts | None = None
     state: str = "new"  # new | ready | done | failed
 
@@ -230,6 +232,7 @@ class Watcher:
     _seen: dict = field(default_factory=dict)
     _learned: dict = field(default_factory=dict)
     _missing_said: bool = False
+    _lock_said: bool = False
 
     def __post_init__(self):
         self.logdir = pathlib.Path(self.logdir).resolve()
@@ -260,12 +263,13 @@ class Watcher:
             key = (st.st_size, st.st_mtime_ns)
             seen = self._seen.get(path)
             if seen is None or seen.key != key:  # new or still growing: look again next time
-                self._seen[path] = _Seen(key)
+                self._seen[path] = _Seen(key, now)
                 busy.add(self._folder(path))
                 continue
             if seen.state in ("done", "failed"):
                 continue
-            if now - st.st_mtime < self.quiet_s:
+            age = now - min(st.st_mtime, seen.since)  # unchanged for this long
+            if age < self.quiet_s:
                 busy.add(self._folder(path))
                 continue
             if seen.facts is None:
@@ -276,7 +280,7 @@ class Watcher:
                     results.append(self._tell(IngestResult(str(path), "failed", None, _first_line(exc))))
                     continue
                 scanned.append(seen)
-            if not seen.facts.complete and now - st.st_mtime < self.truncated_after_s:
+            if not seen.facts.complete and age < self.truncated_after_s:
                 busy.add(self._folder(path))  # cut: being written, or cut for good (salvaged later)
                 continue
             seen.state = "ready"
@@ -343,24 +347,32 @@ class Watcher:
 
     def _ingest(self, unit: Unit) -> list[IngestResult]:
         """Ingest a unit into a fresh stage store, label it, copy it into the store; mark its files done (a
-        failure: failed, retried when the file changes; a busy store: retried at the next poll)."""
+        failure, whatever its cause: failed, tried again when a file changes; another writer holding the store:
+        tried again at the next poll)."""
         from .store import open_store
 
         stage_root = self.stage_dir or self.db_path.resolve().parent
-        folder = pathlib.Path(tempfile.mkdtemp(prefix=f".{self.db_path.name}.logdir-", dir=stage_root))
+        try:
+            folder = pathlib.Path(tempfile.mkdtemp(prefix=f".{self.db_path.name}.logdir-", dir=stage_root))
+        except OSError as exc:
+            raise StoreError(f"cannot make a stage folder beside the store in {stage_root}: {exc.strerror}") from None
         stage = folder / "stage.duckdb"
         try:
             with open_store(stage) as st:
                 results = self._stage(st, unit)
-            ids = [r.trace_id for r in results if r.status == "ingested"]
-            if ids:
-                try:
-                    results = copy_traces(self.db_path, stage, results)
-                except StoreError as exc:  # another writer: this unit waits for the next poll
-                    self.say(f"kernelscope: logdir: {_first_line(exc)}; trying again")
-                    return []
+            if any(r.status == "ingested" for r in results):
+                results = copy_traces(self.db_path, stage, results)
+        except StoreLockedError as exc:  # another writer (an ingest): this unit waits for the next poll
+            if not self._lock_said:
+                self._lock_said = True
+                self.say(f"kernelscope: logdir: {_first_line(exc)}; trying again")
+            return []
+        except Exception as exc:  # a store that cannot be written, or a bug: said once, not retried every poll
+            why = _first_line(exc) if isinstance(exc, KernelscopeError) else f"{type(exc).__name__}: {_first_line(exc)}"
+            results = [IngestResult(str(f.path), "failed", None, why) for f in unit.files]
         finally:
             shutil.rmtree(folder, ignore_errors=True)
+        self._lock_said = False
         by_path = {str(f.path): f for f in unit.files}
         for r in results:
             f = by_path.get(r.path)
@@ -500,12 +512,15 @@ def _child(logdir: str, db_path: str, stage_dir: str, stop_event, interval: floa
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     w = Watcher(pathlib.Path(logdir), pathlib.Path(db_path), stage_dir=pathlib.Path(stage_dir))
-    parent = multiprocessing.parent_process()
+    parent, said = multiprocessing.parent_process(), None
     while not stop_event.is_set() and (parent is None or parent.is_alive()):
         try:
             w.poll()
-        except KernelscopeError as exc:
-            w.say(f"kernelscope: logdir: {_first_line(exc)}")
+        except Exception as exc:  # the dashboard goes on; the watcher says why once and tries again
+            line = f"kernelscope: logdir: {_first_line(exc)}"
+            if line != said:
+                said = line
+                w.say(line)
         stop_event.wait(interval)
 
 
