@@ -152,9 +152,9 @@ def memory(store, trace_id: str, max_points: int = MAX_POINTS, live_limit: int =
     }
     warnings = []
     if state["oom"]:
-        warnings.append(f"{state['oom']} out-of-memory events: an allocation failed inside the window.")
+        warnings.append(f"{state['oom']} out-of-memory event(s): an allocation failed inside the window.")
     if state["incomplete"]:
-        warnings.append(f"{state['incomplete']} memory events lack Bytes or Total Allocated (an older torch): "
+        warnings.append(f"{state['incomplete']} memory event(s) lack Bytes or Total Allocated (an older torch): "
                         "they are left out of the series and the peak.")
     if not len(devices):
         warnings.append("no memory event carries the allocator's totals: no series and no peak.")

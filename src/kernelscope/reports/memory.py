@@ -29,8 +29,8 @@ def mib_text(nbytes) -> str:
 
 
 def has_memory(r) -> bool:
-    """The Result holds memory events (else its first warning says why not)."""
-    return bool(r.scalars.get("memory_events")) and "series" in r.tables
+    """The Result holds memory events with the allocator's totals (else its warnings say why not)."""
+    return bool(r.scalars.get("memory_events")) and len(r.tables.get("device_memory", ())) > 0
 
 
 def peak_text(row) -> str:

@@ -67,7 +67,7 @@ def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
     body: list = [html.H2("Memory")]
     r = cache.analysis(store, "memory", trace_id)
     if not rm.has_memory(r):
-        return html.Div(body + [message(shown(r.warnings[0]) if r.warnings else "No memory events.",
+        return html.Div(body + [message(" ".join(shown(w) for w in r.warnings) or "No memory events.",
                                         "msg-memory-none")], id="memory-page")
     devices = list(r.tables["device_memory"]["device"])
     chosen = params.get("device") or None
