@@ -193,6 +193,26 @@ def test_ddp2_sample_as_a_logdir_plans_one_run_and_a_second_job_another(tmp_path
     assert len(units) == 1 and units[0].run and sorted(f.rank for f in units[0].files) == [0, 1]
 
 
+def test_gpu_samples_written_by_the_handler_plan_a_run_of_two_workers_and_two_cycles_of_one(tmp_path):
+    """sample_traces/tb_ddp (two DDP workers, default worker names, one step) and tb_qwen2 (one process, two
+    cycles), both as tensorboard_trace_handler wrote them on an H100."""
+    logdir = tmp_path / "log"
+    for name in ("tb_ddp", "tb_qwen2"):
+        shutil.copytree(ROOT / "sample_traces" / name, logdir / name)
+    files = L.trace_files(logdir)
+    assert len(files) == 4  # oracle.txt is no trace
+    facts = [L.scan(p, logdir) for p in files]
+    refs = [raw(p) for p in files]
+    assert [(f.rank, list(f.steps)) for f in facts] == [(r["rank"], r["steps"]) for r in refs]
+    units, waiting = L.plan(facts, now=time.time(), rank_wait_s=FAR)
+    assert waiting == []
+    got = sorted((u.run, sorted(f.path.name for f in u.files)) for u in units)
+    ddp = sorted(p.name for p in files if p.parent.name == "tb_ddp")
+    assert got == [(False, [p.name]) for p in files if p.parent.name == "tb_qwen2"] + [(True, ddp)]
+    assert {r["rank"] for p, r in zip(files, refs) if p.parent.name == "tb_ddp"} == {0, 1}
+    assert [r["steps"] for p, r in zip(files, refs) if p.parent.name == "tb_qwen2"] == [[2, 3], [6, 7]]
+
+
 def test_a_logdir_that_is_a_file_or_missing_says_so(tmp_path):
     not_dir = tmp_path / "x.pt.trace.json"
     not_dir.write_text("{}")
