@@ -115,11 +115,12 @@ def memory_devices(store, trace_id: str) -> pd.DataFrame:
 
 
 _SQL_PEAKS = f"""
-WITH p AS (
+WITH pk AS (  -- per device, the first event (by time, then id) reaching the maximum Total Allocated
+    SELECT arg_max(event_id, (total_allocated_bytes, -ts_ns, -event_id)) AS event_id FROM memory_events
+    WHERE trace_id = $t AND total_allocated_bytes IS NOT NULL GROUP BY device_type, device_id
+), p AS (
     SELECT *, {device_label_sql()} AS device FROM memory_events
-    WHERE trace_id = $t AND total_allocated_bytes IS NOT NULL
-    QUALIFY row_number() OVER (PARTITION BY device_type, device_id
-                               ORDER BY total_allocated_bytes DESC, ts_ns, event_id) = 1
+    WHERE trace_id = $t AND event_id IN (SELECT event_id FROM pk)
 )
 SELECT p.device, p.device_type, p.device_id, p.total_allocated_bytes AS peak_allocated_bytes,
        p.total_reserved_bytes AS reserved_at_peak_bytes, p.ts_ns, p.event_id, p.pid, p.tid, p.bytes,
@@ -142,24 +143,17 @@ WITH e AS (
            count(*) OVER d AS n, min(ts_ns) OVER d AS t0, max(ts_ns) OVER d AS t1
     FROM memory_events WHERE trace_id = $t AND total_allocated_bytes IS NOT NULL
     WINDOW d AS (PARTITION BY device_type, device_id)
-), b AS (
-    SELECT *, CASE WHEN n <= $max THEN event_id
-                   ELSE (ts_ns - t0) // greatest(1, (t1 - t0 + $bins) // $bins) END AS bin
-    FROM e
-), r AS (
-    SELECT *,
-      row_number() OVER (PARTITION BY device_type, device_id, bin ORDER BY total_allocated_bytes DESC, ts_ns, event_id)
-        AS r_hi,
-      row_number() OVER (PARTITION BY device_type, device_id, bin ORDER BY total_allocated_bytes, ts_ns, event_id)
-        AS r_lo,
-      row_number() OVER (PARTITION BY device_type, device_id, bin
-                         ORDER BY total_reserved_bytes DESC NULLS LAST, ts_ns, event_id) AS r_res,
-      row_number() OVER (PARTITION BY device_type, device_id, bin ORDER BY ts_ns DESC, event_id DESC) AS r_last
-    FROM b
+), kept AS (  -- per bin of a device with more than $max events: its highest, lowest, highest reserved, last
+    SELECT unnest([arg_max(event_id, (total_allocated_bytes, -ts_ns, -event_id)),
+                   arg_min(event_id, (total_allocated_bytes, ts_ns, event_id)),
+                   arg_max(event_id, (coalesce(total_reserved_bytes, -1), -ts_ns, -event_id)),
+                   arg_max(event_id, (ts_ns, event_id))]) AS event_id
+    FROM e WHERE n > $max
+    GROUP BY device_type, device_id, (ts_ns - t0) // greatest(1, (t1 - t0 + $bins) // $bins)
 )
 SELECT {device_label_sql()} AS device, device_type, device_id, ts_ns, event_id,
        total_allocated_bytes AS allocated_bytes, total_reserved_bytes AS reserved_bytes
-FROM r WHERE r_hi = 1 OR r_lo = 1 OR r_res = 1 OR r_last = 1
+FROM e WHERE n <= $max OR event_id IN (SELECT event_id FROM kept)
 ORDER BY device_type DESC, device_id, ts_ns, event_id
 """
 
