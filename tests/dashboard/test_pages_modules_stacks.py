@@ -1,0 +1,109 @@
+"""The Modules and Stacks pages through the Flask test client (callbacks as the browser posts them), over the
+session store of sample files: headline numbers equal tests/reference_modules.py's raw-JSON attribution, the
+icicle and the tree table hold every instance path with its GPU time, the metric radio redraws the icicle and
+writes ``?metric=`` (a bad value is named above the page), the flame graphs and the source-line table are drawn,
+and a trace recorded with torch.profiler's defaults gets the sentence saying how to record modules / stacks."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import SAMPLES
+from reference_modules import reference
+
+FULL = SAMPLES / "qwen2_train_full" / "trace.json.gz"
+DEFAULT = SAMPLES / "qwen2_train_default" / "trace.json.gz"
+
+
+@pytest.fixture(scope="module")
+def client(session_store):
+    from kernelscope.dashboard.app import create_app
+
+    return create_app(session_store.db).server.test_client()
+
+
+def _post(client, body):
+    r = client.post("/_dash-update-component", data=json.dumps(body), content_type="application/json")
+    assert r.status_code == 200, r.data[:500]
+    assert b"msg-callback-error" not in r.data and b"Traceback" not in r.data
+    return r.get_json()["response"]
+
+
+def _page(client, path, search=""):
+    return _post(client, {"output": "page.children", "outputs": {"id": "page", "property": "children"},
+                          "inputs": [{"id": "url", "property": "pathname", "value": path}],
+                          "changedPropIds": ["url.pathname"],
+                          "state": [{"id": "url", "property": "search", "value": search}]})["page"]["children"]
+
+
+def _props(tree, out=None) -> dict:
+    out = {} if out is None else out
+    if isinstance(tree, dict):
+        props = tree.get("props", {})
+        if isinstance(props.get("id"), str):
+            out[props["id"]] = props
+        for v in props.values():
+            _props(v, out)
+    elif isinstance(tree, list):
+        for c in tree:
+            _props(c, out)
+    return out
+
+
+def test_modules_page(client, session_store):
+    tid = session_store.ids[FULL]
+    ref = reference(str(FULL))
+    p = _props(_page(client, f"/trace/{tid}/modules"))
+    assert p["kpi-module_kernel_ns"]["data-value"] == str(ref["module_kernel_ns"])
+    rows = {r["id"]: r for r in p["modules-tree"]["rowData"]}
+    assert set(rows) == set(ref["modules"])
+    assert all(r["gpu_ns"] == ref["modules"][k]["gpu_fwd_ns"] + ref["modules"][k]["gpu_bwd_ns"]
+               for k, r in rows.items())
+    assert rows["Qwen2ForCausalLM_0/Qwen2Model_0/Qwen2DecoderLayer_1"]["label"].strip() == "Qwen2DecoderLayer_1"
+    icicle = p["modules-icicle"]["figure"]["data"][0]
+    assert dict(zip(icicle["ids"], icicle["values"])) == {k: r["gpu_ns"] for k, r in rows.items()}
+    assert p["modules-metric"]["value"] == "gpu_ns"
+
+    dep = next(d for d in client.get("/_dash-dependencies").get_json()
+               if any(i["id"] == "modules-metric" for i in d["inputs"]))
+    outputs = [{"id": o.split(".")[0], "property": o.split(".")[1]} for o in dep["output"].strip(".").split("...")]
+    out = _post(client, {"output": dep["output"], "outputs": outputs,
+                         "inputs": [{"id": "modules-metric", "property": "value", "value": "gpu_bwd_ns"}],
+                         "state": [{"id": "modules-trace", "property": "data", "value": tid}],
+                         "changedPropIds": ["modules-metric.value"]})
+    fig = out["modules-icicle"]["figure"]["data"][0]
+    assert dict(zip(fig["ids"], fig["values"])) == {k: ref["modules"][k]["gpu_bwd_ns"] for k in rows}
+    assert out["url"]["search"] == "?metric=gpu_bwd_ns"
+
+    p = _props(_page(client, f"/trace/{tid}/modules", "?metric=cpu_ns"))
+    assert p["modules-metric"]["value"] == "cpu_ns"
+    bad = json.dumps(_page(client, f"/trace/{tid}/modules", "?metric=watts"))
+    assert "msg-bad-param" in bad and "the module metric" in bad and "modules-icicle" in bad
+
+
+def test_stacks_page(client, session_store):
+    tid = session_store.ids[FULL]
+    ref = reference(str(FULL))
+    p = _props(_page(client, f"/trace/{tid}/stacks"))
+    assert p["kpi-stack_kernel_ns"]["data-value"] == str(ref["stack_kernel_ns"])
+    rows = {r["id"]: r for r in p["stacks-lines"]["rowData"]}
+    linear = rows["<built-in function linear>"]
+    assert (linear["gpu_ns"], linear["kernels"]) == (ref["lines"]["<built-in function linear>"]["gpu_ns"],
+                                                      ref["lines"]["<built-in function linear>"]["kernels"])
+    src = next(r for r in rows.values() if r["source"].startswith("transformers/models/qwen2/modeling_qwen2.py:"))
+    assert src["gpu_ns"] == ref["lines"][src["id"]]["gpu_ns"]
+    for fid in ("stacks-gpu-flame", "stacks-cpu-flame"):
+        trace = p[fid]["figure"]["data"][0]
+        assert trace["type"] == "icicle" and len(trace["ids"]) > 50
+    gpu = p["stacks-gpu-flame"]["figure"]["data"][0]
+    roots = [v for v, parent in zip(gpu["values"], gpu["parents"]) if parent == ""]
+    assert sum(roots) == ref["stack_kernel_ns"]
+
+
+def test_pages_of_a_trace_without_modules_or_stacks(client, session_store):
+    tid = session_store.ids[DEFAULT]
+    mods = json.dumps(_page(client, f"/trace/{tid}/modules"))
+    assert "msg-no-modules" in mods and "with_modules=True" in mods
+    st = json.dumps(_page(client, f"/trace/{tid}/stacks"))
+    assert "msg-no-stacks" in st and "with_stack=True" in st
