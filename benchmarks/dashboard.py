@@ -123,12 +123,14 @@ class Client:
         self.c = self.app.server.test_client()
         self.deps = self.c.get("/_dash-dependencies").get_json()
 
-    def call(self, dep, inputs: list, state: list):
+    def call(self, dep, inputs: list, state: list, changed: str | None = None):
+        """POST one callback request; ``changed`` ('id.property') is the input that fired (default: the
+        first)."""
         outs = [{"id": o.split(".")[0], "property": o.split(".")[1]} for o in dep["output"].strip(".").split("...")]
         body = {"output": dep["output"], "outputs": outs if len(outs) > 1 else outs[0],
                 "inputs": [dict(i, value=v) for i, v in zip(dep["inputs"], inputs)],
                 "state": [dict(s, value=v) for s, v in zip(dep["state"], state)],
-                "changedPropIds": [f"{dep['inputs'][0]['id']}.{dep['inputs'][0]['property']}"]}
+                "changedPropIds": [changed or f"{dep['inputs'][0]['id']}.{dep['inputs'][0]['property']}"]}
         t = time.perf_counter()
         r = self.c.post("/_dash-update-component", data=json.dumps(body), content_type="application/json")
         ms = (time.perf_counter() - t) * 1000
@@ -233,12 +235,20 @@ def timeline_windows(span_ms, rng, n):
     return out
 
 
+def named(dep, values: dict) -> tuple[list, list]:
+    """A callback's (inputs, state) from values by 'id.property' (None for the others), in the order its
+    dependency lists them."""
+    return ([values.get(f"{x['id']}.{x['property']}") for x in dep["inputs"]],
+            [values.get(f"{x['id']}.{x['property']}") for x in dep["state"]])
+
+
 def kernels_in_1ms(db, trace_id, client, dep, info):
     """The zoom callback for [60000, 60001) ms: drawn kernels vs DuckDB's count."""
     from kernelscope.storage.store import open_store
 
     t0 = 60_000.0
-    ms, code, nbytes, resp = client.call(dep, [{"range": [t0, t0 + 1], "at": 0}, None], [trace_id, ""])
+    ms, code, nbytes, resp = client.call(dep, *named(dep, {"timeline-zoom.data": {"range": [t0, t0 + 1], "at": 0},
+                                                            "timeline-trace.data": trace_id, "url.search": ""}))
     fig = resp["response"]["timeline-graph"]["figure"]
     drawn = 0
     for t in fig["data"]:
@@ -322,25 +332,55 @@ def browser(db, trace_id):
     return out
 
 
-def time_callback(client, dep, lay, trace_id, span_ms, rng, db, args, bin_choices) -> Series:
-    """One callback: cold, then warm requests (module docstring)."""
+def time_timeline(client, dep, label, trace_id, span_ms, rng, db, args) -> list[Series]:
+    """The Timeline's callback, as three series: zooms (what the browser-side filter sends for a drag-zoom:
+    windows of 1 ms .. the whole trace at seeded random positions), clicks on a CPU operator of a 1 ms window
+    drawn event by event, and (when the page has its search box) name searches from such a window."""
     from kernelscope.storage.store import open_store
 
+    wins = timeline_windows(span_ms, rng, args.requests + 1)
+    with open_store(db, read_only=True) as store:
+        cpu_ops = store.query("SELECT op_id FROM cpu_ops WHERE trace_id = $t USING SAMPLE 64 ROWS",
+                              {"t": trace_id})["op_id"].astype(int).tolist()
+        names = store.query("SELECT name FROM gpu_activities WHERE trace_id = $t USING SAMPLE 64 ROWS",
+                            {"t": trace_id})["name"].tolist()
+    ids = {f"{x['id']}.{x['property']}" for x in dep["inputs"]}
+    zoom, click, find = Series(label + " [zoom]"), Series(label + " [click]"), Series(label + " [search]")
+
+    def fz(i):
+        a, b = wins[i]
+        return client.call(dep, *named(dep, {"timeline-zoom.data": {"range": [a, b], "at": i},
+                                             "timeline-trace.data": trace_id, "url.search": ""}))
+
+    def fc(i):
+        t0 = wins[i][0]
+        pt = {"customdata": cpu_ops[i % len(cpu_ops)]}
+        return client.call(dep, *named(dep, {"timeline-graph.clickData": {"points": [pt]},
+                                             "timeline-trace.data": trace_id, "url.search": f"?t0={t0}&t1={t0 + 1}"}),
+                           changed="timeline-graph.clickData")
+
+    def ff(i):
+        t0 = wins[i][0]
+        text = names[i % len(names)].removeprefix("void ")[:24]
+        return client.call(dep, *named(dep, {"timeline-find.n_submit": i + 1, "timeline-find.value": text,
+                                             "timeline-trace.data": trace_id, "url.search": f"?t0={t0}&t1={t0 + 1}"}),
+                           changed="timeline-find.n_submit")
+    repeat(zoom, fz, args.requests, args.budget_s)
+    repeat(click, fc, max(5, args.requests // 4), args.budget_s / 4)
+    out = [zoom, click]
+    if "timeline-find.n_submit" in ids:
+        repeat(find, ff, max(5, args.requests // 4), args.budget_s / 4)
+        out.append(find)
+    return out
+
+
+def time_callback(client, dep, lay, trace_id, span_ms, rng, db, args, bin_choices) -> Series:
+    """One callback: cold, then warm requests (module docstring); the Timeline's as several series."""
     label = "callback " + dep["output"].strip(".").split("...")[0] + " <- " + ",".join(
         f"{x['id']}.{x['property']}" for x in dep["inputs"])
     s = Series(label)
     if "timeline-graph.figure" in dep["output"]:
-        wins = timeline_windows(span_ms, rng, args.requests + 1)
-        with open_store(db, read_only=True) as store:
-            cpu_ops = store.query("SELECT op_id FROM cpu_ops WHERE trace_id = $t USING SAMPLE 64 ROWS",
-                                  {"t": trace_id})["op_id"].astype(int).tolist()
-
-        def fn(i):
-            if i % 5 == 4:  # a click on a CPU operator of a window drawn event by event
-                return client.call(dep, [None, {"points": [{"customdata": cpu_ops[i % len(cpu_ops)]}]}],
-                                   [trace_id, f"?t0={wins[i][0]}&t1={wins[i][0] + 1}"])
-            a, b = wins[i]  # what the browser-side filter sends for a drag-zoom
-            return client.call(dep, [{"range": [a, b], "at": i}, None], [trace_id, ""])
+        return time_timeline(client, dep, label, trace_id, span_ms, rng, db, args)
     elif "operators-content" in dep["output"]:
         def fn(i):
             level = "top" if i % 2 == 0 else "leaf"
@@ -366,6 +406,10 @@ def main(argv=None) -> int:
     ap.add_argument("--budget-s", type=float, default=60.0, help="time per callback after which it stops (>= 3 warm)")
     ap.add_argument("--no-browser", action="store_true")
     ap.add_argument("--write", action="store_true", help="write results/dashboard-<date>-all.md")
+    ap.add_argument("--pages", default=None,
+                    help="comma-separated page names to time, each with its callbacks (e.g. 'timeline'); the "
+                         "Perfetto export route is then timed only with --export")
+    ap.add_argument("--export", action="store_true", help="with --pages: time the Perfetto export route too")
     args = ap.parse_args(argv)
 
     import duckdb
@@ -396,6 +440,9 @@ def main(argv=None) -> int:
     layouts, done, totals = {}, set(), {}
     paths = [("traces", "/", "")] + [(n, f"/trace/{trace_id}/{n}", "") for n in TRACE_PAGES] + \
             [(n, f"/{n}", "") for n in STORE_PAGES] + [("compare", "/compare", f"?a={trace_id}&b={trace_id}")]
+    if args.pages:
+        only = set(args.pages.split(","))
+        paths = [p for p in paths if p[0] in only]
     deps = [d for d in client.deps if d["output"] != "page.children"
             and not any(isinstance(x["id"], dict) for x in d["inputs"]) and not d.get("clientside_function")]
     for name, path, search in paths:
@@ -414,17 +461,20 @@ def main(argv=None) -> int:
             if dep["output"] in done or not all(find(lay, i) for i in ids):
                 continue
             done.add(dep["output"])
-            series.append(time_callback(client, dep, lay, trace_id, span_ms, rng, db, args, BIN_CHOICES))
-            print(" | ".join(series[-1].row()), flush=True)
+            timed = time_callback(client, dep, lay, trace_id, span_ms, rng, db, args, BIN_CHOICES)
+            for t in timed if isinstance(timed, list) else [timed]:
+                series.append(t)
+                print(" | ".join(t.row()), flush=True)
     for dep in deps:
-        if dep["output"] not in done:
+        if dep["output"] not in done and not args.pages:
             print("skip callback " + dep["output"] + ": no page renders its inputs", flush=True)
     for k, v in cache.stats().items():
         totals[k] = totals.get(k, 0) + v if k != "entries" else max(totals.get(k, 0), v)
     cache_stats = totals
 
     # the Perfetto export route
-    for label, q in [("1 ms", "?t0=60000&t1=60001"), ("1 s", "?t0=60000&t1=61000"), ("whole trace", "")]:
+    exports = [("1 ms", "?t0=60000&t1=60001"), ("1 s", "?t0=60000&t1=61000"), ("whole trace", "")]
+    for label, q in exports if not args.pages or args.export else []:
         s = Series(f"export perfetto.json {label} (a download)", judged=False)
 
         def fn(i, q=q):

@@ -20,8 +20,7 @@ def test_a_crafted_click_gets_a_sentence_not_a_500(dash_store, caplog):
                for o in dep["output"].strip(".").split("...")]
     click = {"points": [{"customdata": 1e999, "x": 1e999, "curveNumber": 0, "pointNumber": 0}]}
     body = {"output": dep["output"], "outputs": outputs,
-            "inputs": [{"id": "timeline-zoom", "property": "data", "value": None},
-                       {"id": "timeline-graph", "property": "clickData", "value": click}],
+            "inputs": [{**i, "value": click if i["property"] == "clickData" else None} for i in dep["inputs"]],
             "state": [{**s, "value": f"/trace/{dash_store.ids['train_step']}/timeline" if s["property"] == "pathname"
                        else None} for s in dep["state"]],
             "changedPropIds": ["timeline-graph.clickData"]}

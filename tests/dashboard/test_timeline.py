@@ -161,7 +161,11 @@ def test_zoomed_out_is_binned(dash_store, store, monkeypatch):
     assert view["mode"] == "binned" and "busy % in bins" in view["status"]
     heat = [t for t in view["figure"].data if t.type == "heatmap"]
     assert len(heat) == 1 and np.asarray(heat[0].z).shape[0] == len(td.lanes(store, tid))
-    assert len(view["figure"].data) <= 1 + 3  # one heatmap (+ telemetry): never one trace per event
+    # one heatmap on the lanes (+ telemetry series below): never one trace per event
+    lanes_axis = [t for t in view["figure"].data if t.yaxis in (None, "y")]
+    devices = store.query("SELECT count(DISTINCT device_index) AS n FROM telemetry WHERE trace_id = $t",
+                          {"t": tid})["n"].iloc[0]
+    assert len(lanes_axis) == 1 and len(view["figure"].data) - 1 <= len(td.TELEMETRY_COLUMNS) * devices
 
 
 def test_selection_draws_flow_lines(dash_store, store):
@@ -201,7 +205,7 @@ def test_selection_by_name_binned(dash_store, store, monkeypatch):
 def test_update_zoom_click_and_reset(dash_store):
     tid = dash_store.ids["llama_prefill_b8"]
     out = page.update(dash_store.db, tid, "?op=aten::mm", relayout={"xaxis.range[0]": 5.0, "xaxis.range[1]": 6.0})
-    fig, notes, status, mode, n, export, clear, search = out
+    fig, notes, status, mode, n, export, clear, details, search = out
     q = parse_qs(search.lstrip("?"))
     assert clear == f"/trace/{tid}/timeline?t0=5.000000&t1=6.000000"  # same window, no op
     assert q == {"op": ["aten::mm"], "t0": ["5.000000"], "t1": ["6.000000"]} and mode == "events"
@@ -303,11 +307,14 @@ def test_layout_and_zoom_over_http(client, dash_store):
     # the zoom callback through /_dash-update-component
     out = "..timeline-graph.figure...timeline-notes.children...timeline-status.children..." \
           "timeline-status.data-mode...timeline-status.data-events...timeline-export.href...timeline-clear.href..." \
-          "url.search.."
+          "timeline-details.children...url.search.."
     # (the browser-side filter turns a relayoutData with an x range into timeline-zoom.data)
     resp = _post(client, out, [{"id": "timeline-zoom", "property": "data", "value": {"range": [3, 3.5], "at": 1}},
-                               {"id": "timeline-graph", "property": "clickData", "value": None}],
-                 [{"id": "timeline-trace", "property": "data", "value": tid},
+                               {"id": "timeline-graph", "property": "clickData", "value": None},
+                               {"id": "timeline-find", "property": "n_submit", "value": None},
+                               {"id": "timeline-find-next", "property": "n_clicks", "value": 0}],
+                 [{"id": "timeline-find", "property": "value", "value": ""},
+                  {"id": "timeline-trace", "property": "data", "value": tid},
                   {"id": "url", "property": "search", "value": ""}])
     assert resp["url"]["search"] == "?t0=3.000000&t1=3.500000"
     assert resp["timeline-graph"]["figure"]["layout"]["xaxis"]["range"] == [3.0, 3.5]
@@ -349,17 +356,28 @@ def test_page_texts(dash_store):
     assert "no GPU activity" in texts(find(tree, "msg-no-gpu-lanes"))
 
 
-def test_cpu_operator_ids_go_to_the_browser_as_a_plain_list(dash_store, store):
+def test_event_ids_go_to_the_browser_as_a_plain_list(dash_store, store):
     """issue 11: Dash's clickData reads ``figure.data[curve].customdata[point]`` from the JSON as sent; a
     numpy array goes as a base64 typed array ({dtype, bdata}), so a real click carried no operator id. The
-    ids go as a JSON list: each segment's start and end carry its op_id, the gap null."""
+    ids go as a JSON list: each segment's start and end carry its event, the gap null: a CPU operator's op_id
+    (int), any other bar 'src:id' (issue 13: every bar can be selected)."""
     tid = dash_store.ids["llama_prefill_b8"]
     view = page.render(store, tid, {"t0": "10", "t1": "11"})
     assert view["mode"] == "events"
-    cpu = [t for t in json.loads(view["figure"].to_json())["data"] if t.get("customdata") is not None]
-    assert cpu and all(t["name"].startswith("CPU ") for t in cpu)
+    lanes = td.lanes(store, tid)
+    cpu_labels = set(lanes.loc[lanes["src"] == "cpu", "label"])
+    data = [t for t in json.loads(view["figure"].to_json())["data"] if t.get("customdata") is not None]
+    cpu = [t for t in data if t["name"] in cpu_labels]
+    assert cpu and len(data) > len(cpu)
     ids = set(store.query("SELECT op_id FROM cpu_ops WHERE trace_id = $t", {"t": tid})["op_id"])
-    for t in cpu:
+    want = {"gpu": set(store.query("SELECT activity_id AS i FROM gpu_activities WHERE trace_id = $t", {"t": tid})["i"]),
+            "api": set(store.query("SELECT launch_id AS i FROM launches WHERE trace_id = $t", {"t": tid})["i"]),
+            "ann": set(store.query("SELECT ann_id AS i FROM annotations WHERE trace_id = $t", {"t": tid})["i"])}
+    for t in data:
         cd = t["customdata"]
-        assert isinstance(cd, list) and cd[2::3] == [None] * (len(cd) // 3)
-        assert cd[0::3] == cd[1::3] and all(isinstance(v, int) for v in cd[0::3]) and set(cd[0::3]) <= ids
+        assert isinstance(cd, list) and cd[2::3] == [None] * (len(cd) // 3) and cd[0::3] == cd[1::3]
+        if t in cpu:
+            assert all(isinstance(v, int) for v in cd[0::3]) and set(cd[0::3]) <= ids
+        else:
+            src = {v.split(":")[0] for v in cd[0::3]}
+            assert len(src) == 1 and {int(v.split(":")[1]) for v in cd[0::3]} <= want[src.pop()]

@@ -22,6 +22,8 @@ are binned directly in DuckDB.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
@@ -35,27 +37,38 @@ from ..storage.run_timeline import instance_window, run_count, run_events
 from ..storage.timeline import (
     ANN_KINDS,
     LANE_COLUMNS,
+    TELEMETRY_COLUMNS,
     count_events,
+    event_detail,
+    event_details,
+    event_selection,
     events,
+    find_event,
     selection,
     telemetry,
+    thread_names,
     trace_info,
+    window_matches,
 )
 
 # the per-process cache shared with the other pages and the report
 from .cache import cached
 
-__all__ = ["ANN_KINDS", "BASE_BINS", "EVENT_LIMIT", "EXPORT_LIMIT", "LANE_COLUMNS", "NAME_LIMIT", "bin_sql_query",
-           "binned", "cached", "chrome_trace", "chrome_trace_text", "count_events", "events", "instance_window",
-           "lane_label", "lanes", "op_cpu_times", "op_kernels", "run_binned", "run_count", "run_events",
-           "run_info", "run_lanes", "selection", "selection_bins", "telemetry", "trace_info"]
+__all__ = ["ANN_KINDS", "BASE_BINS", "EVENT_LIMIT", "EXPORT_LIMIT", "LANE_COLUMNS", "NAME_LIMIT", "TELEMETRY_COLUMNS",
+           "bin_sql_query", "binned", "cached", "chrome_trace", "chrome_trace_text", "count_events", "event_detail",
+           "event_details", "event_selection", "events", "find_event", "instance_window", "lane_label", "lanes",
+           "op_cpu_times", "op_kernels", "run_binned", "run_count", "run_events", "run_info", "run_lanes",
+           "selection", "selection_bins", "telemetry", "thread_label", "thread_labels", "thread_names",
+           "trace_info", "window_matches"]
 
 #: Base bins over the whole trace kept per trace and process for zoomed-out views.
 BASE_BINS = 1 << 14
 #: Most events drawn one by one; a window with more is drawn binned (DESIGN.md: below ~20k events).
 EVENT_LIMIT = 20_000
-#: Most events drawn with their names on hover (names cost ~50 bytes each in the response).
-NAME_LIMIT = 5_000
+#: Most events drawn with the full hover (``timeline_text.hover_texts``: ~400 bytes per event in the response,
+#: the text on both ends of its bar); more are drawn with a hover of the time and lane only, keeping a response
+#: at EVENT_LIMIT events under ~1.7 MB.
+NAME_LIMIT = 2_500
 
 op_cpu_times = _ops.op_cpu_times
 bin_sql_query = _tl.bins
@@ -79,19 +92,52 @@ def _lanes(store, trace_id: str) -> pd.DataFrame:
     df["o"] = df["src"].map(_SRC_ORDER)
     df["k3o"] = np.where(df["src"] == "api", 1 << 30, df["k3"])  # a thread's API lane after its depths
     df = df.sort_values(["o", "k1", "k2", "k3o"]).drop(columns=["o", "k3o"]).reset_index(drop=True)
-    df["label"] = [lane_label(r.src, r.k1, r.k2, r.k3) for r in df.itertuples()]
+    host = df[df["src"].isin(["cpu", "api"])]
+    names = thread_labels(thread_names(store, trace_id), several_processes=host["k1"].nunique() > 1)
+    df["label"] = [lane_label(r.src, r.k1, r.k2, r.k3, names) for r in df.itertuples()]
     df["lane"] = range(len(df))
     return df
 
 
-def lane_label(src: str, k1, k2, k3) -> str:
-    """The text of a lane on the y axis."""
+_KINETO_THREAD = re.compile(r"^thread (\d+) \((.*)\)$")
+
+
+def thread_labels(names: pd.DataFrame, several_processes: bool = False) -> dict:
+    """(pid, tid) -> the thread's name as a lane shows it, from Kineto's ``thread_name`` metadata
+    (``storage.timeline.thread_names``): torch writes 'thread 742 (python3)' and, for a thread it named,
+    'thread 742 (pt_autograd_0)' too; the name other than the process's wins and shows as
+    'pt_autograd_0 (742)'. With ``several_processes`` the process (name and pid) goes first. Threads without
+    a name are absent (:func:`thread_label` falls back to pid/tid)."""
+    procs = {int(r.pid): r.name for r in names.itertuples() if r.kind == "process_name" and not pd.isna(r.pid)}
+    out: dict = {}
+    for (pid, tid), d in names[names["kind"] == "thread_name"].dropna(subset=["pid", "tid"]).groupby(["pid", "tid"]):
+        proc = procs.get(int(pid))
+        best = None
+        for name in d["name"].dropna().astype(str).str.strip():
+            m = _KINETO_THREAD.match(name)
+            inner = m.group(2) if m else name
+            if best is None or (best == proc and inner != proc):
+                best = inner
+        if not best:
+            continue
+        label = best if str(int(tid)) in best else f"{best} ({int(tid)})"
+        out[(int(pid), int(tid))] = f"{proc or 'pid'} {int(pid)}: {label}" if several_processes else label
+    return out
+
+
+def thread_label(pid, tid, names: dict | None = None) -> str:
+    """A host thread as the lanes name it: its name (:func:`thread_labels`), else 'pid/tid'."""
+    return (names or {}).get((int(pid), int(tid))) or f"thread {pid}/{tid}"
+
+
+def lane_label(src: str, k1, k2, k3, names: dict | None = None) -> str:
+    """The text of a lane on the y axis; ``names`` from :func:`thread_labels` names the host threads."""
     if src == "ann":
         return "phases: " + (ANN_KINDS[int(k1)] if 0 <= int(k1) < len(ANN_KINDS) else "other")
     if src == "cpu":
-        return f"CPU {k1}/{k2} d{k3}"
+        return f"{thread_label(k1, k2, names)} d{k3}"
     if src == "api":
-        return f"CUDA API {k1}/{k2}"
+        return f"{thread_label(k1, k2, names)} CUDA API"
     return f"GPU {k1} stream {k2}"
 
 

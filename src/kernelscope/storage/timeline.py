@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from .collectives import COLLECTIVE_KERNEL_RE
 from .intervals import busy_bins_sql
 
 #: Annotation kinds in lane order; the lane key's k1 is the index here.
@@ -51,6 +52,10 @@ BIN_SOURCES = {
     "ann": f"SELECT 'ann' AS src, {_ANN_CASE} AS k1, 0 AS k2, 0 AS k3, start_ns, end_ns FROM annotations "
            "WHERE trace_id = $t",
 }
+
+# events() draws collective kernels (NCCL/RCCL, by name as storage/collectives.py defines them) apart: detail 'nccl'
+_NCCL_DETAIL = f"CASE WHEN kind = 'kernel' AND regexp_matches(name, '{COLLECTIVE_KERNEL_RE}') THEN 'nccl' ELSE kind END"
+EVENT_SOURCES = dict(SOURCES, gpu=SOURCES["gpu"].replace("kind AS detail", f"{_NCCL_DETAIL} AS detail"))
 
 _COUNT_SQL = "SELECT count(*) AS n FROM ({src}) q WHERE start_ns < $b AND end_ns > $a"
 
@@ -100,8 +105,10 @@ def count_events(store, trace_id: str, a: int, b: int) -> int:
 
 
 def events(store, trace_id: str, a: int, b: int) -> pd.DataFrame:
-    """Every event intersecting ``[a, b)`` (lane key, id, name, start_ns, end_ns, detail), by start."""
-    union = "\n  UNION ALL ".join(SOURCES.values())
+    """Every event intersecting ``[a, b)`` (lane key, id, name, start_ns, end_ns, detail), by start. ``detail``
+    is the GPU activity's kind ('kernel', 'memcpy', 'memset'; 'nccl' for a collective library's kernel), the
+    launch call's type, the annotation's kind, '' for CPU operators."""
+    union = "\n  UNION ALL ".join(EVENT_SOURCES.values())
     return store.query(_EVENTS_SQL.format(src=union), {"t": trace_id, "a": a, "b": b})
 
 
@@ -127,35 +134,47 @@ def bins(store, trace_id: str, a: int, b: int, w: int) -> pd.DataFrame:
     return bins_of(store, BIN_SOURCES.values(), {"t": trace_id, "a": a, "b": b, "w": w})
 
 
-# samples in [a, b) plus, per device, the last one before a and the first one at or after b (so lines
-# run across a window narrower than the sampling period)
-_TELEMETRY_SQL = """
+#: The telemetry quantities the Timeline draws (columns of table telemetry).
+TELEMETRY_COLUMNS = ("power_mw", "power_instant_mw", "sm_clock_mhz", "mem_clock_mhz", "gpu_util_pct", "mem_util_pct",
+                     "temperature_c")
+
+# samples in [a, b) plus, per device and quantity, its last value before a and its first at or after b, at
+# their own sample times (so lines run across a window narrower than the sampling period, and slow fields --
+# clocks, utilisation, filled in one sample in several -- start from their last known value)
+def _edge_sql(side: str) -> str:
+    agg, cond = ("max", "t_ns < $a") if side == "before" else ("min", "t_ns >= $b")
+    marks = ", ".join(f"{agg}(t_ns) FILTER (WHERE {c} IS NOT NULL) OVER (PARTITION BY device) AS _e_{c}"
+                      for c in TELEMETRY_COLUMNS)
+    keep = ", ".join(f"CASE WHEN t_ns = _e_{c} THEN {c} END AS {c}" for c in TELEMETRY_COLUMNS)
+    return (f"SELECT device, t_ns, {keep} FROM (SELECT *, {marks} FROM s WHERE {cond}) e "
+            f"WHERE t_ns IN ({', '.join(f'_e_{c}' for c in TELEMETRY_COLUMNS)})")
+
+
+_TELEMETRY_SQL = f"""
 WITH s AS (
-  SELECT coalesce(device_index, -1) AS device, ts_ns - $off AS t_ns, power_mw, sm_clock_mhz, gpu_util_pct
+  SELECT coalesce(device_index, -1) AS device, ts_ns - $off AS t_ns, {", ".join(TELEMETRY_COLUMNS)}
   FROM telemetry WHERE trace_id = $t
 )
 SELECT * FROM s WHERE t_ns >= $a AND t_ns < $b
-UNION ALL SELECT * FROM (SELECT * FROM s WHERE t_ns < $a
-                         QUALIFY row_number() OVER (PARTITION BY device ORDER BY t_ns DESC) = 1)
-UNION ALL SELECT * FROM (SELECT * FROM s WHERE t_ns >= $b
-                         QUALIFY row_number() OVER (PARTITION BY device ORDER BY t_ns) = 1)
+UNION ALL {_edge_sql("before")}
+UNION ALL {_edge_sql("after")}
 ORDER BY device, t_ns
 """
 
 _TELEMETRY_BINNED_SQL = """
 SELECT coalesce(device_index, -1) AS device, (ts_ns - $off - $a) // $w AS bin,
-       min(ts_ns - $off) AS t_ns, avg(power_mw) AS power_mw, avg(sm_clock_mhz) AS sm_clock_mhz,
-       avg(gpu_util_pct) AS gpu_util_pct
+       min(ts_ns - $off) AS t_ns, {avgs}
 FROM telemetry WHERE trace_id = $t AND ts_ns - $off >= $a AND ts_ns - $off < $b
 GROUP BY ALL ORDER BY device, bin
-"""
+""".replace("{avgs}", ", ".join(f"avg({c}) AS {c}" for c in TELEMETRY_COLUMNS))
 
 
 def telemetry(store, trace_id: str, a: int, b: int, clock_offset_ns: int | None, max_points: int = 2000):
     """NVML samples in ``[a, b)`` on the trace's clock (``t_ns = ts_ns - clock_offset_ns``; offset 0 when
-    not measured), with each device's nearest sample before and after the window: device, t_ns,
-    power_mw, sm_clock_mhz, gpu_util_pct. More than ``max_points`` samples in the window are averaged per
-    bin (``t_ns`` is then the bin's first sample; no neighbours)."""
+    not measured), with each device's nearest sample before and after the window: device, t_ns and the
+    ``TELEMETRY_COLUMNS`` (power_mw, power_instant_mw, sm_clock_mhz, mem_clock_mhz, gpu_util_pct,
+    mem_util_pct, temperature_c; null where a sample lacks the field). More than ``max_points`` samples in
+    the window are averaged per bin (``t_ns`` is then the bin's first sample; no neighbours)."""
     p = {"t": trace_id, "a": a, "b": b, "off": int(clock_offset_ns or 0)}
     n = store.query("SELECT count(*) AS n FROM telemetry WHERE trace_id = $t AND ts_ns - $off >= $a "
                     "AND ts_ns - $off < $b", p)["n"].iloc[0]
@@ -213,3 +232,181 @@ def selection_bins(store, trace_id: str, op: str, a: int, b: int, w: int) -> pd.
     src = ("SELECT 'sel' AS src, 0 AS k1, 0 AS k2, 0 AS k3, g.start_ns, g.end_ns FROM gpu_activities g "
            f"WHERE g.trace_id = $t AND {acts}")
     return store.query(busy_bins_sql(src), p | {"a": a, "b": b, "w": w})
+
+
+# ---------------------------------------------------------------------------------------------------------
+# What the viewer shows about events: thread names, per-event details (hover, details panel), search.
+
+def thread_names(store, trace_id: str) -> pd.DataFrame:
+    """Kineto's ``thread_name`` and ``process_name`` metadata of the trace (pid, tid, kind, name), as stored
+    (a thread may have several names: torch writes 'thread N (python3)' and 'thread N (pt_autograd_0)')."""
+    return store.query("SELECT pid, tid, kind, name FROM threads WHERE trace_id = $t "
+                       "AND kind IN ('thread_name', 'process_name') ORDER BY pid, tid, kind, name", {"t": trace_id})
+
+
+# The fields of the hover, per source, for the events intersecting [a, b). A GPU activity's launching
+# operator is its leaf operator (gpu_activities.leaf_op_id, linked at ingest through its launch call), its
+# shapes that operator's input_dims; the operators are then looked up by id (a join against every cpu_op of a
+# 1M-kernel trace scanned millions of rows per zoom).
+_GPU_DETAILS_SQL = """
+SELECT 'gpu' AS src, activity_id AS id, correlation, grid_x, grid_y, grid_z, block_x, block_y, block_z, leaf_op_id,
+       top_op_id
+FROM gpu_activities WHERE trace_id = $t AND start_ns < $b AND end_ns > $a
+"""
+_OPS_BY_ID_SQL = """
+SELECT op_id, name, input_dims, input_types FROM cpu_ops
+WHERE trace_id = $t AND op_id BETWEEN $lo AND $hi AND op_id IN (SELECT unnest($ids))
+"""
+
+
+def ops_by_id(store, trace_id: str, ids) -> pd.DataFrame:
+    """The operators of the trace with these op_ids (op_id, name, input_dims, input_types), indexed by op_id."""
+    ids = sorted({int(i) for i in ids if i is not None and not pd.isna(i)})
+    if not ids:
+        return pd.DataFrame(columns=["name", "input_dims", "input_types"], index=pd.Index([], name="op_id"))
+    return store.query(_OPS_BY_ID_SQL, {"t": trace_id, "ids": ids, "lo": ids[0], "hi": ids[-1]}).set_index("op_id")
+
+
+_CPU_DETAILS_SQL = """
+SELECT 'cpu' AS src, op_id AS id, input_dims AS op_dims FROM cpu_ops
+WHERE trace_id = $t AND start_ns < $b AND end_ns > $a
+"""
+_API_DETAILS_SQL = """
+SELECT 'api' AS src, launch_id AS id, correlation, activities FROM launches
+WHERE trace_id = $t AND start_ns < $b AND end_ns > $a
+"""
+
+
+def event_details(store, trace_id: str, a: int, b: int) -> dict[str, pd.DataFrame]:
+    """The hover fields of the events intersecting ``[a, b)``, per source (keyed by ``id``, the event id of
+    :func:`events`): 'gpu': correlation, grid_x..z, block_x..z, op_name (the launching, leaf, operator),
+    op_dims (its input_dims JSON text), top_name (its top-level operator); 'cpu': op_dims; 'api':
+    correlation, activities (GPU activities linked to the call)."""
+    p = {"t": trace_id, "a": a, "b": b}
+    gpu = store.query(_GPU_DETAILS_SQL, p)
+    ops = ops_by_id(store, trace_id, list(gpu["leaf_op_id"]) + list(gpu["top_op_id"]))
+    gpu["op_name"] = gpu["leaf_op_id"].map(ops["name"])
+    gpu["op_dims"] = gpu["leaf_op_id"].map(ops["input_dims"])
+    gpu["top_name"] = gpu["top_op_id"].map(ops["name"])
+    return {"gpu": gpu.drop(columns=["leaf_op_id", "top_op_id"]), "cpu": store.query(_CPU_DETAILS_SQL, p),
+            "api": store.query(_API_DETAILS_SQL, p)}
+
+
+# One event by id, per source; the operators it names (leaf, top-level, parent) are looked up by id afterwards
+# (a join against cpu_ops scanned every operator of the trace: 0.4 s on a 1M-kernel trace).
+_DETAIL_SQL = {
+    "gpu": """
+SELECT 'gpu' AS src, g.device AS k1, g.stream AS k2, 0 AS k3, g.activity_id AS id, g.name, g.kind, g.start_ns,
+       g.end_ns, g.correlation, g.external_id, g.grid_x, g.grid_y, g.grid_z, g.block_x, g.block_y, g.block_z,
+       g.registers_per_thread, g.shared_memory_bytes, g.est_occupancy_pct, g.bytes, g.is_graph,
+       g.leaf_op_id AS op_id, g.top_op_id, l.launch_id, l.name AS launch_name, l.pid, l.tid,
+       l.start_ns AS launch_start_ns, c.collective
+FROM gpu_activities g
+LEFT JOIN launches l ON l.trace_id = g.trace_id AND l.launch_id = g.launch_id AND l.launch_id = (
+  SELECT launch_id FROM gpu_activities WHERE trace_id = $t AND activity_id = $id)
+LEFT JOIN collectives c ON c.trace_id = g.trace_id AND c.activity_id = g.activity_id AND c.activity_id = $id
+WHERE g.trace_id = $t AND g.activity_id = $id""",
+    "cpu": """
+SELECT 'cpu' AS src, pid AS k1, tid AS k2, coalesce(depth, 0) AS k3, op_id AS id, name, start_ns, end_ns, pid,
+       tid, depth, external_id, seq_number, input_dims AS op_dims, input_types AS op_types, parent_op_id,
+       CASE WHEN top_op_id <> op_id THEN top_op_id END AS top_op_id
+FROM cpu_ops WHERE trace_id = $t AND op_id = $id""",
+    "api": """
+SELECT 'api' AS src, pid AS k1, tid AS k2, 0 AS k3, launch_id AS id, name, start_ns, end_ns, pid, tid, correlation,
+       launch_type, activities, leaf_op_id AS op_id
+FROM launches WHERE trace_id = $t AND launch_id = $id""",
+    "ann": f"""
+SELECT 'ann' AS src, {_ANN_CASE} AS k1, 0 AS k2, 0 AS k3, ann_id AS id, name, start_ns, end_ns, kind, pid, tid,
+       device, step
+FROM annotations WHERE trace_id = $t AND ann_id = $id""",
+}
+# which operator ids of a detail row name which operator fields: id column -> (name column, dims, types)
+_DETAIL_OPS = {"op_id": ("op_name", "op_dims", "op_types"), "top_op_id": ("top_name", None, None),
+               "parent_op_id": ("parent_name", None, None)}
+
+
+def _value(v):
+    return None if not isinstance(v, str) and pd.isna(v) else v.item() if hasattr(v, "item") else v
+
+
+def event_detail(store, trace_id: str, src: str, event_id: int) -> dict | None:
+    """One event of the timeline with everything the details panel shows (None when there is no such event):
+    its lane key (src, k1, k2, k3), id, name, start_ns, end_ns, and per source: 'gpu' the activity's
+    columns, its launch call (launch_id, launch_name, pid, tid, launch_start_ns), its launching (leaf)
+    operator (op_id, op_name, op_dims, op_types), top-level operator (top_name) and collective type;
+    'cpu' thread, depth, shapes (op_dims, op_types), parent and top-level operator names (parent_name,
+    top_name; null for a top-level operator); 'api' thread, correlation, launch type, activities, the
+    operator that made the call (op_name, op_dims, op_types); 'ann' kind, thread, step."""
+    df = store.query(_DETAIL_SQL[src], {"t": trace_id, "id": int(event_id)})
+    if df.empty:
+        return None
+    out = {k: _value(v) for k, v in df.iloc[0].items()}
+    ids = {c: out[c] for c in _DETAIL_OPS if c in out}
+    ops = ops_by_id(store, trace_id, ids.values())
+    for col, (name, dims, types) in _DETAIL_OPS.items():
+        if col not in out:
+            continue
+        hit = ops.loc[int(out[col])] if out[col] is not None and int(out[col]) in ops.index else None
+        out[name] = None if hit is None else _value(hit["name"])
+        if dims:
+            out[dims] = None if hit is None else _value(hit["input_dims"])
+            out[types] = None if hit is None else _value(hit["input_types"])
+    return out
+
+
+# Search by name: events whose name contains the text, case-insensitively (a literal, never a pattern),
+# ordered by (start_ns, src, id) -- the order in which "next" walks them.
+_MATCH = "contains(lower(name), $q)"  # DuckDB filters dictionary-compressed names once per distinct name
+_AFTER = "(start_ns > $s OR (start_ns = $s AND (src > $src OR (src = $src AND id > $id))))"
+_FIND_SQL = """
+SELECT src, k1, k2, k3, id, name, start_ns, end_ns FROM ({union}) q WHERE {match} AND {after}
+ORDER BY start_ns, src, id LIMIT 1
+"""
+_RANK_SQL = "SELECT count(*) AS total, count(*) FILTER (WHERE NOT {after}) AS upto FROM ({union}) q WHERE {match}"
+_WINDOW_MATCHES_SQL = """
+SELECT src, k1, k2, k3, id, start_ns, end_ns FROM ({union}) q
+WHERE start_ns < $b AND end_ns > $a AND {match} ORDER BY start_ns, src, id LIMIT $limit
+"""
+
+
+def find_event(store, trace_id: str, text: str, after: tuple[int, str, int] | None = None) -> dict | None:
+    """The first event (every lane: operators, API calls, GPU activities, phases) whose name contains
+    ``text`` (case-insensitive) and that comes after ``after`` = (start_ns, src, id) in the order (start_ns,
+    src, id); from the trace's first event when ``after`` is None. Wraps around to the first match when none
+    comes after. Returns the match (lane key, id, name, start_ns, end_ns) with ``rank`` (1-based position of
+    the match in that order) and ``total`` (matches in the trace), or None when nothing matches."""
+    union = "\n  UNION ALL ".join(SOURCES.values())
+    p = {"t": trace_id, "q": text.lower()}
+    s, src, i = after if after is not None else (-(2**63), "", -(2**63))
+    df = store.query(_FIND_SQL.format(union=union, match=_MATCH, after=_AFTER), p | {"s": s, "src": src, "id": i})
+    if df.empty and after is not None:  # wrap around
+        df = store.query(_FIND_SQL.format(union=union, match=_MATCH, after=_AFTER),
+                         p | {"s": -(2**63), "src": "", "id": -(2**63)})
+    if df.empty:
+        return None
+    hit = {k: (v if isinstance(v, str) else int(v)) for k, v in df.iloc[0].items() if k != "name"}
+    hit["name"] = df["name"].iloc[0]
+    r = store.query(_RANK_SQL.format(union=union, match=_MATCH, after=_AFTER),
+                    p | {"s": hit["start_ns"], "src": hit["src"], "id": hit["id"]}).iloc[0]
+    hit["total"], hit["rank"] = int(r["total"]), int(r["upto"])
+    return hit
+
+
+def window_matches(store, trace_id: str, text: str, a: int, b: int, limit: int = 5000) -> pd.DataFrame:
+    """The events intersecting ``[a, b)`` whose name contains ``text`` (case-insensitive): lane key, id,
+    start_ns, end_ns (the first ``limit`` by start)."""
+    union = "\n  UNION ALL ".join(SOURCES.values())
+    return store.query(_WINDOW_MATCHES_SQL.format(union=union, match=_MATCH),
+                       {"t": trace_id, "q": text.lower(), "a": a, "b": b, "limit": limit})
+
+
+def event_selection(store, trace_id: str, src: str, event_id: int, a: int, b: int,
+                    limit: int = 5000) -> pd.DataFrame:
+    """The GPU activities of a selected event, as :func:`selection` returns them (with their launch calls):
+    a GPU activity itself; the activities a CUDA API call launched (one, or a graph's many); none for other
+    events (a CPU operator's go through :func:`selection`)."""
+    acts = {"gpu": "g.activity_id = $id", "api": "g.launch_id = $id"}.get(src)
+    if acts is None:
+        return pd.DataFrame()
+    return store.query(_SELECT_SQL.format(acts=acts), {"t": trace_id, "id": int(event_id), "a": a, "b": b,
+                                                       "limit": limit})

@@ -8,6 +8,8 @@
  *   ksRowId(params)       a row's id as AG Grid wants it, a string (the rows' "id": a trace id, a number, ...)
  * dash_clientside.kernelscope (clientside callbacks):
  *   zoomFilter(relayout)  keeps a figure's x-range changes and the double-click reset, drops the rest
+ *   timelineZoom(relayout, graphId)  zoomFilter's answer with "px": the width of the graph's plot area in
+ *                         pixels (the Timeline fits the names it writes in bars to it)
  */
 (function () {
     "use strict";
@@ -66,8 +68,22 @@
         }
     });
 
+    function plotWidth(graphId) {
+        var el = document.getElementById(graphId);
+        var gd = el && (el.classList.contains("js-plotly-plot") ? el : el.querySelector(".js-plotly-plot"));
+        var size = gd && gd._fullLayout && gd._fullLayout._size;
+        return size && size.w > 0 ? Math.round(size.w) : null;
+    }
+
     window.dash_clientside = Object.assign({}, window.dash_clientside, {
         kernelscope: {
+            timelineZoom: function (r, graphId) {
+                var out = window.dash_clientside.kernelscope.zoomFilter(r);
+                if (out === window.dash_clientside.no_update) { return out; }
+                var px = plotWidth(graphId);
+                if (px !== null) { out.px = px; }
+                return out;
+            },
             zoomFilter: function (r) {
                 var nu = window.dash_clientside.no_update, lo = null, hi = null;
                 if (!r) { return nu; }
