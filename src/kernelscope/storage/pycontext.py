@@ -39,24 +39,31 @@ _NULL_KEY = -(2**62)
 STACK_MOD = 2**63 - 25
 MODULE_PREFIX = "nn.Module: "
 
-_TEMPS = ("ks_py_items", "ks_py_open", "ks_py_inner", "ks_py_calls", "ks_py_points", "ks_bw_open", "ks_bw_node")
+_TEMPS = ("ks_py_open", "ks_py_inner", "ks_py_calls", "ks_py_points", "ks_bw_open", "ks_bw_node")
 
-# Python calls (k = 0) and the points looked up among them: operator starts (k = 1), launch starts (k = 2).
+# Python calls (k = 0) and the points looked up among them on the threads that have Python calls: operator
+# starts (k = 1), launch starts (k = 2). hn: the hash of a call's name (its frame hash also takes its depth).
 _ITEMS = f"""
-SELECT 0 AS k, call_id AS id, coalesce(pid, {_NULL_KEY}) AS p, coalesce(tid, {_NULL_KEY}) AS t,
-       start_ns AS s, greatest(end_ns, start_ns) AS e, name,
-       starts_with(coalesce(name, ''), '{MODULE_PREFIX}')::INTEGER AS m
-FROM python_calls WHERE trace_id = $trace
+WITH c AS (
+    SELECT call_id, coalesce(pid, {_NULL_KEY}) AS p, coalesce(tid, {_NULL_KEY}) AS t, start_ns, end_ns, name
+    FROM python_calls WHERE trace_id = $trace
+), threads AS (SELECT DISTINCT p, t FROM c)
+SELECT 0 AS k, call_id AS id, p, t, start_ns AS s, greatest(end_ns, start_ns) AS e,
+       starts_with(coalesce(name, ''), '{MODULE_PREFIX}')::INTEGER AS m, hash(coalesce(name, '')) AS hn
+FROM c
 UNION ALL
-SELECT 1, op_id, coalesce(pid, {_NULL_KEY}), coalesce(tid, {_NULL_KEY}), start_ns, start_ns, NULL, 0
-FROM cpu_ops WHERE trace_id = $trace
+SELECT 1, o.op_id, h.p, h.t, o.start_ns, o.start_ns, 0, NULL
+FROM cpu_ops o JOIN threads h ON h.p = coalesce(o.pid, {_NULL_KEY}) AND h.t = coalesce(o.tid, {_NULL_KEY})
+WHERE o.trace_id = $trace
 UNION ALL
-SELECT 2, launch_id, coalesce(pid, {_NULL_KEY}), coalesce(tid, {_NULL_KEY}), start_ns, start_ns, NULL, 0
-FROM launches WHERE trace_id = $trace"""
+SELECT 2, l.launch_id, h.p, h.t, l.start_ns, l.start_ns, 0, NULL
+FROM launches l JOIN threads h ON h.p = coalesce(l.pid, {_NULL_KEY}) AND h.t = coalesce(l.tid, {_NULL_KEY})
+WHERE l.trace_id = $trace"""
 
 
 def _open_sql(items: str) -> str:
-    """Per item of ``items`` (columns k, id, p, t, s, e, m; k = 0: an interval, else a point at s):
+    """Per item of ``items`` (columns k, id, p, t, s, e, m, hn; k = 0: an interval, else a point at s), its
+    columns and:
     ``pos`` (its rank in the sweep order (s asc, e desc, k, id) of its thread p, t), ``od`` = intervals open
     just before it, ``om`` = those of them with m = 1. An interval adds at its start and removes at its end;
     at one time, ends of positive-length intervals come before starts, and an interval's start before its
@@ -65,14 +72,14 @@ def _open_sql(items: str) -> str:
 WITH it AS (
     SELECT *, row_number() OVER (PARTITION BY p, t ORDER BY s, e DESC, k, id) AS pos FROM ({items})
 ), stream AS (
-    SELECT p, t, s AS time, 1 AS ph, pos, 0 AS sub, k, id,
+    SELECT p, t, s AS time, 1 AS ph, pos, 0 AS sub, k, id, s, e, m, hn,
            (k = 0)::INTEGER AS dc, CASE WHEN k = 0 THEN m ELSE 0 END AS dm
     FROM it
     UNION ALL
-    SELECT p, t, e, CASE WHEN e > s THEN 0 ELSE 1 END, pos, 1, k, NULL, -1, -m
+    SELECT p, t, e, CASE WHEN e > s THEN 0 ELSE 1 END, pos, 1, k, NULL, NULL, NULL, NULL, NULL, -1, -m
     FROM it WHERE k = 0
 )
-SELECT p, t, pos, k, id, sum(dc) OVER w - dc AS od, sum(dm) OVER w - dm AS om
+SELECT p, t, pos, k, id, s, e, m, hn, sum(dc) OVER w - dc AS od, sum(dm) OVER w - dm AS om
 FROM stream
 WINDOW w AS (PARTITION BY p, t ORDER BY time, ph, pos, sub ROWS UNBOUNDED PRECEDING)
 QUALIFY sub = 0"""
@@ -99,9 +106,10 @@ WITH nodes AS (
     SELECT op_id, coalesce(pid, {_NULL_KEY}) AS p, coalesce(tid, {_NULL_KEY}) AS t, start_ns, end_ns FROM cpu_ops
     WHERE trace_id = $trace AND seq_number >= 0 AND fwd_thread_id > 0
 ), threads AS (SELECT DISTINCT p, t FROM nodes)
-SELECT 0 AS k, op_id AS id, p, t, start_ns AS s, greatest(end_ns, start_ns) AS e, 1 AS m FROM nodes
+SELECT 0 AS k, op_id AS id, p, t, start_ns AS s, greatest(end_ns, start_ns) AS e, 1 AS m, NULL::UBIGINT AS hn
+FROM nodes
 UNION ALL
-SELECT 1, o.op_id, h.p, h.t, o.start_ns, o.start_ns, 0
+SELECT 1, o.op_id, h.p, h.t, o.start_ns, o.start_ns, 0, NULL
 FROM cpu_ops o JOIN threads h ON h.p = coalesce(o.pid, {_NULL_KEY}) AND h.t = coalesce(o.tid, {_NULL_KEY})
 WHERE o.trace_id = $trace"""
 
@@ -119,20 +127,17 @@ FROM nodes n ASOF LEFT JOIN fwd f ON f.p = n.p AND f.seq_number = n.seq_number A
 
 
 def _stack_sql() -> str:
-    """Per Python call: its stack_id and its parent's (the running sum of hash(name, depth) over the calls
-    open at its start, plus its own; see the module docstring)."""
+    """Per Python call (rows of ks_py_open): its depth, stack_id and its parent's (the running sum of
+    hash(name, depth) over the calls open at its start, plus its own; see the module docstring)."""
     return f"""
 WITH c AS (
-    SELECT i.p, i.t, i.s, i.e, i.id, i.name, o.od AS depth,
-           hash(coalesce(i.name, ''), o.od)::HUGEINT AS h,
-           row_number() OVER (PARTITION BY i.p, i.t ORDER BY i.s, i.e DESC, i.id) AS pos
-    FROM ks_py_items i JOIN ks_py_open o ON o.k = 0 AND o.id = i.id WHERE i.k = 0
+    SELECT p, t, pos, s, e, id, od AS depth, hash(hn, od)::HUGEINT AS h FROM ks_py_open WHERE k = 0
 ), stream AS (
-    SELECT p, t, s AS time, 1 AS ph, pos, 0 AS sub, h AS dh, id, name, depth FROM c
+    SELECT p, t, s AS time, 1 AS ph, pos, 0 AS sub, h AS dh, id, depth FROM c
     UNION ALL
-    SELECT p, t, e, CASE WHEN e > s THEN 0 ELSE 1 END, pos, 1, -h, NULL, NULL, NULL FROM c
+    SELECT p, t, e, CASE WHEN e > s THEN 0 ELSE 1 END, pos, 1, -h, NULL, NULL FROM c
 )
-SELECT id, name, depth,
+SELECT id, depth,
        CAST((sum(dh) OVER w - dh) % {STACK_MOD} AS BIGINT) AS parent_stack_id,
        CAST(sum(dh) OVER w % {STACK_MOD} AS BIGINT) AS stack_id
 FROM stream
@@ -151,10 +156,8 @@ def _temp(con, name: str, sql: str, trace_id: str | None = None) -> None:
 def _python(con, trace_id: str) -> None:
     """Nesting, stacks and modules of the Python calls; the innermost call and module of each operator and
     launch start (temp table ks_py_points: k, id, py_call_id, module_call_id)."""
-    _temp(con, "ks_py_items", _ITEMS, trace_id)
-    _temp(con, "ks_py_open", _open_sql("SELECT k, id, p, t, s, e, m FROM ks_py_items"))
-    _temp(con, "ks_py_inner", _innermost_sql(
-        "(SELECT o.*, i.m FROM ks_py_open o JOIN ks_py_items i USING (k, id))", "AND m = 1"))
+    _temp(con, "ks_py_open", _open_sql(_ITEMS), trace_id)
+    _temp(con, "ks_py_inner", _innermost_sql("ks_py_open", "AND m = 1"))
     _temp(con, "ks_py_calls", f"SELECT * FROM ({_stack_sql()})")
     con.execute("""
         UPDATE python_calls SET parent_call_id = n.inner_id, depth = n.od::INTEGER, module_call_id = n.inner_m,
@@ -163,8 +166,10 @@ def _python(con, trace_id: str) -> None:
         WHERE python_calls.trace_id = $trace AND n.k = 0 AND python_calls.call_id = n.id""", {"trace": trace_id})
     con.execute("""
         INSERT INTO python_stacks
-        SELECT DISTINCT $trace, stack_id, CASE WHEN depth > 0 THEN parent_stack_id END, name, depth::INTEGER
-        FROM ks_py_calls ORDER BY depth, stack_id""", {"trace": trace_id})
+        SELECT $trace, s.stack_id, any_value(CASE WHEN s.depth > 0 THEN s.parent_stack_id END), any_value(c.name),
+               min(s.depth)::INTEGER
+        FROM ks_py_calls s JOIN python_calls c ON c.trace_id = $trace AND c.call_id = s.id
+        GROUP BY s.stack_id ORDER BY 5, 2""", {"trace": trace_id})
     _temp(con, "ks_py_points", "SELECT k, id, inner_id AS py_call_id, inner_m AS module_call_id "
                                "FROM ks_py_inner WHERE k > 0")
 
