@@ -84,6 +84,19 @@ def _comm_figs(store, ids, r) -> list[go.Figure]:
     return [breakdown_figure(ranks)] if ranks is not None and len(ranks) else []
 
 
+def _modules_figs(store, ids, r) -> list[go.Figure]:
+    from .modules import module_icicle
+
+    return [module_icicle(r.tables["tree"])] if len(r.tables["tree"]) else []
+
+
+def _stacks_figs(store, ids, r) -> list[go.Figure]:
+    from .stacks import flame_figure
+
+    flame = r.tables["flame"]
+    return [flame_figure(flame, "gpu_ns"), flame_figure(flame, "cpu_ns")] if len(flame) else []
+
+
 FIGURES: dict[str, Callable[..., list[go.Figure]]] = {
     "steps": _steps_figs,
     "launch": _launch_figs,
@@ -95,6 +108,8 @@ FIGURES: dict[str, Callable[..., list[go.Figure]]] = {
     "transition": _transition_figs,
     "diff": _diff_figs,
     "comm": _comm_figs,
+    "modules": _modules_figs,
+    "stacks": _stacks_figs,
 }
 
 
