@@ -36,6 +36,7 @@ CASES = {
     "sig": (["-1", "1.5", "9" * 30, "nan", "x"] + TEXT_BAD, ["0", "3"]),
     "bins": (["7", "0", "-50", "9" * 30, "nan"] + TEXT_BAD, ["50", "2000"]),
     "level": (["middle", "LEAF"] + TEXT_BAD, ["leaf", "top"]),
+    "metric": (["watts", "GPU_NS", "gpu"] + TEXT_BAD, ["gpu_ns", "cpu_ns"]),
     "view": (["table"] + TEXT_BAD, ["timeline"]),
     "run": (TEXT_BAD, ["nosuchrun"]),
     "a": (TEXT_BAD, ["nosuchtrace"]),
@@ -53,7 +54,7 @@ PAGE_PARAMS = {
     "overview": ["t0"], "launch": ["sig"], "power": ["bins"],
     "timeline": ["t0", "t1", "op", "sel", "find"], "operators": ["level", "op"], "bound": ["bins"], "bandwidth": ["sig"],
     "compare": ["a", "b", "sweep_a", "sweep_b", "by"], "sweep": ["sweep", "by", "point"],
-    "ranks": ["run", "view", "t0", "t1", "coll"], "traces": ["trace"],
+    "ranks": ["run", "view", "t0", "t1", "coll"], "traces": ["trace"], "modules": ["metric"],
 }
 
 
