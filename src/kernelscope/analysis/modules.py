@@ -45,7 +45,7 @@ DESCRIPTION = ("nn.Module tree (with_modules): calls, CPU time and forward/backw
                "instance, instance path and class.")
 
 NO_MODULES = ("this trace has no nn.Module ranges: record it with torch.profiler.profile(with_modules=True) "
-              "(or kernelscope profile's with_modules option) to see time per module.")
+              "(or kernelscope.profile(with_modules=True)) to see time per module.")
 
 _SUMS = ["cpu_ns", "cpu_self_ns", "cpu_bwd_ns", "gpu_fwd_ns", "gpu_bwd_ns", "gpu_ns", "gpu_self_ns", "kernels",
          "launches"]

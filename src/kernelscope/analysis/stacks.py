@@ -40,7 +40,7 @@ DESCRIPTION = ("Python call stacks (with_stack): CPU and GPU kernel time per fra
                "source line (file.py:line function: GPU ms, kernels, launches).")
 
 NO_STACKS = ("this trace has no Python frames: record it with torch.profiler.profile(with_stack=True) (or "
-             "kernelscope profile's with_stack option) to attribute time to Python call stacks.")
+             "kernelscope.profile(with_stack=True)) to attribute time to Python call stacks.")
 
 FLAME_COLUMNS = ["stack_id", "parent_stack_id", "name", "depth", "calls", "cpu_ns", "cpu_self_ns", "gpu_ns",
                  "gpu_self_ns", "gpu_bwd_ns", "kernels", "kernels_self", "launches"]
