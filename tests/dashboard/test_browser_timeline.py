@@ -139,3 +139,50 @@ def test_empty_cases_in_words(page, base_url, dash_store):
     page.goto(f"{base_url}/trace/{dash_store.ids['cpu_only']}/operators")
     expect(page.locator("#msg-no-gpu")).to_contain_text("No GPU activity")
     assert page.console_errors == []
+
+
+# Page coordinates of the middle of the bar whose start point carries ``cd`` as customdata (an event
+# 'gpu:<id>'), from Plotly's axis layout (data -> pixel: xaxis.l2p / yaxis.l2p, offset by the plot area's box);
+# null when the bar is narrower than 8 px or outside the plot.
+_BAR_MID = """(cd) => { const gd = document.querySelector('#timeline-graph .js-plotly-plot');
+  const fl = gd._fullLayout, box = gd.querySelector('.nsewdrag').getBoundingClientRect();
+  for (const t of gd._fullData) {
+    if (!t.customdata || t.type !== 'scattergl') continue;
+    const j = Array.from(t.customdata).indexOf(cd);
+    if (j < 0) continue;
+    const x0 = fl.xaxis.l2p(t.x[j]), x1 = fl.xaxis.l2p(t.x[j + 1]);
+    if (x1 - x0 < 8 || x0 < 0 || x1 > box.width) return null;
+    return {x: box.left + (x0 + x1) / 2, y: box.top + fl.yaxis.l2p(t.y[j])}; }
+  return null; }"""
+
+
+def test_a_real_click_on_a_kernel_bar_selects_it(page, base_url, dash_store):
+    """issue 13: a real mouse click at the kernel bar's drawn position selects that kernel: the URL names it,
+    the details panel shows its fields (checked against the stored row and its launch call), its launch line
+    is drawn and a halo marks it."""
+    tid = dash_store.ids["llama_prefill_b8"]
+    with open_store(dash_store.db, read_only=True) as store:
+        info = td.trace_info(store, tid)
+        k = store.query("SELECT g.activity_id, g.name, g.correlation, g.grid_x, g.grid_y, g.grid_z, l.name AS call "
+                        "FROM gpu_activities g JOIN launches l ON l.trace_id = g.trace_id AND l.launch_id = g.launch_id "
+                        "WHERE g.trace_id = $t AND g.kind = 'kernel' AND g.start_ns >= $a AND g.end_ns <= $b "
+                        "ORDER BY g.dur_ns DESC LIMIT 1",
+                        {"t": tid, "a": info["start_ns"] + 5_100_000, "b": info["start_ns"] + 5_900_000}).iloc[0]
+    page.goto(f"{base_url}/trace/{tid}/timeline?t0=5&t1=6")
+    _wait_drawn(page)
+    expect(page.locator("#timeline-details-empty")).to_contain_text("Click a bar")
+    cd = f"gpu:{int(k['activity_id'])}"
+    xy = page.evaluate(_BAR_MID, cd)
+    assert xy is not None, "the kernel's bar is not drawn wide enough to click"
+    page.mouse.move(xy["x"], xy["y"])
+    page.mouse.click(xy["x"], xy["y"])
+    page.wait_for_function(f"() => location.search.includes('sel=gpu%3A{int(k['activity_id'])}')")
+    expect(page.locator("#detail-correlation")).to_have_text(str(int(k["correlation"])))
+    expect(page.locator("#detail-name")).to_have_text(k["name"])
+    expect(page.locator("#detail-grid")).to_have_text(f"[{k['grid_x']}, {k['grid_y']}, {k['grid_z']}]")
+    expect(page.locator("#detail-launch")).to_contain_text(k["call"])
+    expect(page.locator("#timeline-status")).to_contain_text(f"(kernel {int(k['activity_id'])})")
+    traces = page.evaluate(_TRACES)
+    assert [t["segments"] for t in traces if t["name"] == "launch → activity"] == [1]
+    assert [t["segments"] for t in traces if t["name"] == "highlight"] == [1]
+    assert page.console_errors == []
