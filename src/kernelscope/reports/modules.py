@@ -76,7 +76,7 @@ def module_icicle(tree: pd.DataFrame, metric: str = DEFAULT_METRIC, title: str |
                                            tree["kernels"], tree["class"])]
     fig.add_trace(go.Icicle(
         ids=ids, parents=parents, labels=list(tree["module"]), values=values, branchvalues=branch,
-        customdata=custom, sort=False, tiling={"orientation": "v"}, maxdepth=6,
+        customdata=custom, sort=False, tiling={"orientation": "v"}, maxdepth=6, root={"color": "#c7d2fe"},
         hovertemplate=("<b>%{id}</b><br>class %{customdata[5]}<br>GPU %{customdata[0]} (forward %{customdata[1]}, "
                        "backward %{customdata[2]})<br>CPU %{customdata[3]}<br>%{customdata[4]} kernels"
                        "<extra></extra>")))
