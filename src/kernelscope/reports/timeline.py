@@ -253,7 +253,7 @@ def events_figure(lanes: pd.DataFrame, events: pd.DataFrame, a: int, b: int, ori
     if lab is not None and not lab.empty:
         # WebGL like the bars (an SVG text trace is drawn under the WebGL canvas, where the bars hide it)
         traces.append(_trace('scattergl', x=lab["x"].to_numpy(), y=lab["lane"].to_numpy(dtype=np.float32),
-                             mode="text", text=lab["text"].tolist(), textposition="middle center",
+                             mode="text", text=lab["text"].tolist(), textposition="middle right",
                              textfont={"size": 10, "color": "white"}, hoverinfo="skip", showlegend=False,
                              name="labels"))
     return _figure(traces, layout)

@@ -10,7 +10,7 @@ input shapes; a CUDA API call's correlation id and the GPU activities it launche
 **Labels**: an event gets its name written inside its bar when at least ``MIN_CHARS`` characters fit in the
 bar's visible width at the current zoom (``CHAR_PX`` pixels per character of the 10 px font, ``PAD_PX`` of
 padding); a name longer than the room is cut with an ellipsis. Kernel names are shortened first (no
-``void``, no template or argument list). At most ``LABEL_LIMIT`` labels (the widest bars) per figure.
+``void``, no template or argument list, no namespaces). At most ``LABEL_LIMIT`` labels (the widest bars) per figure.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from ..units import NS_PER_MS, NS_PER_US
 
 #: Plot-area width in px assumed when the browser has not said (the figure's first render).
 DEFAULT_PX = 1100
-CHAR_PX = 7.0
+CHAR_PX = 6.2
 PAD_PX = 6.0
-MIN_CHARS = 3
+MIN_CHARS = 4
 LABEL_LIMIT = 800
 #: Longest name and shapes text in a hover (characters).
 HOVER_NAME = 110
@@ -64,15 +64,19 @@ def dims3(x, y, z) -> str:
 
 
 def short_name(name: str) -> str:
-    """A kernel or operator name as a label shows it: 'void ' dropped, the template and argument lists cut
-    ('void at::native::elementwise_kernel<128, 4, ...>(...)' -> 'at::native::elementwise_kernel')."""
-    s = str(name or "")
-    if s.startswith("void "):
+    """A kernel or operator name as a label shows it: a C++ kernel signature loses 'void ', its template and
+    argument lists and its namespaces ('void at::native::elementwise_kernel<128, 4, ...>(...)' ->
+    'elementwise_kernel'); an operator name ('aten::mm') stays whole."""
+    s = str(name or "").strip()
+    cpp = s.startswith("void ")
+    if cpp:
         s = s[5:]
     for stop in ("<", "("):
         i = s.find(stop)
         if i >= 3:
-            s = s[:i]
+            s, cpp = s[:i], True
+    if cpp and "::" in s:
+        s = s.rsplit("::", 1)[1] or s
     return s.strip()
 
 
@@ -155,8 +159,8 @@ def _shapes(dims) -> str:
 
 def labels(ev: pd.DataFrame, a: int, b: int, origin: int, plot_px: float) -> pd.DataFrame:
     """The labels to draw in the bars of ``ev`` (rows of ``storage.timeline.events`` with ``lane``) in the window
-    ``[a, b)`` drawn ``plot_px`` pixels wide: x (ms since ``origin``, the middle of the bar's visible part),
-    lane, text, src; at most ``LABEL_LIMIT`` (the widest)."""
+    ``[a, b)`` drawn ``plot_px`` pixels wide: x (ms since ``origin``: where the text starts, ``PAD_PX / 2``
+    into the bar's visible part), lane, text, src; at most ``LABEL_LIMIT`` (the widest)."""
     if ev.empty or b <= a:
         return pd.DataFrame(columns=["x", "lane", "text", "src"])
     s = np.maximum(ev["start_ns"].to_numpy(dtype=np.int64), a)
@@ -170,8 +174,9 @@ def labels(ev: pd.DataFrame, a: int, b: int, origin: int, plot_px: float) -> pd.
     for name, n in zip(ev["name"].to_numpy()[ok], chars[ok]):
         t = short_name(name)
         texts.append(t if len(t) <= n else t[: n - 1] + "…")
-    mid = (s[ok] + (e[ok] - s[ok]) // 2 - int(origin)) / NS_PER_MS
-    return pd.DataFrame({"x": mid, "lane": ev["lane"].to_numpy()[ok], "text": texts,
+    # left-aligned a few px into the visible part (WebGL text centres long strings off their anchor)
+    left = (s[ok] - int(origin)) / NS_PER_MS + (PAD_PX / 2) * ((b - a) / float(plot_px)) / NS_PER_MS
+    return pd.DataFrame({"x": left, "lane": ev["lane"].to_numpy()[ok], "text": texts,
                          "src": ev["src"].to_numpy()[ok]})
 
 

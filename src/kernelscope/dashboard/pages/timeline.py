@@ -48,6 +48,8 @@ def _selection(store, trace_id: str, params: dict, info: dict):
     sel = params.get("sel")
     if sel:
         src, _, i = sel.partition(":")
+        if src == "cpu":  # an operator instance, as op= names it
+            return "op", i, _detail(store, trace_id, info, "cpu", int(i))
         return "sel", (src, int(i)), _detail(store, trace_id, info, src, int(i))
     return None
 
