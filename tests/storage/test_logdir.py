@@ -91,6 +91,24 @@ def test_worker_files_of_one_cycle_are_ranks_of_one_run_and_cycles_are_separate_
     assert len({r for rr in cycles.values() for r in rr.values()}) == 2  # successive cycles: two runs
 
 
+def test_plain_ingest_of_the_logdir_groups_and_names_as_the_watcher_does(tmp_path):
+    """`kernelscope ingest DIR` on the same logdir (two DDP workers over two cycles: the ranks of each cycle are
+    one run; it once refused the folder as 'rank 0 claimed twice') stores what the watcher stored."""
+    db, meta = _template()
+    watched = _stored(db)
+    res = CliRunner().invoke(cli, ["ingest", str(meta["logdir"]), "--db", str(tmp_path / "i.duckdb")])
+    assert res.exit_code == 0, res.output
+    ingested = _stored(tmp_path / "i.duckdb")
+    assert set(ingested) == set(watched)
+    for f, (tid, name, run, rank, labels) in ingested.items():
+        w_tid, w_name, w_run, w_rank, w_labels = watched[f]
+        assert (tid, name, rank) == (w_tid, w_name, w_rank)
+        assert (run is None) == (w_run is None) and labels["worker"] == w_labels["worker"]
+        assert (labels["step_first"], labels["step_last"]) == (w_labels["step_first"], w_labels["step_last"])
+    runs = {r for _, _, r, _, _ in ingested.values() if r}
+    assert len(runs) == 2  # one per cycle of the two DDP workers
+
+
 def test_a_cycle_appearing_while_watched_is_ingested_once_complete_and_listed(tmp_path):
     db = tmp_path / "live.duckdb"
     meta = stores.copy("logdir", build, db)

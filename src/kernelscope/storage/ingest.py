@@ -25,7 +25,7 @@ import sys
 import time
 
 from ..errors import UsageError
-from . import ranks
+from . import logdir, ranks
 from .discovery import (
     RUN_RECORD,
     RUN_TRACES,
@@ -138,12 +138,18 @@ def ingest_paths(
     if name is not None and len(items) + len(ncu_items) > 1:
         raise UsageError("--name applies to one trace; give one file or leave --name out")
     given_dirs = [p for p in readable if p.is_dir()]
-    runs = []
+    runs, handler_files = [], []
+    if name is None:  # files of torch's tensorboard_trace_handler: grouped as `dashboard --logdir` does
+        handler_files = [p for kind, p in items if kind == "file" and logdir.parse_name(p.name) is not None]
+        items = [(kind, p) for kind, p in items if not (kind == "file" and logdir.parse_name(p.name) is not None)]
     if given_dirs and name is None:  # rank traces sharing a folder become one run (storage/ranks.py)
         runs, items = ranks.plan_runs(items, given_dirs)
     items += ncu_items
     bar = _Progress(progress, len(items) + len(runs))
     try:
+        if handler_files:
+            results.extend(logdir.ingest_handler_files(store, handler_files, labels=labels,
+                                                       python_functions=python_functions, salvage=salvage))
         for folder, members in runs:
             results.extend(ingest_rank_run(store, folder, members, labels=labels,
                                            python_functions=python_functions, salvage=salvage))

@@ -387,35 +387,75 @@ class Watcher:
         return results
 
     def _stage(self, st, unit: Unit) -> list[IngestResult]:
-        from .ingest import ingest_file, ingest_rank_run
-        from .tracerow import insert_labels
+        folder = unit.files[0].folder
+        name = self.logdir_name if folder == "." else f"{self.logdir_name}/{folder}"
+        return stage_unit(st, unit, name, python_functions=self.python_functions,
+                          salvage=not all(f.complete for f in unit.files))
 
-        logdir_name = self.logdir_name if unit.files[0].folder == "." else f"{self.logdir_name}/{unit.files[0].folder}"
-        salvage = not all(f.complete for f in unit.files)
-        if not unit.run:
-            f = unit.files[0]
-            return [ingest_file(st, f.path, name=f.trace_name(), labels=f.labels(logdir_name),
-                                python_functions=self.python_functions, salvage=salvage)]
-        members = []
-        for f in unit.files:
-            m = ranks.Member("file", f.path, f.trace_name())
-            m.set_distributed(f.distributed)
-            m.name_rank = ranks.name_rank(f.worker)
-            members.append(m)
-        results = ingest_rank_run(st, unit.files[0].path.parent, members, python_functions=self.python_functions,
-                                  salvage=salvage)
-        by_path = {str(f.path): f for f in unit.files}
-        done = [(r.trace_id, by_path[r.path]) for r in results if r.status == "ingested" and r.path in by_path]
-        if done:
-            f0 = unit.files[0]
-            st.con.execute("BEGIN TRANSACTION")
-            for tid, f in done:
-                insert_labels(st.con, tid, f.labels(logdir_name))
-            st.con.execute("UPDATE runs SET name = ? WHERE run_id IN (SELECT run_id FROM traces WHERE "
-                           "list_contains(?, trace_id))",
-                           [f"{logdir_name} {f0.steps_text(' ') or f'cycle {f0.ordinal}'}", [t for t, _ in done]])
-            st.con.execute("COMMIT")
-        return results
+
+def stage_unit(st, unit: Unit, logdir_name: str, *, labels=None, python_functions: bool = True,
+               salvage: bool = False) -> list[IngestResult]:
+    """Ingest one unit into the open store ``st``: a trace of its own, or the ranks of one run through
+    ``rankrun.ingest_rank_run``; named and labelled as the module says (``labels``: more labels, the user's)."""
+    from .ingest import ingest_file, ingest_rank_run
+    from .tracerow import insert_labels
+
+    extra = dict(labels or {})
+    if not unit.run:
+        f = unit.files[0]
+        return [ingest_file(st, f.path, name=f.trace_name(), labels={**f.labels(logdir_name), **extra},
+                            python_functions=python_functions, salvage=salvage)]
+    members = []
+    for f in unit.files:
+        m = ranks.Member("file", f.path, f.trace_name())
+        m.set_distributed(f.distributed)
+        m.name_rank = ranks.name_rank(f.worker)
+        members.append(m)
+    results = ingest_rank_run(st, unit.files[0].path.parent, members, labels=extra or None,
+                              python_functions=python_functions, salvage=salvage)
+    by_path = {str(f.path): f for f in unit.files}
+    done = [(r.trace_id, by_path[r.path]) for r in results if r.status == "ingested" and r.path in by_path]
+    if done:
+        f0 = unit.files[0]
+        st.con.execute("BEGIN TRANSACTION")
+        for tid, f in done:
+            insert_labels(st.con, tid, f.labels(logdir_name))
+        st.con.execute("UPDATE runs SET name = ? WHERE run_id IN (SELECT run_id FROM traces WHERE "
+                       "list_contains(?, trace_id))",
+                       [f"{logdir_name} {f0.steps_text(' ') or f'cycle {f0.ordinal}'}", [t for t, _ in done]])
+        st.con.execute("COMMIT")
+    return results
+
+
+def ingest_handler_files(store, paths, *, labels=None, python_functions: bool = True,
+                         salvage: bool = False) -> list[IngestResult]:
+    """``kernelscope ingest`` of files named as tensorboard_trace_handler names them: each folder taken as a log
+    directory, grouped (ranks of one cycle = one run, successive cycles separate traces), named and labelled
+    exactly as the watcher does, with every file already complete (a cut one fails, or is salvaged with
+    ``salvage``, as any ingest)."""
+    by_folder: dict[pathlib.Path, list[pathlib.Path]] = {}
+    for p in paths:
+        by_folder.setdefault(pathlib.Path(p).parent, []).append(pathlib.Path(p))
+    results: list[IngestResult] = []
+    for folder, files in by_folder.items():
+        facts = []
+        for p in sorted(files):
+            try:
+                facts.append(scan(p, folder))
+            except (KernelscopeError, OSError) as exc:
+                results.append(IngestResult(str(p), "failed", None, _first_line(exc)))
+        by_worker: dict[str, list[FileFacts]] = {}
+        for f in facts:
+            by_worker.setdefault(f.worker, []).append(f)
+        for group in by_worker.values():
+            for i, f in enumerate(sorted(group, key=lambda f: (f.time_ns or 0, f.path.name)), 1):
+                f.ordinal = i
+        workers = {".": {r for f in facts if (r := ranks.name_rank(f.worker)) is not None}}
+        units, _ = plan(facts, workers=workers, now=float("inf"), rank_wait_s=0.0)
+        for unit in units:
+            results += stage_unit(store, unit, folder.name or str(folder), labels=labels,
+                                  python_functions=python_functions, salvage=salvage)
+    return results
 
 
 def _first_line(exc: BaseException) -> str:
