@@ -15,9 +15,12 @@ halo under its matches in the window.
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
+from _plotly_utils.utils import convert_to_base64, to_typed_array_spec
 
 from ..units import MW_PER_W, NS_PER_MS, NS_PER_US
 from . import timeline_text as tt
@@ -53,13 +56,33 @@ def _trace(kind: str, **props) -> dict:
 _BIG = ("x", "y", "text", "customdata")
 
 
+class _Figure(go.Figure):
+    """A Figure whose JSON for the browser (``to_plotly_json``, what Dash serialises) is built without
+    ``to_dict``'s deep copy of every trace and its walk over every list element looking for arrays: on a
+    window of 15k events those took ~0.3 s per response (the text and customdata lists). The trace dicts are
+    copied shallowly and only their numpy arrays become typed arrays, as ``to_dict`` would make them; lists
+    (customdata, text) go as JSON lists (issue 11: a click reads customdata from the figure as sent)."""
+
+    def to_plotly_json(self):
+        data = []
+        for props in self._data:
+            d = dict(props)
+            for k, v in d.items():
+                if isinstance(v, np.ndarray) and v.dtype.kind in "iuf":
+                    d[k] = to_typed_array_spec(v)
+            data.append(d)
+        layout = copy.deepcopy(self._layout)
+        convert_to_base64(layout)
+        return {"data": data, "layout": layout}
+
+
 def _figure(traces: list, layout: dict) -> go.Figure:
     """The figure without Plotly's per-property validation (it cost ~50-100 ms per response on a
     1M-kernel trace; the builders only set properties the tests check) and without its deep copy of each
     trace's arrays (the text and customdata lists of 20k events cost another ~50 ms): they are put into
     the figure's trace dicts after it is built (the arrays are built here for this figure alone)."""
     big = [{k: t.pop(k) for k in _BIG if k in t} for t in traces]
-    fig = go.Figure(data=traces, layout=layout, _validate=False)
+    fig = _Figure(data=traces, layout=layout, _validate=False)
     for props, arrays in zip(fig._data, big):
         props.update(arrays)
     return fig
@@ -223,8 +246,8 @@ def events_figure(lanes: pd.DataFrame, events: pd.DataFrame, a: int, b: int, ori
     traces.extend(h for h in halos if h is not None)
     ev = None
     if not events.empty:
-        ev = events.assign(lane=[row.get(k, -1) for k in zip(events["src"], events["k1"], events["k2"],
-                                                              events["k3"])])
+        keys = zip(*(events[c].tolist() for c in LANE_KEY))  # (iterating the columns themselves is slow)
+        ev = events.assign(lane=[row.get(k, -1) for k in keys])
         ev = ev[ev["lane"] >= 0].reset_index(drop=True)
         hovers = tt.hover_texts(ev, details, labels, origin) if with_names else None
         for (lane, src, kind), d in ev.groupby([ev["lane"], ev["src"], _kind(ev)], sort=True):
@@ -241,7 +264,8 @@ def events_figure(lanes: pd.DataFrame, events: pd.DataFrame, a: int, b: int, ori
             # a plain list, never a numpy array: Plotly sends arrays as base64 typed arrays, and Dash's
             # clickData reads customdata from the figure's raw data (figure.data[curve].customdata[point]),
             # where a typed array is still {dtype, bdata}: a real click would carry no event.
-            ids = [int(v) for v in d["id"]] if src == "cpu" else [f"{src}:{int(v)}" for v in d["id"]]
+            raw = d["id"].to_numpy(dtype=np.int64).tolist()  # (iterating the column itself: 4 µs per value)
+            ids = raw if src == "cpu" else [f"{src}:{v}" for v in raw]
             kw["customdata"] = _per_point(ids, len(d), None)
             group = f"{kind} kernel" if kind == "nccl" else kind
             traces.append(_trace('scattergl', x=x, y=y.astype(np.float32), mode="lines", connectgaps=False,

@@ -65,10 +65,10 @@ __all__ = ["ANN_KINDS", "BASE_BINS", "EVENT_LIMIT", "EXPORT_LIMIT", "LANE_COLUMN
 BASE_BINS = 1 << 14
 #: Most events drawn one by one; a window with more is drawn binned (DESIGN.md: below ~20k events).
 EVENT_LIMIT = 20_000
-#: Most events drawn with the full hover (``timeline_text.hover_texts``: ~400 bytes per event in the response,
-#: the text on both ends of its bar); more are drawn with a hover of the time and lane only, keeping a response
-#: at EVENT_LIMIT events under ~1.7 MB.
-NAME_LIMIT = 2_500
+#: Most events drawn with the full hover (``timeline_text.hover_texts``: 600-900 bytes per event in the
+#: response, the text on both ends of its bar, so at most ~1.8 MB); more are drawn with a hover of the time and
+#: lane only (~85 bytes per event: ~1.7 MB at EVENT_LIMIT).
+NAME_LIMIT = 2_000
 
 op_cpu_times = _ops.op_cpu_times
 bin_sql_query = _tl.bins
