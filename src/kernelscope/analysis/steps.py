@@ -8,12 +8,14 @@ Definitions (docs/metrics.md, "Steps", is the canonical text; every time is an i
   ``[host_start_ns, host_start_ns + host_dur_ns)``.
 - **Span** (what ``start_ns``/``dur_ns`` measure; TensorBoard's rule, so its users see the same step times).
   A step's **GPU work** is every GPU activity whose launch call (runtime or driver call, any thread) lies
-  inside the host range. In start order, ``start = max(host start, previous step's end)`` and
-  ``end = max(host end, last end of the step's GPU work)`` (``end = max(host end, start)`` for a step with no
-  GPU work): GPU work that runs past the CPU step's end counts in its own step, which then ends when that
-  work ends, and the next step starts after it. Before the first step, GPU work not launched inside any step
-  that ends before the first step's own GPU work starts moves the first step's start past its end. A trace
-  with no GPU work launched inside any step keeps the host ranges. Spans never overlap, so their sum is the
+  inside the host range (steps walked in start order: a call belongs to the last step starting at or before
+  it, when it also ends inside that step's host range). In start order,
+  ``start = max(host start, previous step's end)`` and ``end = max(host end, last end of the step's GPU
+  work)`` (``end = max(host end, start)`` for a step with no GPU work): GPU work that runs past the CPU step's
+  end counts in its own step, which then ends when that work ends, and the next step starts after it. Before
+  the first step, GPU work not launched inside any step that ends before the first step's own GPU work starts
+  moves the first step's start past its end. A trace with no GPU work launched inside any step keeps the host
+  ranges. Spans never overlap, so their sum is the
   stepped time.
 - **Categories** of a span, each instant counted once, by priority: ``kernel_ns`` (the union of kernels of
   every device covers it), else ``memcpy_ns`` (a GPU memcpy), else ``memset_ns`` (a GPU memset); the rest is
@@ -37,9 +39,9 @@ Definitions (docs/metrics.md, "Steps", is the canonical text; every time is an i
   marked). ``note`` says why a step is marked. No step is ever dropped.
 - **Spread** over the **steady** steps (neither warm-up nor partial; all steps, with a warning, when none is
   steady): ``step_time_median_ns``, ``step_time_min_ns``, ``step_time_max_ns``, ``step_time_mean_ns`` and
-  ``step_time_cv`` = population standard deviation / mean of their ``dur_ns`` (the median of an even count is
-  the mean of the middle two, rounded to the ns). ``breakdown``: per category
-  its mean ns over the steady steps and its share of their mean step time.
+  ``step_time_cv`` = population standard deviation / mean of their ``dur_ns`` (null for fewer than two; the
+  median of an even count is the mean of the middle two, rounded to the ns). ``breakdown``: per category its
+  mean ns over the steady steps and its share of their mean step time.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from ..errors import UsageError
@@ -94,16 +97,20 @@ _HOST = "(SELECT unnest($i) AS i, unnest($hs) AS hs, unnest($he) AS he)"
 
 def _gpu_work(store, trace_id: str, rows) -> dict[int, dict[str, Any]]:
     """Per host step: first start, last end and count of the GPU activities launched inside it, and its
-    launch calls of GPU work with no activity in the trace."""
+    launch calls of GPU work with no activity in the trace. Steps are walked in start order, as TensorBoard
+    does: a call belongs to the last step starting at or before it, when it also ends inside that step."""
     types = ", ".join(f"'{t}'" for t in GPU_LAUNCH_TYPES)
     out = query_rows(store, f"""
         WITH s AS {_HOST},
-        l AS (SELECT s.i, l.launch_id, l.launch_type, l.activities FROM s JOIN launches l
-              ON l.trace_id = $t AND l.start_ns >= s.hs AND l.end_ns <= s.he)
+        c AS (SELECT launch_id, launch_type, activities, start_ns, end_ns FROM launches
+              WHERE trace_id = $t AND start_ns >= $lo AND end_ns <= $hi),
+        l AS (SELECT s.i, c.launch_id, c.launch_type, c.activities FROM c ASOF JOIN s ON c.start_ns >= s.hs
+              WHERE c.end_ns <= s.he)
         SELECT l.i, min(a.start_ns) AS dev_start, max(a.end_ns) AS dev_end, count(a.activity_id) AS activities,
                count(*) FILTER (WHERE l.activities = 0 AND l.launch_type IN ({types})) AS lost_launches
         FROM l LEFT JOIN gpu_activities a ON a.trace_id = $t AND a.launch_id = l.launch_id
-        GROUP BY l.i""", t=trace_id, **_step_src(rows))
+        GROUP BY l.i""", t=trace_id, lo=min(int(r["start_ns"]) for r in rows),
+                     hi=max(int(r["end_ns"]) for r in rows), **_step_src(rows))
     return {int(r["i"]): r for r in out}
 
 
@@ -136,15 +143,19 @@ def _spans(store, trace_id: str, rows, work) -> list[tuple[int, int]]:
     return spans
 
 
-def _coverage(store, trace_id: str, rows, spans, phase: str | None) -> dict[tuple[int, int], int]:
+def _coverage(store, trace_id: str, spans, phase: str | None) -> dict[tuple[int, int], int]:
     """ns of span i covered by the union of every interval of priority level <= L (1 kernel, 2 memcpy,
-    3 memset, 4 runtime call, 5 dataloader range, 6 CPU operator/annotation): {(i, L): ns}."""
+    3 memset, 4 runtime call, 5 dataloader range, 6 CPU operator/annotation): {(i, L): ns}.
+
+    Per level the union's islands (disjoint, in start order) give ``C(x)``, the covered length before time
+    ``x`` (a running sum of island lengths and the island that starts last at or before ``x``); a span's
+    coverage is ``C(end) - C(start)``. Each level's union is materialized once (it feeds the next level and the sums).
+    Operators enter through the top-level ones: a nested operator lies inside its
+    top-level operator, so it adds nothing to the union."""
     lo, hi = min(s for s, _ in spans), max(e for _, e in spans)
     is_step = "s.kind = 'step'" if phase is None else "s.kind = 'user' AND s.name = $phase"
     win = "trace_id = $t AND end_ns > $lo AND start_ns < $hi"
-    host = f"""
-      SELECT name, start_ns, end_ns FROM cpu_ops WHERE {win}
-      UNION ALL
+    ann = f"""
       SELECT u.name, u.start_ns, u.end_ns FROM annotations u
       WHERE u.trace_id = $t AND u.end_ns > $lo AND u.start_ns < $hi AND u.kind = 'user'
         AND NOT (u.name IS NOT NULL AND starts_with(u.name, 'kernelscope::'))
@@ -155,26 +166,34 @@ def _coverage(store, trace_id: str, rows, spans, phase: str | None) -> dict[tupl
         2: f"SELECT start_ns, end_ns FROM gpu_activities WHERE {win} AND kind = 'memcpy'",
         3: f"SELECT start_ns, end_ns FROM gpu_activities WHERE {win} AND kind = 'memset'",
         4: f"SELECT start_ns, end_ns FROM launches WHERE {win}",
-        5: f"SELECT start_ns, end_ns FROM host WHERE {_DATALOADER}",
-        6: f"SELECT start_ns, end_ns FROM host WHERE NOT coalesce({_DATALOADER}, false)",
+        5: f"SELECT start_ns, end_ns FROM cpu_ops WHERE {win} AND {_DATALOADER} "
+           f"UNION ALL SELECT start_ns, end_ns FROM ann WHERE {_DATALOADER}",
+        6: f"SELECT start_ns, end_ns FROM cpu_ops WHERE {win} AND coalesce(depth, 0) = 0 "
+           "UNION ALL SELECT start_ns, end_ns FROM ann",
     }
-    ctes = [f"host AS ({host})"]
+    ctes = [f"ann AS ({ann})"]
     for lvl, sql in raw.items():
         src = sql if lvl == 1 else f"SELECT start_ns, end_ns FROM u{lvl - 1} UNION ALL {sql}"
-        ctes.append(f"u{lvl} AS ({union_sql('(' + src + ')')})")
+        ctes.append(f"u{lvl} AS MATERIALIZED ({union_sql('(' + src + ')')})")
     levels = " UNION ALL ".join(f"SELECT {lvl} AS lvl, start_ns, end_ns FROM u{lvl}" for lvl in raw)
-    params = {"t": trace_id, "lo": lo, "hi": hi, "i": list(range(len(spans))),
-              "ss": [s for s, _ in spans], "se": [e for _, e in spans]}
+    params = {"t": trace_id, "lo": lo, "hi": hi}
     if phase is not None:
         params["phase"] = phase
-    got = query_rows(store, f"""
-        WITH {', '.join(ctes)},
-        sp AS (SELECT unnest($i) AS i, unnest($ss) AS ss, unnest($se) AS se),
-        lv AS ({levels})
-        SELECT sp.i, lv.lvl, sum(least(lv.end_ns, sp.se) - greatest(lv.start_ns, sp.ss)) AS ns
-        FROM lv JOIN sp ON lv.start_ns < sp.se AND lv.end_ns > sp.ss
-        GROUP BY sp.i, lv.lvl""", **params)
-    return {(int(r["i"]), int(r["lvl"])): int(r["ns"]) for r in got}
+    islands = store.query(f"WITH {', '.join(ctes)} SELECT * FROM ({levels}) ORDER BY lvl, start_ns", params)
+    xs = np.array(sorted({x for span in spans for x in span}), dtype=np.int64)
+    at = {int(x): k for k, x in enumerate(xs)}
+    out: dict[tuple[int, int], int] = {}
+    for lvl in raw:
+        mine = islands[islands["lvl"] == lvl]
+        starts = mine["start_ns"].to_numpy(dtype=np.int64)
+        ends = mine["end_ns"].to_numpy(dtype=np.int64)
+        before = np.concatenate(([0], np.cumsum(ends - starts)[:-1])).astype(np.int64)
+        k = np.searchsorted(starts, xs, side="right") - 1  # the island starting last at or before x
+        kk = np.maximum(k, 0)
+        c = np.where(k >= 0, before[kk] + np.minimum(xs, ends[kk]) - starts[kk], 0) if len(starts) else 0 * xs
+        for i, (s0, e0) in enumerate(spans):
+            out[(i, lvl)] = int(c[at[e0]] - c[at[s0]])
+    return out
 
 
 def _unlaunched(store, trace_id: str, rows, spans) -> dict[int, int]:
@@ -257,7 +276,7 @@ def steps(store, trace_id: str, phase: str | None = None, warmup: int = 1) -> Re
                       tables={"steps": empty, "breakdown": _breakdown(empty)}, warnings=[sentence], trust=trust)
     work = _gpu_work(store, trace_id, rows)
     spans = _spans(store, trace_id, rows, work)
-    cov = _coverage(store, trace_id, rows, spans, phase)
+    cov = _coverage(store, trace_id, spans, phase)
     unl = _unlaunched(store, trace_id, rows, spans)
     out = []
     for i, (r, (s, e)) in enumerate(zip(rows, spans)):
@@ -286,7 +305,7 @@ def steps(store, trace_id: str, phase: str | None = None, warmup: int = 1) -> Re
         "warmup_steps": int(df["warmup"].sum()), "partial_steps": int(df["partial"].sum()),
         "step_time_median_ns": int(round(statistics.median(durs))),
         "step_time_min_ns": min(durs), "step_time_max_ns": max(durs), "step_time_mean_ns": int(round(mean)),
-        "step_time_cv": (statistics.pstdev(durs) / mean) if mean > 0 else None,
+        "step_time_cv": (statistics.pstdev(durs) / mean) if mean > 0 and len(durs) > 1 else None,
     }
     trust.update({"gpu_tail_steps": int((df["gpu_tail_ns"] > 0).sum()),
                   "devices": int(query_row(store, "SELECT count(DISTINCT device) AS n FROM gpu_activities "
