@@ -4,6 +4,7 @@ docs/metrics.md "Steps"."""
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
@@ -43,11 +44,11 @@ def _pattern(df: pd.DataFrame) -> list[str]:
 def breakdown_figure(df: pd.DataFrame) -> go.Figure:
     """Stacked bars, one per step (the ``steps`` table): its span in ms split into the seven categories, in
     priority order from the bottom. Warm-up steps are hatched '/', partial ones 'x'."""
-    labels = step_labels(df)
-    pattern = _pattern(df)
+    labels = np.array(step_labels(df), dtype=object)  # arrays, not lists: plotly checks a list item by item
+    pattern = np.array(_pattern(df), dtype=object)
     fig = go.Figure()
     for key, label, colour in CATEGORIES:
-        ms = df[f"{key}_ns"].astype("int64") / NS_PER_MS
+        ms = (df[f"{key}_ns"].astype("int64") / NS_PER_MS).to_numpy()
         fig.add_trace(go.Bar(x=labels, y=ms, name=label, marker={"color": colour, "pattern": {"shape": pattern}},
                              hovertemplate="step %{x}<br>" + label + ": %{y:.3f} ms<extra></extra>"))
     fig.update_layout(
@@ -61,12 +62,12 @@ def breakdown_figure(df: pd.DataFrame) -> go.Figure:
 def step_time_figure(df: pd.DataFrame, scalars: dict) -> go.Figure:
     """Step time (``dur_ns``, ms) per step as a line with markers (warm-up and partial steps drawn hollow and
     named in the hover), and the steady steps' median as a dashed line."""
-    labels = step_labels(df)
-    ms = df["dur_ns"].astype("int64") / NS_PER_MS
+    labels = np.array(step_labels(df), dtype=object)
+    ms = (df["dur_ns"].astype("int64") / NS_PER_MS).to_numpy()
     marked = [bool(w or p) for w, p in zip(df["warmup"], df["partial"])]
     fig = go.Figure(go.Scatter(
         x=labels, y=ms, mode="lines+markers", name="step time", line={"color": "#4e79a7"},
-        marker={"size": 8, "symbol": ["circle-open" if m else "circle" for m in marked]},
+        marker={"size": 8, "symbol": np.array(["circle-open" if m else "circle" for m in marked], dtype=object)},
         hovertemplate="step %{x}: %{y:.3f} ms<extra></extra>"))
     med = scalars.get("step_time_median_ns")
     if med is not None:
