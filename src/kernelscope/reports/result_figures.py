@@ -97,6 +97,12 @@ def _stacks_figs(store, ids, r) -> list[go.Figure]:
     return [flame_figure(flame, "gpu_ns"), flame_figure(flame, "cpu_ns")] if len(flame) else []
 
 
+def _memory_figs(store, ids, r) -> list[go.Figure]:
+    from .memory import has_memory, memory_figure
+
+    return [memory_figure(r)] if has_memory(r) else []
+
+
 FIGURES: dict[str, Callable[..., list[go.Figure]]] = {
     "steps": _steps_figs,
     "launch": _launch_figs,
@@ -110,6 +116,7 @@ FIGURES: dict[str, Callable[..., list[go.Figure]]] = {
     "comm": _comm_figs,
     "modules": _modules_figs,
     "stacks": _stacks_figs,
+    "memory": _memory_figs,
 }
 
 
