@@ -3,9 +3,9 @@
 Definitions (docs/metrics.md, "Steps", is the canonical text; every time is an integer number of ns):
 
 - **Step.** Each ``ProfilerStep#N`` range (annotations of kind ``step``; ``step`` = N). With the option
-  ``phase=NAME`` the steps are instead the user annotations (``record_function`` ranges) named exactly NAME,
-  numbered 0, 1, ... in start order. The annotation's own interval is the step's **host range**
-  ``[host_start_ns, host_start_ns + host_dur_ns)``.
+  ``phase=NAME`` the steps are instead the user annotations (``record_function`` ranges; NVTX ranges of an
+  Nsight Systems trace) named exactly NAME, numbered 0, 1, ... in start order. The annotation's own interval
+  is the step's **host range** ``[host_start_ns, host_start_ns + host_dur_ns)``.
 - **Span** (what ``start_ns``/``dur_ns`` measure; TensorBoard's rule, so its users see the same step times).
   A step's **GPU work** is every GPU activity whose launch call (runtime or driver call, any thread) lies
   inside the host range (steps walked in start order: a call belongs to the last step starting at or before
@@ -77,7 +77,7 @@ def _host_steps(store, trace_id: str, phase: str | None) -> list[dict[str, Any]]
     if phase is None:
         where, params = "kind = 'step'", {"t": trace_id}
     else:
-        where, params = "kind = 'user' AND name = $phase", {"t": trace_id, "phase": phase}
+        where, params = "kind IN ('user', 'nvtx') AND name = $phase", {"t": trace_id, "phase": phase}
     rows = query_rows(store, f"""
         SELECT ann_id, step, name, start_ns, end_ns FROM annotations
         WHERE trace_id = $t AND {where} ORDER BY start_ns, end_ns, ann_id""", **params)
@@ -153,11 +153,11 @@ def _coverage(store, trace_id: str, spans, phase: str | None) -> dict[tuple[int,
     Operators enter through the top-level ones: a nested operator lies inside its
     top-level operator, so it adds nothing to the union."""
     lo, hi = min(s for s, _ in spans), max(e for _, e in spans)
-    is_step = "s.kind = 'step'" if phase is None else "s.kind = 'user' AND s.name = $phase"
+    is_step = "s.kind = 'step'" if phase is None else "s.kind IN ('user', 'nvtx') AND s.name = $phase"
     win = "trace_id = $t AND end_ns > $lo AND start_ns < $hi"
     ann = f"""
       SELECT u.name, u.start_ns, u.end_ns FROM annotations u
-      WHERE u.trace_id = $t AND u.end_ns > $lo AND u.start_ns < $hi AND u.kind = 'user'
+      WHERE u.trace_id = $t AND u.end_ns > $lo AND u.start_ns < $hi AND u.kind IN ('user', 'nvtx')
         AND NOT (u.name IS NOT NULL AND starts_with(u.name, 'kernelscope::'))
         AND NOT EXISTS (SELECT 1 FROM annotations s WHERE s.trace_id = $t AND {is_step}
                         AND (s.ann_id = u.ann_id OR (u.start_ns <= s.start_ns AND u.end_ns >= s.end_ns)))"""
@@ -254,6 +254,8 @@ def steps(store, trace_id: str, phase: str | None = None, warmup: int = 1) -> Re
     """Per step: its span (TensorBoard's rule) split into kernel, memcpy, memset and the GPU's idle time by
     what the host did (runtime, dataloader, CPU operators, nothing traced); warm-up and partial steps marked;
     the spread of step times. Definitions: the module docstring and docs/metrics.md "Steps"."""
+    if isinstance(phase, (int, float)) and not isinstance(phase, bool):  # -o phase=1 arrives as a number
+        phase = str(phase)
     if phase is not None and (not isinstance(phase, str) or not phase):
         raise UsageError("phase= takes the name of a user annotation (record_function range), "
                          "e.g. -o phase=train_step.")
