@@ -50,3 +50,26 @@ def test_notebook_doc_runs(tmp_path, monkeypatch):
     # the tables are the store's rows: every kernel of the trace, as the steps analysis counted them
     assert int(ns["per_step"]["kernel_ns"].sum()) <= int(ns["kernels"]["dur_ns"].sum())
     assert int(ns["per_step"]["activities"].sum()) == 210 + 30  # the kernels and one memset per step
+
+
+def test_notebook_store_edges(tmp_path):
+    import pytest
+
+    import kernelscope
+    from kernelscope.errors import UsageError
+
+    db = compiled_copy(tmp_path / "ks.duckdb")
+    with kernelscope.open_store(db, read_only=True) as store:
+        assert isinstance(store, NotebookStore) and store.con is not None  # still the storage Store
+        tid = store.trace_id()  # the only trace
+        assert len(store.table("launches", tid, limit=5)) == 5
+        k = store.table("kernels")
+        assert set(k["kind"]) == {"kernel"} and list(k["start_ns"]) == sorted(k["start_ns"])
+        assert len(k) == store.analyze("summary").scalars["kernels"]
+        with pytest.raises(UsageError, match="no table named"):
+            store.table("nope")
+        with pytest.raises(UsageError, match="read-only"):
+            store.ingest(ROOT / "sample_traces" / "compiled")
+        r = store.analyze("steps", warmup=0)
+        assert r.scalars["warmup_steps"] == 0 and "steps (30×" in repr(r)
+        assert store.analyze("comm", [tid]).name == "comm"  # a multi-trace analysis takes a list
