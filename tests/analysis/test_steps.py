@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import stores
@@ -211,6 +212,10 @@ def test_cli_json(session_store):
     assert all(type(row[f"{c}_ns"]) is int for c in CATEGORIES)
     assert sum(row[f"{c}_ns"] for c in CATEGORIES) == row["dur_ns"]
     assert [r["step"] for r in out["steps"]] == list(range(1, 31))
+    doc = (SAMPLES.parent / "docs" / "metrics.md").read_text(encoding="utf-8")
+    documented = set(re.findall(r"`([A-Za-z_][A-Za-z0-9_.]*)`", doc))
+    keys = set(out) | {f"trust.{k}" for k in out["trust"]} | set(out["steps"][0]) | set(out["breakdown"][0])
+    assert not sorted(k for k in keys if k not in documented)
 
 
 # the issue-13 GPU captures (sample_traces/README.md): per training step, the GPU time between two CUDA events
