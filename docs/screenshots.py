@@ -27,7 +27,7 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-net
 PAGES = [
     ("traces", "/", None),
     ("overview", "/trace/{t}", "llama_decode"),
-    ("timeline", "/trace/{t}/timeline", "llama_decode"),
+    ("timeline", "/trace/{t}/timeline?t0=20&t1=30&find=flash", "qwen2_train_mem"),
     ("operators", "/trace/{t}/operators", "train_step"),
     ("launch", "/trace/{t}/launch", "llama_decode"),
     ("bound", "/trace/{t}/bound", "llama_decode"),
@@ -36,6 +36,10 @@ PAGES = [
     ("power", "/trace/{t}/power", "llama_prefill_b128"),
     ("compare", "/compare?a=small_kernels_eager&b=small_kernels_graph", None),
     ("ranks", "/ranks?run=ddp2", None),
+    ("steps", "/trace/{t}/steps", "vm_484.steps2-3"),
+    ("memory", "/trace/{t}/memory", "vm_484.steps6-7"),
+    ("modules", "/trace/{t}/modules", "qwen2_train_mem"),
+    ("stacks", "/trace/{t}/stacks", "qwen2_train_mem"),
 ]
 
 
