@@ -47,6 +47,9 @@ CASES = {
     "by": (TEXT_BAD, ["batch"]),
     "point": (TEXT_BAD, ["8"]),
     "trace": (TEXT_BAD, []),
+    "device": (TEXT_BAD, ["cuda:0", "cpu"]),
+    "phase": (TEXT_BAD, ["forward"]),
+    "warmup": (["-1", "1.5", "9" * 30, "nan", "x"] + TEXT_BAD, ["0", "2"]),
 }
 
 # the parameters each page reads (every page also gets a parameter it does not read)
@@ -55,6 +58,7 @@ PAGE_PARAMS = {
     "timeline": ["t0", "t1", "op", "sel", "find"], "operators": ["level", "op"], "bound": ["bins"], "bandwidth": ["sig"],
     "compare": ["a", "b", "sweep_a", "sweep_b", "by"], "sweep": ["sweep", "by", "point"],
     "ranks": ["run", "view", "t0", "t1", "coll"], "traces": ["trace"], "modules": ["metric"],
+    "memory": ["device"], "steps": ["phase", "warmup"],
 }
 
 
