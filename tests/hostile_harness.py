@@ -79,17 +79,24 @@ def file_sha(path: str) -> str:
     return h.hexdigest()
 
 
+def redirect_stdio(stdin_fd: int, out_path: str, err_path: str) -> None:
+    """In a forked child: ``stdin_fd`` becomes fd 0 (and is closed), fds 1 and 2 write to new files at
+    ``out_path`` and ``err_path`` (also used by tests/warm_cli.py)."""
+    if stdin_fd != 0:
+        os.dup2(stdin_fd, 0)
+        os.close(stdin_fd)
+    for fd, path in ((1, out_path), (2, err_path)):
+        f = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(f, fd)
+        os.close(f)
+
+
 def _child(case: dict, db: str | None, out_dir: str, prev_sha: str | None) -> None:
     """Runs in the forked child; never returns."""
     code = 70
     try:
         base = os.path.join(out_dir, case["name"])
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        for fd, suffix in ((1, ".out"), (2, ".err")):
-            f = os.open(base + suffix, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            os.dup2(f, fd)
-            os.close(f)
+        redirect_stdio(os.open(os.devnull, os.O_RDONLY), base + ".out", base + ".err")
         sys.stdin = open(0, closefd=False)
         sys.stdout = open(1, "w", closefd=False, encoding="utf-8", errors="backslashreplace")
         sys.stderr = open(2, "w", closefd=False, encoding="utf-8", errors="backslashreplace")

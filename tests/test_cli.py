@@ -1,6 +1,7 @@
 """The CLI: output formats, trace references, labels, rm, read-only sql, analyze, and exit codes for user
 mistakes (one `kernelscope: ...` line on stderr, never a traceback). In-process through click's
-CliRunner, and through a real subprocess where the exit code and stderr of the process matter."""
+CliRunner, and as a process where the exit code and stderr of the process matter: forked from a warm one
+(tests/warm_cli.py), a new Python process for one check of each command family."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ import subprocess
 import sys
 
 import pytest
+import stores
+import warm_cli
 from click.testing import CliRunner
-from stores import empty
 
 from kernelscope import __version__
 from kernelscope.cli import cli
@@ -64,12 +66,15 @@ def invoke(*args, db=None):
     return CliRunner().invoke(cli, argv)
 
 
-def run_cli(*args, db=None, env=None):
-    """The CLI as a real process: its exit code and stderr as a user sees them."""
-    argv = [sys.executable, "-m", "kernelscope.cli", *map(str, args)]
-    if db is not None:
-        argv += ["--db", str(db)]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env, check=False)
+def run_cli(*args, db=None, env=None, real=False):
+    """`python -m kernelscope.cli ARGS`: its exit code, stdout and stderr as a user sees them. In a child forked
+    from a warm process (tests/warm_cli.py) unless ``real``: a new Python process, kept for one check of each
+    command family here (test_python_dash_m_kernelscope_is_the_cli holds more)."""
+    args = [*map(str, args), *(["--db", str(db)] if db is not None else [])]
+    if not real:
+        return warm_cli.run(args, env=env, timeout=120)
+    return subprocess.run([sys.executable, "-m", "kernelscope.cli", *args], capture_output=True, text=True,
+                          timeout=120, env=env, check=False)
 
 
 def assert_one_line_error(proc, code=None):
@@ -82,16 +87,22 @@ def assert_one_line_error(proc, code=None):
     assert "Traceback" not in proc.stderr
 
 
-@pytest.fixture()
-def store(tmp_path):
-    """A fresh store holding the tiny trace (labelled batch=8); returns (db, trace_id, trace_path)."""
-    db = empty(tmp_path / "ks.duckdb")
-    path = write_trace(tmp_path / "tiny.json", tiny_trace())
+def _ingest_tiny(db) -> str:
+    path = write_trace(db.parent / "tiny.json", tiny_trace())
     res = invoke("ingest", path, "--label", "batch=8", "--label", "model=mlp", db=db)
     assert res.exit_code == 0, res.output + res.stderr
     fields = res.stdout.split()
     assert fields[0] == "ingested"
-    return db, fields[1], path
+    return fields[1]
+
+
+@pytest.fixture()
+def store(tmp_path):
+    """A fresh store holding the tiny trace (labelled batch=8), a copy of one ingested once per session
+    (tests/stores.py), and the trace file beside it; returns (db, trace_id, trace_path)."""
+    db = tmp_path / "ks.duckdb"
+    trace_id = stores.copy("cli_tiny", _ingest_tiny, db)
+    return db, trace_id, write_trace(tmp_path / "tiny.json", tiny_trace())
 
 
 def test_version():
@@ -200,7 +211,7 @@ def test_summary_csv_table_and_scalars(store):
     scalars = dict(csv.reader(io.StringIO(invoke("summary", trace_id, "--format", "csv", db=db).stdout)))
     assert scalars["busy_ns"] == "5484"
     assert scalars["trust.kernels_with_launch.count"] == "2"
-    bad = run_cli("summary", trace_id, "--table", "nope", db=db)
+    bad = run_cli("summary", trace_id, "--table", "nope", db=db, real=True)
     assert_one_line_error(bad)
     assert "top_kernels" in bad.stderr
 
@@ -259,7 +270,7 @@ def test_ambiguous_prefix(tmp_path):
 @pytest.mark.parametrize("bad", ["batch", "=8", "batch=", ""])
 def test_bad_label(store, bad):
     db, trace_id, path = store
-    assert_one_line_error(run_cli("label", trace_id, bad, db=db))
+    assert_one_line_error(run_cli("label", trace_id, bad, db=db, real=bad == "batch"))
     assert_one_line_error(run_cli("ingest", path, "--label", bad, db=db))
     # nothing changed
     rows = json.loads(invoke("traces", "--json", db=db).stdout)
@@ -276,7 +287,7 @@ def test_bad_label(store, bad):
 ])
 def test_sql_refuses_writes_and_outside_access(store, statement):
     db, trace_id, _ = store
-    assert_one_line_error(run_cli("sql", statement, db=db))
+    assert_one_line_error(run_cli("sql", statement, db=db, real=statement.startswith("COPY")))
     rows = json.loads(invoke("sql", "SELECT trace_id FROM traces", "--json", db=db).stdout)
     assert rows == [{"trace_id": trace_id}]
     assert json.loads(invoke("sql", "SELECT count(*) AS n FROM labels", "--json", db=db).stdout) == [{"n": 2}]
@@ -299,7 +310,7 @@ def test_analyze_list_and_run(store):
     via_analyze = json.loads(invoke("analyze", "summary", trace_id, "--json", db=db).stdout)
     via_summary = json.loads(invoke("summary", trace_id, "--json", db=db).stdout)
     assert via_analyze == via_summary
-    proc = run_cli("analyze", "nosuchanalysis", trace_id, db=db)
+    proc = run_cli("analyze", "nosuchanalysis", trace_id, db=db, real=True)
     assert_one_line_error(proc)
     assert "summary" in proc.stderr  # says which analyses exist
 
@@ -309,7 +320,7 @@ def test_ingest_failure_is_one_line_and_others_land(tmp_path):
     good = write_trace(tmp_path / "good.json", tiny_trace())
     bad = tmp_path / "bad.json"
     bad.write_text('{"traceEvents": [{"ph": "X", "cat": "kernel", "ts": 1')  # truncated
-    proc = run_cli("ingest", str(bad), good, db=db)
+    proc = run_cli("ingest", str(bad), good, db=db, real=True)
     assert proc.returncode != 0
     err = proc.stderr.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"kernelscope: {bad}: "), proc.stderr
@@ -359,7 +370,7 @@ def test_profile_runs_an_unmodified_script_and_ingests_it(tmp_path):
     script.write_text("import sys, torch\nx = torch.ones(8, 8)\n(x @ x).sum()\nsys.exit(3)\n")
     db = tmp_path / "ks.duckdb"
     proc = run_cli("profile", "--name", "work", "--label", "batch=2", "--run-dir", tmp_path / "run",
-                   "--db", db, "--", "python", script)
+                   "--db", db, "--", "python", script, real=True)
     assert proc.returncode == 3, proc.stderr  # the script's own exit code
     rows = json.loads(invoke("traces", "--json", db=db).stdout)
     assert [(r["name"], r["labels"]["batch"]) for r in rows] == [("work", 2)]

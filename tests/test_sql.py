@@ -1,6 +1,7 @@
 """`kernelscope sql` (issue 11): a memory bound that holds against hostile queries, a time limit that is a
 finite positive number, one statement per call, every value printed in full (lists too), and the query
-from a file or standard input. Real processes where the exit code, stderr or peak memory matter."""
+from a file or standard input. Processes where the exit code, stderr or peak memory matter: new Python processes
+for peak memory and the time limit, the others forked from a warm process (tests/warm_cli.py)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import sys
 import time
 
 import pytest
+import warm_cli
 from click.testing import CliRunner
 
 from kernelscope.cli import cli
@@ -28,12 +30,19 @@ def db(tmp_path_factory):
     return path
 
 
-def run_sql(*args, db, stdin=None, env=None):
-    """`kernelscope sql ARGS --db DB` as a process: (exit code, stdout, stderr, seconds)."""
-    argv = [sys.executable, "-m", "kernelscope.cli", "sql", *map(str, args), "--db", str(db)]
+def run_sql(*args, db, stdin=None, env=None, real=False):
+    """`kernelscope sql ARGS --db DB` as a process: (exit code, stdout, stderr, seconds). Forked from a warm
+    process (tests/warm_cli.py) unless ``real``: a new Python process (the time limit's test; the memory
+    tests measure new processes through ``measure``)."""
+    args = ["sql", *map(str, args), "--db", str(db)]
+    env = {**os.environ, **(env or {})}
     t0 = time.monotonic()
-    proc = subprocess.run(argv, check=False, input=stdin if stdin is not None else "", capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=300)
+    if real:
+        proc = subprocess.run([sys.executable, "-m", "kernelscope.cli", *args], check=False,
+                              input=stdin if stdin is not None else "", capture_output=True, text=True, env=env,
+                              timeout=300)
+    else:
+        proc = warm_cli.run(args, input=stdin if stdin is not None else "", env=env, timeout=300)
     return proc.returncode, proc.stdout, proc.stderr, time.monotonic() - t0
 
 
@@ -145,7 +154,7 @@ def test_timeout_accepts_seconds(db, value):
 def test_the_time_limit_stops_a_slow_query(db):
     t0 = time.monotonic()
     rc, _, err, _ = run_sql("SELECT count(*) FROM range(100000000000) a, range(1000) b", "--timeout", "0.5",
-                               db=db)
+                            db=db, real=True)
     assert rc == 1 and "0.5 s time limit" in one_line_error(err)
     assert time.monotonic() - t0 < 20
 
