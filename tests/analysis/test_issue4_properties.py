@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import shutil
 from importlib import resources
@@ -37,20 +38,30 @@ def _ids(session_store) -> list[str]:
     return sorted(set(session_store.ids.values()))
 
 
+_FULL: dict = {}  # (analysis function, trace id) -> Result: the full analyses, computed once for the module
+
+
+def _full(fn, store, t):
+    """``fn(store, t)`` of the session store (read-only), once per trace for this module's tests."""
+    if (fn, t) not in _FULL:
+        _FULL[(fn, t)] = fn(store, t)
+    return _FULL[(fn, t)]
+
+
 def test_issue4_properties_on_every_sample(session_store):
     ids = _ids(session_store)
     assert len(ids) >= 10
     with open_store(session_store.db, read_only=True) as store:
         for t in ids:
-            s = S.summary(store, t).scalars
+            s = _full(S.summary, store, t).scalars
             if s["gpu_span_ns"] is not None:
                 assert 0 < s["busy_ns"] <= s["gpu_span_ns"], t
                 assert s["idle_ns"] + s["busy_ns"] == s["gpu_span_ns"], t
                 d = B.bound(store, t).tables["devices"]
                 assert (d.busy_ns <= d.gpu_span_ns).all() and ((d.idle_ns + d.busy_ns) == d.gpu_span_ns).all(), t
-            k = K.kernels(store, t).scalars
+            k = _full(K.kernels, store, t).scalars
             assert sum(k["category_time_ns"].values()) == k["kernel_time_ns"], t
-            r = L.launch(store, t)
+            r = _full(L.launch, store, t)
             for table in ("per_op", "per_leaf_op", "per_phase"):
                 assert int(r.table(table)["tklqt_ns"].sum()) == r.scalars["tklqt_ns"], (t, table)
             # api + queue + dispatch = lq holds by construction (dispatch is the remainder): check each part
@@ -123,7 +134,8 @@ def test_stored_kernels_per_operator_instance_equal_pandas(session_store):
                 index=False, name=None))
             for link, col in (("top", "top_op_id"), ("leaf", "leaf_op_id")):
                 g = k.dropna(subset=[col]).groupby(col)["dur_ns"].agg(["count", "sum"])
-                want = {int(i): (names.get(int(i)), int(r["count"]), int(r["sum"])) for i, r in g.iterrows()}
+                want = {int(i): (names.get(int(i)), int(n), int(total))
+                        for i, n, total in zip(g.index, g["count"], g["sum"])}
                 got = store.query("SELECT op_id, name, kernels, kernel_time_ns FROM op_kernels "
                                   "WHERE trace_id = $t AND link = $l", {"t": t, "l": link})
                 assert {int(r.op_id): (r.name, int(r.kernels), int(r.kernel_time_ns))
@@ -152,10 +164,10 @@ def test_migration_003_is_schema_only_and_its_backfill_repopulates_the_same_rows
 def test_light_headline_functions_equal_the_full_analyses(session_store):
     with open_store(session_store.db, read_only=True) as store:
         for t in _ids(session_store):
-            full = S.summary(store, t).scalars
+            full = _full(S.summary, store, t).scalars
             for k, v in S.headline(store, t).items():
                 assert full[k] == v, (t, k)
-            lf = L.launch(store, t).scalars
+            lf = _full(L.launch, store, t).scalars
             for k, v in L.tklqt(store, t).items():
                 assert lf[k] == v, (t, k)
 
@@ -164,6 +176,7 @@ def test_kernels_grouped_equals_per_kernel_pandas(session_store):
     rules = K.category_rules()
     ordered = [r for r in rules if r[0] == "op"] + [r for r in rules if r[0] == "kernel"]
 
+    @functools.cache  # a pure function of (name, op): each distinct pair matched once
     def category(name, op):
         for match, pat, cat, _ in ordered:
             if match == "op" and op is not None and re.search(pat, op):
@@ -182,10 +195,11 @@ def test_kernels_grouped_equals_per_kernel_pandas(session_store):
             for name, op, dur in df.itertuples(index=False):
                 c = category(name, None if pd.isna(op) else op)
                 want[c] = want.get(c, 0) + int(dur)
-            got = {c: v for c, v in K.kernels(store, t).scalars["category_time_ns"].items() if v}
+            scalars = _full(K.kernels, store, t).scalars
+            got = {c: v for c, v in scalars["category_time_ns"].items() if v}
             assert got == want, t
             short = int(df.loc[df.dur_ns < 10_000, "dur_ns"].sum())
-            assert K.kernels(store, t).scalars["short_kernel_ns"] == short, t
+            assert scalars["short_kernel_ns"] == short, t
 
 
 def test_recommend_reuses_given_results(session_store, monkeypatch):
