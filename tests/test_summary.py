@@ -7,6 +7,7 @@ import json
 import re
 
 import pytest
+import stores
 from click.testing import CliRunner
 from conftest import ROOT, kineto_event, trace_files, write_kineto
 from reference_summary import reference_summary
@@ -19,7 +20,17 @@ EXACT_KEYS = ["kernels", "memcpys", "memsets", "launches", "cpu_ops", "kernel_ti
 REQUIRED_KEYS = EXACT_KEYS + ["top_kernels", "top_operators", "top_leaf_operators", "trust", "phases"]
 
 
+_SAID: dict = {}  # path -> what `kernelscope summary --json` printed for it (the store is read-only)
+
+
 def _summary(session_store, path) -> dict:
+    """`kernelscope summary ID --json` of the file's trace, run once per file for the module's tests."""
+    if path not in _SAID:
+        _SAID[path] = _run_summary(session_store, path)
+    return json.loads(_SAID[path])
+
+
+def _run_summary(session_store, path) -> str:
     if path in session_store.failures:
         try:
             reference_summary(str(path))
@@ -29,7 +40,7 @@ def _summary(session_store, path) -> dict:
         pytest.fail(f"ingest refused a trace the reference reads: {session_store.failures[path]}")
     res = CliRunner().invoke(cli, ["summary", session_store.ids[path], "--json", "--db", str(session_store.db)])
     assert res.exit_code == 0, res.output + (res.stderr or "")
-    return json.loads(res.stdout)
+    return res.stdout
 
 
 def test_there_are_traces_to_check(session_store):
@@ -90,7 +101,7 @@ def test_every_summary_key_is_documented(session_store):
 
 
 def _ingest_and_summarise(tmp_path, path) -> dict:
-    db = str(tmp_path / "edge.duckdb")
+    db = str(stores.empty(tmp_path / "edge.duckdb"))
     runner = CliRunner()
     res = runner.invoke(cli, ["ingest", str(path), "--db", db])
     assert res.exit_code == 0, res.stderr
