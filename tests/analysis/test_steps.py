@@ -236,6 +236,8 @@ def test_step_times_agree_with_cuda_events(session_store, folder, file):
     with open_store(session_store.db, read_only=True) as store:
         df = steps(store, session_store.ids[SAMPLES / folder / file]).tables["steps"]
     assert len(df) >= 1
+    # one recording window each: its first step is warm-up when another follows it; a lone step is not
+    assert list(df["warmup"]) == ([True] + [False] * (len(df) - 1) if len(df) > 1 else [False])
     for n, dur, dl in zip(df["step"], df["dur_ns"], df["dataloader_ns"]):
         event = oracle[int(n)]
         assert dur >= event - 5 * US, (n, dur, event)

@@ -29,8 +29,9 @@ Definitions (docs/metrics.md, "Steps", is the canonical text; every time is an i
   Unions are storage/intervals.py's. The seven parts add up to ``dur_ns``; ``idle_ns`` = runtime +
   dataloader + cpu_op + other.
 - **Window**: a maximal run of consecutive step numbers (a schedule's active cycle; ``phase=`` steps form one).
-  **Warm-up**: the first ``warmup`` steps (option, default 1) of each window: just after the profiler starts
-  recording (CUPTI set-up, cold caches) a step is slower than the rest. **Partial**: the first or last step of
+  **Warm-up**: the first ``warmup`` steps (option, default 1) of each window that holds more steps than that:
+  just after the profiler starts recording (CUPTI set-up, cold caches) a step is slower than the rest (a
+  one-step recording has nothing to compare it with: not marked). **Partial**: the first or last step of
   a window whose GPU work the trace window cut: a kernel/memcpy/memset/graph launch call inside its host range
   has no GPU activity in the trace (``lost_launches``), or GPU activities with no launch call in the trace
   run during it (``unlaunched``: they overlap ``[min(host start, start), end)``; queued before recording
@@ -226,7 +227,7 @@ def _mark(df: pd.DataFrame, windows: list[list[int]], warmup: int) -> None:
     warm = [False] * len(df)
     partial = [False] * len(df)
     for w in windows:
-        for i in w[:warmup]:
+        for i in (w[:warmup] if len(w) > warmup else []):  # a window of warm-up steps alone marks none
             warm[i] = True
             notes[i].append("warm-up: first step(s) of its recording window")
         edges = [(w[0], w[1] if len(w) > 1 else None, "first")]
