@@ -23,9 +23,10 @@ from ..units import NS_PER_MS, mj_to_j, ms_text
 from . import cache
 from . import launch as rl
 from .blocks import Section, Table
+from .figures import styled
 from .missing import is_missing, na, shown
 
-_LAYOUT = {"template": "plotly_white", "margin": {"l": 60, "r": 20, "t": 40, "b": 50},
+_LAYOUT = {"margin": {"l": 60, "r": 20, "t": 40, "b": 50},
            "legend": {"orientation": "h", "y": 1.02, "x": 1, "xanchor": "right", "yanchor": "bottom"}}
 REGIME_COLORS = {"cpu_bound": "rgba(239, 68, 68, 0.12)", "gpu_bound": "rgba(34, 197, 94, 0.10)"}
 #: Colours (r, g, b) for regime values not in REGIME_COLORS (e.g. a communication-bound regime), given in
@@ -74,6 +75,7 @@ def idle_split_figure(devices: pd.DataFrame) -> go.Figure:
                              marker_color=color, customdata=list(zip(devices[col], share * 100)),
                              hovertemplate="%{y} " + label + ": %{customdata[0]:,} ns "
                              "(%{customdata[1]:.1f}% of span)<extra></extra>"))
+    styled(fig)
     fig.update_layout(title={"text": "GPU span: busy, host wait, dependency wait", "font": {"size": 14}},
                       barmode="stack", xaxis_title="ms", height=120 + 40 * len(devices), **_LAYOUT)
     return fig
@@ -111,6 +113,7 @@ def queue_depth_figure(queue: pd.DataFrame, segments: pd.DataFrame | None = None
             fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=f"regime: {regime}",
                                      legendgroup="regime", hoverinfo="skip",
                                      marker={"symbol": "square", "size": 12, "color": _opaque(color)}))
+    styled(fig)
     fig.update_layout(title={"text": f"Queue depth over time (bins of {ms_text(width)}; background: the "
                              "regime of each segment)", "font": {"size": 14}},
                       xaxis_title="time since the first bin (ms)", yaxis_title="launched, not started (mean)",
@@ -126,6 +129,7 @@ def idle_causes_figure(causes: pd.DataFrame) -> go.Figure:
                            customdata=list(zip(d["idle_ns"], d["share_of_host_wait"] * 100, d["gaps"])),
                            hovertemplate="%{y}: %{customdata[0]:,} ns, %{customdata[1]:.1f}% of host wait, "
                            "%{customdata[2]} gaps<extra></extra>"))
+    styled(fig)
     fig.update_layout(title={"text": "What the launching thread was doing while the GPU waited (host wait)",
                              "font": {"size": 14}}, xaxis_title="host wait (ms)",
                       height=max(220, 80 + 28 * len(d)), showlegend=False, **_LAYOUT)
@@ -142,6 +146,7 @@ def idle_operators_figure(ops: pd.DataFrame, top: int = 15) -> go.Figure:
                              customdata=list(zip(g["idle_ns"], g["share_of_host_wait"] * 100, g["gaps"])),
                              hovertemplate="%{y}: %{customdata[0]:,} ns, %{customdata[1]:.1f}% of host wait, "
                              "%{customdata[2]} gaps<extra>" + str(cat) + "</extra>"))
+    styled(fig)
     fig.update_layout(title={"text": f"Idle causes: operators ranked by the host wait they cause (top {len(d)})",
                              "font": {"size": 14}}, xaxis_title="host wait (ms)",
                       yaxis={"categoryorder": "array", "categoryarray": list(d["operator"])},
@@ -282,6 +287,7 @@ def categories_figure(categories: pd.DataFrame) -> go.Figure:
                              customdata=list(zip(d["time_ns"], d["share"] * 100, d["kernels"])),
                              hovertemplate="%{y}: %{customdata[0]:,} ns, %{customdata[1]:.1f}% of kernel time, "
                              "%{customdata[2]:,} kernels<extra>" + label + "</extra>"))
+    styled(fig)
     fig.update_layout(title={"text": "Kernel time by category", "font": {"size": 14}}, barmode="stack",
                       xaxis_title="kernel time (ms)", height=max(220, 80 + 30 * len(d)), **_LAYOUT)
     return fig

@@ -11,6 +11,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from ..units import NS_PER_MS
+from .figures import styled
 
 STATUS_COLOURS = {"matched": "#2563eb", "added": "#16a34a", "removed": "#dc2626"}
 
@@ -93,8 +94,8 @@ def headline_figure(head: pd.DataFrame, by: str | None = None) -> go.Figure:
                              hovertemplate="%{y}: %{x:+.1f}% (%{text})<extra></extra>"))
         fig.update_yaxes(autorange="reversed")
         fig.update_xaxes(title_text="change B vs A (%)")
-    fig.update_layout(title={"text": "Headline metrics: change of B against A (%)", "font": {"size": 14}},
-                      template="plotly_white", height=360, margin={"l": 140, "r": 20, "t": 40, "b": 50})
+    styled(fig, title={"text": "Headline metrics: change of B against A (%)", "font": {"size": 14}},
+           height=360, margin={"l": 140, "r": 20, "t": 40, "b": 50})
     if "label" in (head.columns if head is not None else []):
         fig.update_yaxes(title_text="change (%)")
     return fig
@@ -120,8 +121,8 @@ def groups_figure(groups: pd.DataFrame, top: int = 20) -> go.Figure:
                 hovertemplate="%{y}<br>%{x:+,.3f} ms · count %{customdata[0]} → %{customdata[1]} "
                               "(%{customdata[2]})<extra>" + status + "</extra>"))
         fig.update_yaxes(categoryorder="array", categoryarray=labels, autorange="reversed")
-    fig.update_layout(title={"text": f"Kernel groups with the largest time change (top {len(g)}, ms, B − A)",
-                             "font": {"size": 14}}, template="plotly_white", barmode="overlay",
-                      height=140 + 22 * max(len(g), 1), margin={"l": 360, "r": 20, "t": 40, "b": 50},
-                      xaxis_title="time change (ms)")
+    styled(fig, title={"text": f"Kernel groups with the largest time change (top {len(g)}, ms, B − A)",
+                       "font": {"size": 14}}, barmode="overlay",
+           height=140 + 22 * max(len(g), 1), margin={"l": 360, "r": 20, "t": 40, "b": 50},
+           xaxis_title="time change (ms)")
     return fig

@@ -17,12 +17,13 @@ from ..storage import catalog
 from ..units import NS_PER_MS, NS_PER_US, ms_text
 from . import cache
 from .blocks import Section, Table
+from .figures import styled
 from .missing import value_or_na
 
 SPLIT = [("api_ns", "api (host call)", "#2563eb"), ("queue_ns", "queue (GPU busy ahead)", "#f59e0b"),
          ("dispatch_ns", "dispatch (host→GPU)", "#10b981")]
 
-_LAYOUT = {"template": "plotly_white", "margin": {"l": 60, "r": 20, "t": 40, "b": 50},
+_LAYOUT = {"margin": {"l": 60, "r": 20, "t": 40, "b": 50},
            "legend": {"orientation": "h", "y": 1.02, "x": 1, "xanchor": "right", "yanchor": "bottom"}}
 
 
@@ -107,6 +108,7 @@ def distribution_figure(distribution: pd.DataFrame) -> go.Figure:
                              name=name, marker_color=color,
                              customdata=d[col].astype("int64"),
                              hovertemplate="%{x} " + name + ": %{customdata:,} ns<extra></extra>"))
+    styled(fig)
     fig.update_layout(title={"text": "Launch-and-queue time split over the TKLQT terms", "font": {"size": 14}},
                       barmode="group", yaxis={"title": "µs per kernel (log; 0 drawn at 0.001)", "type": "log"},
                       height=340, **_LAYOUT)
@@ -125,6 +127,7 @@ def tklqt_by_operator_figure(per_op: pd.DataFrame, top: int = 15) -> go.Figure:
                              customdata=d[["tklqt_ns", "calls"]].to_numpy(),
                              hovertemplate="%{y}: %{x:,.3f} ms " + label.split(" ")[0]
                              + " (TKLQT %{customdata[0]:,} ns, %{customdata[1]} calls)<extra></extra>"))
+    styled(fig)
     fig.update_layout(title={"text": f"TKLQT by operator (top {len(d)})", "font": {"size": 14}},
                       barmode="stack", xaxis_title="TKLQT (ms)", height=max(260, 60 + 24 * len(d)),
                       **_LAYOUT)
@@ -143,6 +146,7 @@ def launch_bound_figure(launch_bound: pd.DataFrame, top: int = 15) -> go.Figure:
                              marker_color=color, customdata=d[["launch_bound_calls", "calls"]].to_numpy(),
                              hovertemplate="%{y}: %{x:,.3f} ms " + label
                              + " (%{customdata[0]} of %{customdata[1]} calls launch-bound)<extra></extra>"))
+    styled(fig)
     fig.update_layout(title={"text": "Launch-bound operators: launch-call time vs GPU time", "font": {"size": 14}},
                       barmode="group", xaxis_title="ms (summed over calls)", height=max(260, 60 + 30 * len(d)),
                       **_LAYOUT)
@@ -164,6 +168,7 @@ def whatif_figure(s: dict) -> go.Figure:
                            text=[ms_text(v) for _, v in rows], textposition="outside",
                            hovertemplate="%{x}: %{customdata:,} ns<extra></extra>"))
     sp = s.get("predicted_speedup")
+    styled(fig)
     fig.update_layout(title={"text": "What-if: launch overhead removed"
                              + (f" (predicted speedup {sp:.2f}×)" if sp is not None else ""), "font": {"size": 14}},
                       yaxis_title="ms", height=340, showlegend=False, **_LAYOUT)

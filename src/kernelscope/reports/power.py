@@ -21,7 +21,7 @@ from ..units import MJ_PER_J, NS_PER_MS
 from . import cache
 from .blocks import Section, Table
 from .data import busy_bins
-from .figures import MAX_BINS, bin_width_ns, busy_fraction_bins
+from .figures import MAX_BINS, bin_width_ns, busy_fraction_bins, styled
 from .missing import na, shown
 
 
@@ -104,7 +104,8 @@ def power_timeline_figure(tel: pd.DataFrame, busy: pd.DataFrame | None = None,
     fig.update_yaxes(range=[0, 105], tickvals=[0, 50, 100], showgrid=False, title_text="GPU busy (%)", row=1,
                      col=1, secondary_y=True)
     fig.update_xaxes(title_text="time since trace start (ms); blue: the trace window", row=4, col=1)
-    fig.update_layout(template="plotly_white", height=760, margin={"l": 60, "r": 60, "t": 80, "b": 50},
+    styled(fig)
+    fig.update_layout(height=760, margin={"l": 60, "r": 60, "t": 80, "b": 50},
                       legend={"orientation": "h", "yanchor": "bottom", "y": 1.04, "x": 0},  # above the power row
                       hovermode="closest")
     return fig
@@ -121,7 +122,8 @@ def phase_energy_figure(phases: pd.DataFrame) -> go.Figure | None:
     labels = [f"{n} ({k})" for n, k in zip(p["name"], p["kind"])]
     fig = go.Figure(go.Bar(x=(p["energy_mj"].astype(float) / MJ_PER_J).tolist(), y=labels, orientation="h",
                            hovertemplate="%{y}: %{x:,.3f} J<extra></extra>"))
-    fig.update_layout(title={"text": "Energy per phase (J)", "font": {"size": 14}}, template="plotly_white",
+    styled(fig)
+    fig.update_layout(title={"text": "Energy per phase (J)", "font": {"size": 14}},
                       height=120 + 24 * len(p), margin={"l": 200, "r": 20, "t": 40, "b": 40},
                       yaxis={"autorange": "reversed"}, xaxis_title="energy (J)")
     return fig

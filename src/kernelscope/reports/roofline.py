@@ -24,6 +24,7 @@ from ..storage.ncu import measured_dram_bytes
 from ..units import GFLOP_PER_TFLOP, NS_PER_MS
 from . import cache
 from .blocks import Section, Table
+from .figures import styled
 
 # Compute roofs drawn from a device-peak row: (column, label). Empty cells (unsupported) are skipped.
 ROOFS = [
@@ -159,11 +160,12 @@ def roofline_figure(sig: pd.DataFrame, device_peaks: dict | None, selected: int 
                 text=[_hover(r) for r in d.to_dict("records")], hovertemplate="%{text}<extra></extra>",
                 marker={"size": d["_size"].tolist(), "color": BOUND_COLOURS.get(b, NO_BOUND_COLOUR),
                         "opacity": 0.75, "line": {"width": 1, "color": "white"}}))
+    styled(fig)
     fig.update_layout(
         title={"text": "Roofline: operator signatures (area ∝ GPU time)", "font": {"size": 14}},
         xaxis={"type": "log", "title": "arithmetic intensity (FLOP/byte)"},
         yaxis={"type": "log", "title": "achieved TFLOP/s"},
-        template="plotly_white", height=480, margin={"l": 70, "r": 20, "t": 40, "b": 50},
+        height=480, margin={"l": 70, "r": 20, "t": 40, "b": 50},
         legend={"font": {"size": 11}}, clickmode="event",
     )
     return fig

@@ -21,6 +21,7 @@ from ..storage import catalog
 from ..units import NS_PER_MS, ms_text
 from . import cache
 from .blocks import Section, Table
+from .figures import styled
 
 REGIME_COLORS = {"cpu_bound": "rgba(239, 68, 68, 0.12)", "gpu_bound": "rgba(34, 197, 94, 0.12)"}
 
@@ -127,9 +128,10 @@ def sweep_figure(points: pd.DataFrame, scalars: dict, selected=None) -> go.Figur
     fig.update_xaxes(title_text=by, row=4, col=1)
     bracket = f"transition between {by}={t['last_cpu_bound']} and {by}={t['first_gpu_bound']} ({t['rule']} rule)" \
         if t else "no transition"
+    styled(fig)
     fig.update_layout(title={"text": f"Sweep over {by}: {bracket}; shaded red CPU-bound, green GPU-bound",
                              "font": {"size": 14}},
-                      height=940, template="plotly_white", margin={"l": 70, "r": 20, "t": 60, "b": 90},
+                      height=940, margin={"l": 70, "r": 20, "t": 60, "b": 90},
                       clickmode="event", hovermode="closest",
                       legend={"orientation": "h", "y": -0.06, "x": 0, "xanchor": "left", "yanchor": "top"})
     return fig
