@@ -75,6 +75,16 @@ def _rows(db: Path, traces: set[str] | None = None) -> dict[str, list]:
         con.close()
 
 
+_FRESH_ROWS: dict = {}  # (fresh store, traces) -> _rows of it: read once, the module's tests never write it
+
+
+def _fresh_rows(fresh: Path, traces: set[str] | None = None) -> dict[str, list]:
+    key = (str(fresh), None if traces is None else frozenset(traces))
+    if key not in _FRESH_ROWS:
+        _FRESH_ROWS[key] = _rows(fresh, traces)
+    return _FRESH_ROWS[key]
+
+
 def _assert_same(got: dict, want: dict) -> None:
     assert list(got) == list(want)
     for table in want:
@@ -139,7 +149,7 @@ def test_migration_backfill_equals_a_fresh_ingest(fresh, tmp_path, name):
     _undo(db, [step.schema])
     with open_store(db) as store:
         assert store.schema_version() == migrations()[-1][0]
-    _assert_same(_rows(db), _rows(fresh))
+    _assert_same(_rows(db), _fresh_rows(fresh))
 
 
 def _restage_and_fill(store, step, trace_id: str, source: str) -> None:
@@ -176,7 +186,7 @@ def test_each_step_alone_refills_its_rows(fresh, tmp_path, name):
                 for table in other.tables:
                     con.execute(f"DELETE FROM {table} WHERE trace_id = ?", [trace_id])
                 other.fill(con, trace_id)
-    _assert_same(_rows(db), _rows(fresh))
+    _assert_same(_rows(db), _fresh_rows(fresh))
 
 
 def test_a_store_at_schema_2_migrates_to_what_a_fresh_ingest_stores(fresh, tmp_path):
@@ -194,7 +204,7 @@ def test_a_store_at_schema_2_migrates_to_what_a_fresh_ingest_stores(fresh, tmp_p
     _undo(db, [v for v, _n, _s in migrations() if v > 2])
     with open_store(db) as store:
         assert store.schema_version() == migrations()[-1][0]
-    want = _rows(fresh, kept)
+    want = _fresh_rows(fresh, kept)
     # tables of staged steps newer than schema 2 come from events an old store no longer has: they stay empty
     late_staged = {t for s in derivations.STEPS.values() if s.source == "staged" and s.schema > 2 for t in s.tables}
     assert all(rows for name, (_cols, rows) in want.items() if name not in late_staged), want.keys()
