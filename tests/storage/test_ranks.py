@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import ddp2_ranks_alone_copy
+from conftest import ddp2_copy, ddp2_ranks_alone_copy
 
 from kernelscope.cli import cli
 from kernelscope.storage import ranks
@@ -258,9 +258,9 @@ def test_run_rows_equal_single_trace_ingest(tmp_path, monkeypatch, workers, file
 def test_rm_of_every_rank_removes_the_run(tmp_path):
     from kernelscope.storage.queries import remove_traces
 
-    with open_store(tmp_path / "s.duckdb") as store:
-        res = ingest_paths(store, [DDP2])
-        ids = [r.trace_id for r in res]
+    with open_store(ddp2_copy(tmp_path / "s.duckdb")) as store:  # ddp2 ingested (ingest_paths) once per session
+        ids = [t for (t,) in store.con.execute("SELECT trace_id FROM traces ORDER BY rank").fetchall()]
+        assert len(ids) == 2
         remove_traces(store, ids[:1])
         assert _count(store, "runs") == 1  # one rank left: the run stays
         remove_traces(store, ids[1:])
