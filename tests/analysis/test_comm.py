@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import stores
 from stores import empty
 
 from kernelscope.analysis import comm as comm_mod
@@ -18,6 +19,7 @@ from kernelscope.storage.store import open_store
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
+from conftest import ddp2_copy  # noqa: E402
 from reference_comm import instances, load, rank_numbers  # noqa: E402
 from storage.ranks_build import overlap_pair, straggler_pair  # noqa: E402
 
@@ -27,6 +29,21 @@ DDP2 = ROOT / "sample_traces" / "ddp2"
 @pytest.fixture
 def store(tmp_path):
     with open_store(empty(tmp_path / "s.duckdb")) as s:
+        yield s
+
+
+def _ingest_two_runs(db: Path) -> None:
+    """Two runs of two ranks: the overlap pair, then the straggler pair (ingested in that order)."""
+    with open_store(empty(db)) as s:
+        ingest_paths(s, [overlap_pair(db.parent / "a")])
+        ingest_paths(s, [straggler_pair(db.parent / "b")])
+
+
+@pytest.fixture
+def two_runs(tmp_path):
+    """A store holding the overlap pair and then the straggler pair, a copy of one built once per session."""
+    stores.copy("comm_two_runs", _ingest_two_runs, tmp_path / "two.duckdb")
+    with open_store(tmp_path / "two.duckdb") as s:
         yield s
 
 
@@ -81,8 +98,12 @@ def test_two_ms_straggler_found(store, tmp_path, shift_us):
     assert r.trust["clock_offsets_applied"] == {0: 0, 1: shift_us * 1000}
 
 
-def test_ddp2_fixture_against_reference_script(store):
-    ingest_paths(store, [DDP2])
+def test_ddp2_fixture_against_reference_script(tmp_path):
+    with open_store(ddp2_copy(tmp_path / "s.duckdb")) as store:  # ingest_paths of DDP2, once per session
+        _check_ddp2_against_reference(store)
+
+
+def _check_ddp2_against_reference(store):
     r = comm_mod.comm(store)
     ref = [rank_numbers(load(str(DDP2 / f"ddp_rank{k}" / "trace.json.gz"))) for k in (0, 1)]
     ranks = r.tables["ranks"].set_index("rank")
@@ -107,11 +128,10 @@ def test_ddp2_fixture_against_reference_script(store):
     assert r.scalars["straggler_skew_caused_ns"] == sum(i["start_skew_ns"] for i in inst)
 
 
-def test_run_choice_errors(store, tmp_path):
+def test_run_choice_errors(store, two_runs):
     with pytest.raises(UsageError, match="no multi-rank run in the store"):
         comm_mod.comm(store)
-    ingest_paths(store, [overlap_pair(tmp_path / "a")])
-    ingest_paths(store, [straggler_pair(tmp_path / "b")])
+    store = two_runs  # the overlap pair and the straggler pair ingested
     with pytest.raises(UsageError, match="several runs"):
         comm_mod.comm(store)
     run_id = store.con.execute("SELECT run_id FROM runs ORDER BY ingested_ns LIMIT 1").fetchone()[0]
@@ -143,11 +163,10 @@ def test_cli_analyze_comm(tmp_path):
     assert bad.exit_code != 0 and "no single run matches 'zzz'" in bad.stderr
 
 
-def test_removed_run_is_not_offered(store, tmp_path):
+def test_removed_run_is_not_offered(two_runs):
     from kernelscope.storage.queries import remove_traces
 
-    ingest_paths(store, [overlap_pair(tmp_path / "a")])
-    ingest_paths(store, [straggler_pair(tmp_path / "b")])
+    store = two_runs  # the overlap pair and the straggler pair ingested
     gone = store.con.execute("SELECT run_id FROM runs ORDER BY ingested_ns LIMIT 1").fetchone()[0]
     ids = [r[0] for r in store.con.execute("SELECT trace_id FROM traces WHERE run_id = ?", [gone]).fetchall()]
     assert remove_traces(store, ids) == 2
@@ -159,12 +178,9 @@ def test_removed_run_is_not_offered(store, tmp_path):
 
 def test_run_by_name(tmp_path):
     from kernelscope.analysis.comm import run_traces
-    from kernelscope.storage.ingest import ingest_paths
     from kernelscope.storage.store import open_store
 
-    ddp2 = Path(__file__).resolve().parents[2] / "sample_traces" / "ddp2"
-    with open_store(tmp_path / "s.duckdb") as store:
-        ingest_paths(store, [ddp2], progress=False)
+    with open_store(ddp2_copy(tmp_path / "s.duckdb")) as store:  # ingest_paths of sample_traces/ddp2
         run_id = store.query("SELECT run_id FROM runs")["run_id"].iloc[0]
         assert run_traces(store, run="ddp2")[0] == run_id == run_traces(store, run=run_id[:8])[0]
         assert len(run_traces(store, run="ddp2")[1]) == 2
