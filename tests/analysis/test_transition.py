@@ -10,6 +10,7 @@ import json
 import statistics
 
 import pytest
+import stores
 from click.testing import CliRunner
 from conftest import ROOT
 from storage.kineto_build import kern, op, rt, write_trace
@@ -47,15 +48,21 @@ SWEEP = {4: 12000, 8: 12000, 16: 12000, 32: 16000, 64: 32000, 128: 64000, 256: 1
 
 
 def _store(tmp_path, points: dict[int, int | None], sweep="syn"):
+    """A store of the synthetic sweep ``points`` (batch -> un-profiled ns or None), each trace a file
+    syn_b{batch}.json ingested with its labels: a copy of one built once per session for these points."""
+
+    def build(db):
+        with open_store(db, read_only=False) as store:
+            for b, unp in points.items():
+                path = write_trace(db.parent / f"syn_b{b}.json", sweep_events(b / 8))
+                labels = {"batch": str(b), "sweep": sweep}
+                if unp is not None:
+                    labels["unprofiled_ns"] = str(unp)
+                (res,) = ingest_paths(store, [path], labels=labels)
+                assert res.status == "ingested", res.message
+
     db = tmp_path / "s.duckdb"
-    with open_store(db, read_only=False) as store:
-        for b, unp in points.items():
-            path = write_trace(tmp_path / f"syn_b{b}.json", sweep_events(b / 8))
-            labels = {"batch": str(b), "sweep": sweep}
-            if unp is not None:
-                labels["unprofiled_ns"] = str(unp)
-            (res,) = ingest_paths(store, [path], labels=labels)
-            assert res.status == "ingested", res.message
+    stores.copy("transition_" + "_".join(f"{b}-{u}" for b, u in points.items()) + "_" + sweep, build, db)
     return db
 
 
