@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 
+import warm_cli
 from click.testing import CliRunner
 from conftest import ROOT
 
@@ -29,7 +30,8 @@ def test_cli_reference_is_current():
 
 
 def test_cli_reference_equals_live_help_of_a_real_process():
-    """The generator is not trusted alone: each block equals `kernelscope ... --help` run as a process."""
+    """The generator is not trusted alone: each block equals `kernelscope ... --help` run as a process (a new
+    Python process for `kernelscope --help`, the commands' in processes forked from a warm one: tests/warm_cli.py)."""
     blocks = re.findall(r"### `([^`]*)`\n\n```text\n(.*?)\n```", _reference_section(), re.S)
     names = {name for name, _ in blocks}
     assert {"kernelscope", "kernelscope ingest", "kernelscope traces", "kernelscope summary",
@@ -38,8 +40,11 @@ def test_cli_reference_equals_live_help_of_a_real_process():
     env = {**os.environ, "COLUMNS": "200"}
     for name, body in blocks:
         args = name.split()[1:]
-        proc = subprocess.run([sys.executable, "-m", "kernelscope.cli", *args, "--help"],
-                              capture_output=True, text=True, env=env, timeout=60)
+        if args:
+            proc = warm_cli.run([*args, "--help"], env=env, timeout=60)
+        else:
+            proc = subprocess.run([sys.executable, "-m", "kernelscope.cli", "--help"],
+                                  capture_output=True, text=True, env=env, timeout=60)
         assert proc.returncode == 0, proc.stderr
         # the process names itself `python -m kernelscope.cli`; the console script says `kernelscope`
         live = proc.stdout.replace("Usage: python -m kernelscope.cli", "Usage: kernelscope").rstrip()
