@@ -7,6 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import stores
+from conftest import ddp2_copy
 from storage.ranks_build import overlap_pair
 from stores import empty
 
@@ -18,14 +20,19 @@ from kernelscope.storage.queries import set_labels
 from kernelscope.storage.store import open_store
 
 ROOT = Path(__file__).resolve().parents[2]
-DDP2 = ROOT / "sample_traces" / "ddp2"
 US = 1000
+
+
+def _ingest_overlap_pair(db: Path) -> None:
+    with open_store(empty(db)) as s:
+        ingest_paths(s, [overlap_pair(db.parent / "pair")])
 
 
 @pytest.fixture
 def pair(tmp_path):
-    with open_store(empty(tmp_path / "s.duckdb")) as s:
-        ingest_paths(s, [overlap_pair(tmp_path / "pair")])
+    """A store holding the overlap pair (a copy of one ingested once per session) and {rank: trace id}."""
+    stores.copy("overlap_pair", _ingest_overlap_pair, tmp_path / "s.duckdb")
+    with open_store(tmp_path / "s.duckdb") as s:
         ids = dict(s.query("SELECT rank, trace_id FROM traces").values.tolist())
         yield s, ids
 
@@ -108,8 +115,7 @@ def test_no_collectives_no_comm_bound(tmp_path):
 
 
 def test_ddp2_comm_only_matches_comm_py(tmp_path):
-    with open_store(tmp_path / "s.duckdb") as s:
-        ingest_paths(s, [DDP2])
+    with open_store(ddp2_copy(tmp_path / "s.duckdb")) as s:  # ingest_paths of sample_traces/ddp2, once per session
         ids = list(s.query("SELECT trace_id FROM traces ORDER BY rank")["trace_id"])
         want = comm_mod.comm_only_busy(s, ids).set_index("trace_id")["comm_only_ns"]
         # recorded fixture numbers (comm.py's sweep; tests/analysis/test_comm.py checks it against a reference

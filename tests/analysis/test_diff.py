@@ -7,9 +7,11 @@ Exact numbers on two hand-built traces (each delta computed below), properties o
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
+import stores
 from click.testing import CliRunner
 from conftest import ROOT
 from storage.kineto_build import kern, rt, write_trace, x
@@ -75,12 +77,18 @@ def _ingest(store, path, labels=None) -> str:
     return res.trace_id
 
 
+def _ingest_pair(db: Path) -> tuple[str, str]:
+    with open_store(empty(db), read_only=False) as store:
+        a = _ingest(store, write_trace(db.parent / "a.json", events_a()))
+        b = _ingest(store, write_trace(db.parent / "b.json", events_b()))
+    return a, b
+
+
 @pytest.fixture()
 def pair_db(tmp_path):
-    db = empty(tmp_path / "d.duckdb")
-    with open_store(db, read_only=False) as store:
-        a = _ingest(store, write_trace(tmp_path / "a.json", events_a()))
-        b = _ingest(store, write_trace(tmp_path / "b.json", events_b()))
+    """The hand-built traces a.json and b.json in one store: a copy of one ingested once per session."""
+    db = tmp_path / "d.duckdb"
+    a, b = stores.copy("diff_pair", _ingest_pair, db)
     return db, a, b
 
 

@@ -5,9 +5,11 @@ concurrent requests, and the Overview's recommendations reusing the cached analy
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import edge_traces
 import pytest
+import stores
 from stores import empty
 
 from kernelscope.analysis import recommend as recommend_mod
@@ -20,15 +22,21 @@ from kernelscope.storage.queries import remove_traces
 from kernelscope.storage.store import open_store
 
 
+def _ingest_two_devices(db: Path) -> str:
+    with open_store(empty(db)) as store:
+        (res,) = ingest_paths(store, [edge_traces.multi_stream_multi_device(db.parent)], progress=False)
+    assert res.status == "ingested", res.message
+    return res.trace_id
+
+
 @pytest.fixture
 def small(tmp_path):
-    """A store with one two-device trace (edge_traces): (db path, trace file, trace id)."""
+    """A store with one two-device trace (edge_traces; a copy of one ingested once per session): (db path,
+    trace file, trace id)."""
     cache.clear()
-    db, path = empty(tmp_path / "c.duckdb"), edge_traces.multi_stream_multi_device(tmp_path)
-    with open_store(db) as store:
-        (res,) = ingest_paths(store, [path], progress=False)
-    assert res.status == "ingested", res.message
-    yield db, path, res.trace_id
+    db, path = tmp_path / "c.duckdb", edge_traces.multi_stream_multi_device(tmp_path)
+    trace_id = stores.copy("cache_two_devices", _ingest_two_devices, db)
+    yield db, path, trace_id
     cache.clear()
 
 
