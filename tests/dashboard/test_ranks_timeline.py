@@ -162,9 +162,8 @@ def test_empty_cases_in_words(db, tmp_path):
     assert empty["events"] == 0 and empty["figure"] is not None
     assert "msg-no-collective" in [i for i, _ in nocoll["notes"]] and nocoll["mode"] == "events"
     # a run of one rank: rank 1's trace removed (`kernelscope rm`) leaves rank 0 alone in its run
-    one = tmp_path / "one.duckdb"
+    one = ddp2_copy(tmp_path / "one.duckdb")  # sample_traces/ddp2 ingested (ingest_paths) once per session
     with open_store(one) as store:
-        ingest_paths(store, [ROOT / "sample_traces" / "ddp2"])
         remove_traces(store, store.query("SELECT trace_id FROM traces WHERE rank = 1")["trace_id"].tolist())
         lone = page.render_run(store, {"run": "run-"})
     assert [i for i, _ in lone["notes"]] == ["msg-one-rank"] and lone["figure"] is None
@@ -239,14 +238,11 @@ def test_aligned_timeline_by_run_name_and_unknown_run(tmp_path):
     """/ranks?run=<folder name>&view=timeline opens the run (as the Ranks page does); an unknown run says so
     and leaves no zoom store whose callback would target a graph that is not there."""
     from kernelscope.dashboard.pages import ranks as ranks_page
-    from kernelscope.storage.ingest import ingest_paths
     from kernelscope.storage.store import open_store
 
     from .tree import find
 
-    ddp2 = Path(__file__).resolve().parents[2] / "sample_traces" / "ddp2"
-    with open_store(tmp_path / "s.duckdb") as store:
-        ingest_paths(store, [ddp2], progress=False)
+    with open_store(ddp2_copy(tmp_path / "s.duckdb")) as store:  # ingest_paths of sample_traces/ddp2
         page = ranks_page.timeline_layout(store, {"run": "ddp2", "view": "timeline"})
         assert find(page, ranks_page.GRAPH_ID) is not None
         page = ranks_page.timeline_layout(store, {"run": "nope", "view": "timeline"})
