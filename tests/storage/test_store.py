@@ -223,15 +223,10 @@ def test_schema_6_backfill_equals_ingest(tmp_path):
 def test_schema_7_backfill_equals_ingest(tmp_path):
     """device_time is filled for stored traces by the migration as ingest fills it (the "device_time" step,
     collectives.insert_device_time), on a two-rank run with collectives; compute + exposed comm + exposed memcpy = busy on every device."""
-    from pathlib import Path
+    from conftest import ddp2_copy
 
-    from kernelscope.storage.ingest import ingest_paths
-
-    p = tmp_path / "s.duckdb"
-    run = Path(__file__).resolve().parents[2] / "sample_traces" / "ddp2"
+    p = ddp2_copy(tmp_path / "s.duckdb")  # ingest_paths of sample_traces/ddp2 (every rank ingested), once per session
     with open_store(p) as store:
-        res = ingest_paths(store, [run], progress=False)
-        assert all(r.status == "ingested" for r in res)
         before = store.query("SELECT * FROM device_time ORDER BY trace_id, device")
     assert len(before) == 2 and (before["comm_only_ns"] > 0).all()
     assert (before.compute_ns + before.exposed_comm_ns + before.exposed_memcpy_ns == before.busy_ns).all()
