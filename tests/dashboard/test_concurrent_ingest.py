@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+import warm_cli
 
 from kernelscope.dashboard.app import create_app
 
@@ -31,10 +30,10 @@ def test_ingest_while_the_dashboard_is_open(dash_store, tmp_path):
     client = create_app(db).server.test_client()
     before = _traces_page(client)
     assert "small_kernels_eager" in before and "nsight_twin_kineto" not in before
-    # the dashboard has served a request (and keeps serving); a separate process ingests into the store
-    proc = subprocess.run([sys.executable, "-m", "kernelscope.cli", "ingest", "--db", str(db),
-                           str(ROOT / "sample_traces" / "nsight" / "encoder2_kineto")],
-                          capture_output=True, text=True, timeout=300)
+    # the dashboard has served a request (and keeps serving); a separate process ingests into the store (a
+    # child of the warm CLI server, tests/warm_cli.py: its own DuckDB connection and file locks)
+    proc = warm_cli.run(["ingest", "--db", str(db), str(ROOT / "sample_traces" / "nsight" / "encoder2_kineto")],
+                        timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "ingested" in proc.stdout
     after = _traces_page(client)
@@ -102,9 +101,7 @@ def test_three_ingests_succeed_while_four_clients_browse(tmp_path):
         before = dict(counts)
         for folder in ("llama_prefill_b2", "llama_prefill_b4", "llama_prefill_b16"):
             t0 = time.monotonic()
-            proc = subprocess.run([sys.executable, "-m", "kernelscope.cli", "ingest", "--db", str(db),
-                                   str(ROOT / "sample_traces" / folder)], capture_output=True, text=True,
-                                  timeout=600)
+            proc = warm_cli.run(["ingest", "--db", str(db), str(ROOT / "sample_traces" / folder)], timeout=600)
             results.append((folder, proc.returncode, proc.stderr.strip(), round(time.monotonic() - t0, 1)))
         time.sleep(1)
     finally:
