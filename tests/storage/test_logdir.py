@@ -281,7 +281,7 @@ def test_dashboard_logdir_serves_the_traces_it_ingests_and_stops_on_ctrl_c(tmp_p
     finally:
         os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C in a terminal reaches the whole process group
         try:
-            out, err = proc.communicate(timeout=30)
+            out, err = proc.communicate(timeout=60)  # the watcher gets 10 + 5 s to stop; margin for a loaded box
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             out, err = proc.communicate()
