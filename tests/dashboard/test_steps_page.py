@@ -72,3 +72,26 @@ def test_report_section(dash_store):
     assert list(table.df["marked"])[:2] == ["warm-up", ""]
     text = " ".join(b for b in sec.blocks if isinstance(b, str))
     assert f"median {js['step_time_median_ns'] / 1e6:,.3f} ms" in text
+
+
+def test_clicking_a_step_bar_opens_the_timeline_on_that_step(client, dash_store):
+    from urllib.parse import parse_qs, urlsplit
+
+    tid = dash_store.ids["small_kernels_graph"]
+    js = _js(dash_store.db, tid)
+    page = page_json(client, f"/trace/{tid}/steps")
+    windows = find_json(page, "steps-windows")["props"]["data"]
+    step = js["steps"][1]
+    body = {"output": "steps-nav.href", "outputs": {"id": "steps-nav", "property": "href"},
+            "inputs": [{"id": "steps-breakdown", "property": "clickData",
+                        "value": {"points": [{"x": str(step["step"]), "curveNumber": 0}]}}],
+            "changedPropIds": ["steps-breakdown.clickData"],
+            "state": [{"id": "steps-windows", "property": "data", "value": windows}]}
+    r = client.post("/_dash-update-component", data=json.dumps(body), content_type="application/json")
+    href = r.get_json()["response"]["steps-nav"]["href"]
+    parts = urlsplit(href)
+    assert parts.path == f"/trace/{tid}/timeline"
+    q = {k: float(v[0]) for k, v in parse_qs(parts.query).items()}
+    assert abs((q["t1"] - q["t0"]) - step["dur_ns"] / 1e6) < 1e-5  # exactly the step's span
+    timeline = page_json(client, parts.path, "?" + parts.query)
+    assert f"between {q['t0']:,.3f} and {q['t1']:,.3f} ms" in json.dumps(timeline)

@@ -4,19 +4,22 @@ the spread, and the table with warm-up and partial steps marked (and why). Numbe
 analysis (docs/metrics.md "Steps") through ``reports/steps.py``.
 
 URL state: ``phase`` (a user annotation to use as the steps instead of ``ProfilerStep#N``) and ``warmup``
-(warm-up steps per window, default 1).
+(warm-up steps per window, default 1). Clicking a step's bar opens the Timeline zoomed to that step.
 """
 
 from __future__ import annotations
 
-from dash import html
+import dash
+from dash import Input, Output, State, dcc, html
 
 from ...errors import UsageError
 from ...reports import cache
+from ...reports import timeline_data as td
 from ...reports import steps as rs
 from ...reports.missing import shown
 from ...units import ms_text
 from .. import params as P
+from .. import urls
 from ..widgets import graph, grid, kpi, message, warning_lines
 
 TITLE = "Steps"
@@ -53,6 +56,12 @@ def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
     df = r.tables["steps"]
     body.append(_kpis(r))
     body.append(html.P(rs.spread_text(r), className="ks-hint", id="steps-spread"))
+    origin = td.trace_info(store, trace_id)["start_ns"]  # the Timeline's t0/t1 are ms since it
+    windows = {label: urls.trace_href(trace_id, "timeline", t0=urls.ms_since(int(a), origin),
+                                      t1=urls.ms_since(int(a) + int(d), origin))
+               for label, a, d in zip(rs.step_labels(df), df["start_ns"], df["dur_ns"])}
+    body += [dcc.Store(id="steps-windows", data=windows), dcc.Location(id="steps-nav", refresh=True),
+             html.P("Click a step's bar to open the Timeline zoomed to it.", className="ks-hint")]
     body.append(graph("steps-breakdown", rs.breakdown_figure(df)))
     body.append(graph("steps-time", rs.step_time_figure(df, r.scalars)))
     cols = [("step", "step", "numeric"), ("dur_ns", "step (ms)", "ms")]
@@ -71,3 +80,13 @@ def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
                   "steps-breakdown-table")]
     body += warning_lines(r.warnings, shown)
     return html.Div(body, id="steps-page")
+
+
+def register(app, db_path) -> None:
+    @app.callback(Output("steps-nav", "href"), Input("steps-breakdown", "clickData"), State("steps-windows", "data"),
+                  prevent_initial_call=True)
+    def _open_step(click, windows):
+        try:
+            return windows[click["points"][0]["x"]]
+        except (TypeError, KeyError, IndexError):
+            raise dash.exceptions.PreventUpdate from None
