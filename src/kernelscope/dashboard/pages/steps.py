@@ -14,8 +14,8 @@ from dash import Input, Output, State, dcc, html
 
 from ...errors import UsageError
 from ...reports import cache
-from ...reports import timeline_data as td
 from ...reports import steps as rs
+from ...reports import timeline_data as td
 from ...reports.missing import shown
 from ...units import ms_text
 from .. import params as P
