@@ -337,6 +337,17 @@ def test_plain_trace_name_drops_json_and_gz(store, tmp_path):
     assert names[a[0].trace_id] == "step.7" and names[b[0].trace_id] == "other"
 
 
+def test_a_generic_file_name_is_named_after_its_folder(store, tmp_path):
+    """Two scripts' export_chrome_trace('trace.json') in their own folders: named after the folders, not 'trace'
+    twice (which `analyze NAME` could not tell apart)."""
+    (tmp_path / "bert_train").mkdir()
+    (tmp_path / "gpt_infer").mkdir()
+    a = ingest_paths(store, [write_trace(tmp_path / "bert_train" / "trace.json", [op("aten::x", 0, 10, 1)])])
+    b = ingest_paths(store, [write_trace(tmp_path / "gpt_infer" / "trace.json.gz", [op("aten::y", 0, 10, 1)], gz=True)])
+    names = dict(store.con.execute("SELECT trace_id, name FROM traces").fetchall())
+    assert names[a[0].trace_id] == "bert_train" and names[b[0].trace_id] == "gpt_infer"
+
+
 def test_duckdb_out_of_memory_is_one_line_and_nothing_is_stored(tmp_path, monkeypatch):
     """A memory limit too small for DuckDB: one 'failed' line naming the file and the setting to raise, exit
     code 1, no trace stored (one file and a run of rank files alike)."""

@@ -31,11 +31,18 @@ def hash_file(path: pathlib.Path) -> str:
     return h.hexdigest()
 
 
+#: File stems too generic to tell traces apart (what export_chrome_trace scripts usually write): such a trace is
+#: named after its folder instead ("qwen2_train_default", not one more "trace").
+GENERIC_STEMS = frozenset({"trace", "traces", "profile", "kineto", "pt.trace"})
+
+
 def trace_name(path: pathlib.Path) -> str:
     name = path.name
     for suffix in (".json.gz", ".json", ".sqlite.gz", ".gz", ".sqlite", ".nsys-rep", ".parquet"):
         if name.endswith(suffix):
-            return name[: -len(suffix)] or name
+            stem = name[: -len(suffix)] or name
+            folder = path.resolve().parent.name
+            return folder if stem.lower() in GENERIC_STEMS and folder else stem
     return name
 
 
