@@ -55,3 +55,23 @@ def test_bad_requests_one_line_and_no_file(dash_store, tmp_path, monkeypatch, ar
     r = _run("report", "--db", str(dash_store.db), *args)
     assert r.exit_code != 0 and words in r.output and len(r.output.strip().splitlines()) == 1
     assert list(tmp_path.iterdir()) == []
+
+
+def test_sections_a_trace_did_not_record_are_named_with_how_to_record_them(dash_store, session_store):
+    """train_step (our collector: ProfilerStep ranges, no modules, stacks or memory) gets a closing section naming
+    the three views it lacks and the profiler option for each; qwen2_train_full (every option on, but one step
+    recorded without prof.step()) names Steps alone."""
+    from kernelscope.reports.report import build
+
+    with open_store(dash_store.db, read_only=True) as store:
+        titles = {s.title: s for s in build(store, [dash_store.ids["train_step"]])}
+    assert "Steps" in titles and "Modules" not in titles and "Memory" not in titles
+    lines = titles["Not in this report"].blocks
+    assert [b.split(":")[0] for b in lines] == ["Modules", "Call stacks", "Memory"]
+    assert "with_modules=True" in lines[0] and "with_stack=True" in lines[1] and "profile_memory=True" in lines[2]
+    full = next(t for p, t in session_store.ids.items() if str(p).endswith("qwen2_train_full/trace.json.gz"))
+    with open_store(session_store.db, read_only=True) as store:
+        titles = {s.title: s for s in build(store, [full])}
+    assert {"Modules", "Call stacks", "Memory"} <= set(titles) and "Steps" not in titles
+    (line,) = titles["Not in this report"].blocks
+    assert line.startswith("Steps: ") and "prof.step()" in line

@@ -21,6 +21,7 @@ import plotly.graph_objects as go
 from .. import __version__
 from ..storage import catalog
 from . import bound as _bound  # issue 5: launch, bound-ness, sweep
+from . import cache
 from . import launch as _launch
 from . import memory as _memory  # issue 13: memory
 from . import modules as _modules  # issue 13: modules, call stacks
@@ -32,6 +33,23 @@ from . import sweep as _sweep
 from .blocks import Context, Section, Table
 from .missing import na, shown
 from .overview import overview_section
+
+#: Sections shown only when the trace recorded their data: (analysis, section title, the scalar that counts it).
+#: When no trace of the report has it, the report ends by saying so, with the analysis' own how-to-record line.
+OPTIONAL = [("steps", "Steps", "step_count"), ("modules", "Modules", "module_calls"),
+            ("stacks", "Call stacks", "python_calls"), ("memory", "Memory", "memory_events")]
+
+
+def not_recorded_section(store, trace_ids: list[str], ctx) -> Section | None:
+    """The optional sections left out because no trace here recorded their data, each with how to record it."""
+    lines = []
+    for name, title, count in OPTIONAL:
+        results = [cache.analysis(store, name, tid) for tid in trace_ids]
+        if not any(r.scalars.get(count) for r in results):
+            why = next((w for r in results for w in r.warnings), "")
+            lines.append(f"{title}: {shown(why)}" if why else title)
+    return Section("Not in this report", "not-recorded", lines) if lines else None
+
 
 # One line per section, in report order.
 SECTIONS = [
@@ -46,6 +64,7 @@ SECTIONS = [
     _modules.modules_section,  # only for traces recorded with with_modules
     _stacks.stacks_section,  # only for traces recorded with with_stack
     _memory.memory_section,  # only for traces recorded with profile_memory
+    not_recorded_section,  # the optional sections above that no trace here recorded, and how to record them
 ]
 
 
