@@ -21,6 +21,7 @@ import corpus
 import pytest
 import stores
 from click.testing import CliRunner
+from dashboard.tree import props_by_id
 
 from kernelscope.analysis.registry import ANALYSES
 from kernelscope.cli import cli
@@ -222,20 +223,6 @@ def client(conf):
     return c
 
 
-def _props(tree, out: dict) -> dict:
-    """{component id: props} over a serialised component tree."""
-    if isinstance(tree, dict):
-        props = tree.get("props", {})
-        if isinstance(props.get("id"), str):
-            out[props["id"]] = props
-        for v in props.values():
-            _props(v, out)
-    elif isinstance(tree, list):
-        for c in tree:
-            _props(c, out)
-    return out
-
-
 def _post(client, body: dict):
     return client.post("/_dash-update-component", data=json.dumps(body), content_type="application/json")
 
@@ -253,7 +240,7 @@ def _page(client, pathname: str, search: str = ""):
 def _fire_page_callbacks(client, pathname: str, tree) -> int:
     """Fire every callback whose inputs and states all live on this page (or are the URL), with the page's own
     values, as the browser does when the page loads. Returns how many fired."""
-    props = _props(tree, {})
+    props = props_by_id(tree)
     url = {"pathname": pathname, "search": "", "href": "http://localhost" + pathname, "hash": ""}
     fired = 0
     for dep in client.get("/_dash-dependencies").get_json():

@@ -12,6 +12,8 @@ import pytest
 from conftest import SAMPLES
 from reference_modules import reference
 
+from .tree import props_by_id
+
 FULL = SAMPLES / "qwen2_train_full" / "trace.json.gz"
 DEFAULT = SAMPLES / "qwen2_train_default" / "trace.json.gz"
 
@@ -37,24 +39,10 @@ def _page(client, path, search=""):
                           "state": [{"id": "url", "property": "search", "value": search}]})["page"]["children"]
 
 
-def _props(tree, out=None) -> dict:
-    out = {} if out is None else out
-    if isinstance(tree, dict):
-        props = tree.get("props", {})
-        if isinstance(props.get("id"), str):
-            out[props["id"]] = props
-        for v in props.values():
-            _props(v, out)
-    elif isinstance(tree, list):
-        for c in tree:
-            _props(c, out)
-    return out
-
-
 def test_modules_page(client, session_store):
     tid = session_store.ids[FULL]
     ref = reference(str(FULL))
-    p = _props(_page(client, f"/trace/{tid}/modules"))
+    p = props_by_id(_page(client, f"/trace/{tid}/modules"))
     assert p["kpi-module_kernel_ns"]["data-value"] == str(ref["module_kernel_ns"])
     rows = {r["id"]: r for r in p["modules-tree"]["rowData"]}
     assert set(rows) == set(ref["modules"])
@@ -76,7 +64,7 @@ def test_modules_page(client, session_store):
     assert dict(zip(fig["ids"], fig["values"])) == {k: ref["modules"][k]["gpu_bwd_ns"] for k in rows}
     assert out["url"]["search"] == "?metric=gpu_bwd_ns"
 
-    p = _props(_page(client, f"/trace/{tid}/modules", "?metric=cpu_ns"))
+    p = props_by_id(_page(client, f"/trace/{tid}/modules", "?metric=cpu_ns"))
     assert p["modules-metric"]["value"] == "cpu_ns"
     bad = json.dumps(_page(client, f"/trace/{tid}/modules", "?metric=watts"))
     assert "msg-bad-param" in bad and "the module metric" in bad and "modules-icicle" in bad
@@ -85,7 +73,7 @@ def test_modules_page(client, session_store):
 def test_stacks_page(client, session_store):
     tid = session_store.ids[FULL]
     ref = reference(str(FULL))
-    p = _props(_page(client, f"/trace/{tid}/stacks"))
+    p = props_by_id(_page(client, f"/trace/{tid}/stacks"))
     assert p["kpi-stack_kernel_ns"]["data-value"] == str(ref["stack_kernel_ns"])
     rows = {r["id"]: r for r in p["stacks-lines"]["rowData"]}
     linear = rows["<built-in function linear>"]

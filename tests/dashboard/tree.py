@@ -90,3 +90,18 @@ def shown_ms(grid, row: dict, field: str):
     per, digits = ns_columns(grid)[field]
     v = row[field]
     return None if v is None or v != v else round(v / per, digits)
+
+
+def props_by_id(tree, out: dict | None = None) -> dict:
+    """{component id: props} over a serialised component tree."""
+    out = {} if out is None else out
+    if isinstance(tree, dict):
+        props = tree.get("props", {})
+        if isinstance(props.get("id"), str):
+            out[props["id"]] = props
+        for v in props.values():
+            props_by_id(v, out)
+    elif isinstance(tree, list):
+        for c in tree:
+            props_by_id(c, out)
+    return out
