@@ -401,37 +401,6 @@ def report(traces_, by, sweep, output, fmt, db):
     click.echo(f"wrote {output} ({os.path.getsize(out) / BYTES_PER_MB:.1f} MB, {len(ids)} traces)")
 
 
-@cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
-@click.option("--name", default=None, help="Trace name (default: the script's name).")
-@click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help="Label the trace (repeatable).")
-@click.option("--run-dir", type=click.Path(file_okay=False), default=None,
-              help="Where the trace and telemetry files go (default: a new folder ./runs/<name>-<UTC time> "
-                   "under the current directory).")
-@db_option
-@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def profile(name, labels, run_dir, db, command):
-    """Run a Python script under the profiler and the GPU sampler, then ingest the result.
-
-    Usage: kernelscope profile [OPTIONS] -- python script.py ARGS...  The script needs no changes.
-    """
-    import importlib.util
-
-    if importlib.util.find_spec("torch") is None:
-        raise UsageError(
-            "`kernelscope profile` needs PyTorch, which is not installed; install it with "
-            "`pip install 'kernelscope[collect]'` (or a torch build for your machine)."
-        )
-    from ..collectors.runner import run_script
-
-    argv = list(command)
-    if argv and argv[0] == "--":
-        argv = argv[1:]
-    if not argv:
-        raise UsageError("give the command to profile after `--`, e.g. `kernelscope profile -- python s.py`.")
-    code = run_script(argv, name=name, labels=label_pairs(labels), db=db_path(db), run_dir=run_dir)
-    sys.exit(code)
-
-
 # ---------------------------------------------------------------------------------------------------
 # Dashboard
 # ---------------------------------------------------------------------------------------------------
@@ -518,3 +487,6 @@ def export(parquet_dir, run, db):
         info = export_parquet(store, parquet_dir, run=run)
     click.echo(f"exported  {info.tables} tables, {info.rows:,} rows of {info.runs} run(s), "
                f"{info.bytes / BYTES_PER_MB:.2f} MB  {info.path}")
+
+
+from . import collect  # noqa: E402,F401 - registers `profile` and `sweep` (cli/collect.py)

@@ -35,6 +35,12 @@ from pathlib import Path
 from kernelscope.errors import KernelscopeError
 
 CLOCK_MARKER = "kernelscope::clock_sync"
+# Objects with range_enter(name)/range_exit(name), called by every ``range()`` (the runner's child puts its
+# step detector and region timer here; collectors/stepping.py).
+RANGE_HOOKS: list = []
+# torch.profiler options ``profile(**profiler_options)`` passes on, and what each records (run.json, trust).
+PROFILER_OPTIONS = {"record_shapes": "shapes", "with_stack": "stacks", "profile_memory": "memory",
+                    "with_modules": "modules", "with_flops": "flops"}
 
 
 def _torch():
@@ -57,6 +63,8 @@ def range(name: str):
     """Mark a phase: a ``record_function`` (user_annotation in the trace) and an NVTX range on CUDA."""
     torch = _torch()
     nvtx = torch.cuda.is_available()
+    for h in list(RANGE_HOOKS):
+        h.range_enter(name)
     if nvtx:
         torch.cuda.nvtx.range_push(name)
     try:
@@ -65,6 +73,8 @@ def range(name: str):
     finally:
         if nvtx:
             torch.cuda.nvtx.range_pop()
+        for h in reversed(list(RANGE_HOOKS)):
+            h.range_exit(name)
 
 
 def _experimental_config(torch):
@@ -95,6 +105,15 @@ def ingest_run_dir(run_dir, *, name=None, labels=None, db=None):
     return result
 
 
+def _schedule_text(schedule):
+    """``{"wait", "warmup", "active", "repeat", "skip_first"}`` of a ``torch.profiler.schedule``, else None."""
+    if schedule is None:
+        return None
+    cells = dict(zip(schedule.__code__.co_freevars, (c.cell_contents for c in schedule.__closure__ or ())))
+    keys = ("wait", "warmup", "active", "repeat", "skip_first")
+    return {k: cells[k] for k in keys if k in cells} or str(schedule)
+
+
 def _default_run_dir(name) -> Path:
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S_%fZ")
     return Path("runs") / f"{name or 'run'}-{stamp}"
@@ -113,12 +132,15 @@ class profile:
       in ``start()`` before the profiler starts (``collectors/timing.py`` defines the numbers).
     - ``ingest``: on stop, put the run into the store at ``db``; ``self.result``/``self.trace_id``.
     - If the body raises, the trace and run.json are still written but nothing is ingested.
+    - ``telemetry_period_ms``: the sampler's period (default 10 ms).
     - ``profiler_options``: ``with_stack``, ``profile_memory``, ``with_flops``, ``with_modules``,
-      ``record_shapes`` (default True) -- passed to ``torch.profiler.profile``.
+      ``record_shapes`` (default True) -- passed to ``torch.profiler.profile``; run.json
+      ``profiler_options`` records each (False when off) and the schedule.
+    - ``extra``: more run.json fields (the runner's ``step_rule``, ...).
     """
 
     def __init__(self, name=None, labels=None, db=None, schedule=None, run_dir=None, telemetry=True,
-                 ingest=True, unprofiled=None, **profiler_options):
+                 ingest=True, unprofiled=None, telemetry_period_ms=None, extra=None, **profiler_options):
         self.name = name
         self.labels = dict(labels or {})
         self.db = db
@@ -128,6 +150,10 @@ class profile:
         self.ingest = ingest
         self.unprofiled = unprofiled
         self.profiler_options = profiler_options
+        self.telemetry_period_ms = telemetry_period_ms
+        self.extra = dict(extra or {})
+        self.script_profiler = None  # set by yield_to(): the script started its own torch.profiler
+        self._sampler_cost = {"in_process_cpu_ns": 0, "child_cpu_ns": 0}
         self.run_id = uuid.uuid4().hex
         self.result = None
         self.trace_id = None
@@ -140,6 +166,7 @@ class profile:
         self._sampler = None
         self._cuda = False
         self._started = False
+        self._halted = False
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> profile:
@@ -163,8 +190,10 @@ class profile:
             self.timings, self.timing_details = timing.measure(fn, energy_device=energy_dev, **spec)
         if self.telemetry:
             mode = self.telemetry if isinstance(self.telemetry, str) else None
-            self._sampler = nvml.make_sampler(quiet=not self._cuda, mode=mode)
-            self._sampler.start()
+            period = {} if self.telemetry_period_ms is None else {"period_ms": float(self.telemetry_period_ms)}
+            with self._sampler_cpu():
+                self._sampler = nvml.make_sampler(quiet=not self._cuda, mode=mode, **period)
+                self._sampler.start()
         self._prof = self._make_profiler(torch)
         if self._cuda:
             torch.cuda.synchronize()
@@ -172,6 +201,49 @@ class profile:
         self._started = True
         self._mark()
         return self
+
+    @contextlib.contextmanager
+    def _sampler_cpu(self):
+        """Add this process's CPU time inside the block, and that of children reaped in it (the sampler
+        process, at stop), to the sampler's cost."""
+        import resource
+
+        from ..units import NS_PER_S
+
+        c0, r0 = time.process_time_ns(), resource.getrusage(resource.RUSAGE_CHILDREN)
+        try:
+            yield
+        finally:
+            r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            self._sampler_cost["in_process_cpu_ns"] += time.process_time_ns() - c0
+            self._sampler_cost["child_cpu_ns"] += round((r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime)
+                                                        * NS_PER_S)
+
+    def recording(self) -> bool:
+        """Whether the profiler records now (False before start, after stop and outside active steps)."""
+        from torch.profiler import ProfilerAction
+
+        if self._prof is None or not self._started or self._halted:
+            return False
+        return getattr(self._prof, "current_action", ProfilerAction.RECORD) in (
+            ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)
+
+    def halt(self) -> None:
+        """Stop recording now (the trace keeps what was recorded); later ``step()`` calls do nothing."""
+        if not self._started or self._halted:
+            return
+        self._halted = True
+        self._mark()
+        self._prof.stop()
+
+    def yield_to(self, what: str) -> None:
+        """The script starts a profiler of its own (one per process): stop ours now, keeping what it has
+        recorded (run.json ``script_profiler``)."""
+        if self.script_profiler is None and self._started:
+            self.script_profiler = {"detected": what, "epoch_ns": time.time_ns(),
+                                    "note": "the script started its own torch.profiler: kernelscope's profiler "
+                                            "stopped there (one profiler per process); its trace ends at that point"}
+        self.halt()
 
     def _mark(self) -> None:
         """Emit a clock marker; remember it as traced when the profiler is recording now."""
@@ -189,6 +261,7 @@ class profile:
         acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self._cuda else [])
         opts = {"record_shapes": True}
         opts.update(self.profiler_options)
+        self._opts_used = {k: bool(opts.get(k, False)) for k in PROFILER_OPTIONS}
         import inspect
 
         params = inspect.signature(torch.profiler.profile.__init__).parameters
@@ -215,7 +288,7 @@ class profile:
 
     def step(self) -> None:
         """Mark the end of one iteration (advances the schedule)."""
-        if self._prof is None:
+        if self._prof is None or not self._started or self._halted:
             return
         self._mark()
         if self._cuda and self._entering_record():
@@ -244,10 +317,14 @@ class profile:
         try:
             if self._cuda:
                 torch.cuda.synchronize()
-            self._mark()
-            self._prof.stop()
+            if not self._halted:
+                self._mark()
+                self._prof.stop()
         finally:
-            telemetry = self._sampler.stop() if self._sampler is not None else None
+            telemetry = None
+            if self._sampler is not None:
+                with self._sampler_cpu():
+                    telemetry = self._sampler.stop()
         if len(self.trace_files) > 1:
             warnings.warn(f"kernelscope: the schedule produced {len(self.trace_files)} traces in "
                           f"{self.run_dir}; only trace.json.gz is ingested (use repeat=1)", stacklevel=2)
@@ -279,10 +356,34 @@ class profile:
                       "traced_markers_epoch_ns": self.traced_markers},
             "sampler": sampler,
             "traces": self.trace_files,
+            "profiler_options": {**getattr(self, "_opts_used", {}), "schedule": _schedule_text(self.schedule)},
+            "telemetry": {"enabled": bool(self.telemetry), "kind": sampler.get("kind"),
+                          "period_ms": sampler.get("period_ms")},
+            "overhead": {"sampler": self._sampler_overhead(sampler)},
         }
+        if self.script_profiler is not None:
+            doc["script_profiler"] = self.script_profiler
+        for k, v in self.extra.items():  # dicts merge into the fields above (the runner adds profiler_options.steps)
+            doc[k] = {**doc[k], **v} if isinstance(v, dict) and isinstance(doc.get(k), dict) else v
         tmp = self.run_dir / ".run.json.tmp"
         tmp.write_text(json.dumps(doc, indent=1, default=str))
         os.replace(tmp, self.run_dir / "run.json")
+
+    def _sampler_overhead(self, sampler: dict) -> dict:
+        """The sampler's own CPU cost (docs/metrics.md, Overhead)."""
+        from ..units import NS_PER_MS
+
+        kind = sampler.get("kind")
+        cost = self._sampler_cost
+        out = {"kind": kind, "cpu_ms": (cost["in_process_cpu_ns"] + cost["child_cpu_ns"]) / NS_PER_MS,
+               "in_process_cpu_ms": cost["in_process_cpu_ns"] / NS_PER_MS,
+               "process_cpu_ms": cost["child_cpu_ns"] / NS_PER_MS}
+        if kind == "thread":
+            out["note"] = "thread sampler: its ticks run on a thread of the profiled process and are not counted"
+        elif kind in (None, "null"):
+            out = {"kind": kind, "cpu_ms": None,
+                   "note": "no sampler ran" if kind is None else f"no sampler: {sampler.get('reason')}"}
+        return out
 
     # -- context manager -------------------------------------------------------------------------
     def __enter__(self) -> profile:

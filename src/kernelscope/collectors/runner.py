@@ -1,20 +1,34 @@
 """``kernelscope profile -- python script.py args``: profile a script that never imports kernelscope.
 
-The parent starts a child ``python -m kernelscope.collectors.runner --run-dir D [--name N]
-[--labels JSON] -- script.py args``; the child runs the script with ``runpy.run_path`` (as
-``__main__``, ``sys.argv`` = script and its args) inside ``profile(ingest=False)`` and exits with the
-script's exit code. The parent then ingests the run dir and returns that exit code.
+The parent (``run_passes``) runs the script once per pass, each in a child ``python -m
+kernelscope.collectors.runner --mode MODE --run-dir D --options JSON -- script.py args`` that runs the script
+with ``runpy`` (as ``__main__``, ``sys.argv`` = script and its args) and exits with its exit code:
+
+1. ``time`` (unless ``baseline=False``): un-profiled, no sampler; the durations of the script's outermost
+   ``kernelscope.range`` regions (``collectors/stepping.py`` RegionTimer) go to ``D/.timing.json``; a script
+   without such regions is timed as a whole process by the parent (``timing.kind`` = ``range`` | ``process``).
+2. ``profile``: ``profile(ingest=False)`` with the options, steps detected on the unmodified script
+   (``stepping.Stepper``; run.json ``step_rule``); writes the trace, telemetry and run.json.
+3. Nsight passes (``--nsys``, ``--ncu``), through ``collectors/nsight.py``.
+
+The parent then merges the un-profiled timings and the overhead (docs/metrics.md, Overhead) into run.json
+(atomic replace) and ingests the run dir.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from kernelscope.errors import UsageError
+
+TIMING_FILE = ".timing.json"
 
 
 def _split(argv: list[str]) -> tuple[list[str], str]:
@@ -40,59 +54,332 @@ def _split(argv: list[str]) -> tuple[list[str], str]:
     return args, "path"
 
 
-def run_script(argv: list[str], *, name=None, labels=None, db=None, run_dir=None, ingest=True) -> int:
-    """Run ``argv`` (``python script.py args``) under the profiler and sampler; ingest; return its code."""
-    script, how = _split(argv)
-    from .profile import _default_run_dir, ingest_run_dir
+@dataclasses.dataclass
+class Options:
+    """What ``kernelscope profile`` records (each maps to a CLI option; docs/profile.md)."""
 
-    name = name or Path(script[0]).stem
-    run_dir = Path(run_dir) if run_dir is not None else _default_run_dir(name)
-    cmd = [sys.executable, "-m", "kernelscope.collectors.runner", "--run-dir", str(run_dir),
-           "--name", name, "--labels", json.dumps(labels or {}), "--how", how, "--", *script]
+    memory: bool = False  # profile_memory
+    stack: bool = False  # with_stack
+    modules: bool = False  # with_modules
+    shapes: bool = True  # record_shapes
+    schedule: tuple | None = None  # (wait, warmup, active, repeat)
+    steps: int | None = None  # profile only the first N steps
+    telemetry: bool = True
+    telemetry_period_ms: float | None = None
+    baseline: bool = True  # the un-profiled timing pass
+    nsys: str | bool | None = None  # True: find nsys; a str: its path
+    ncu: str | None = None  # "top:N" or a regex
+
+    def profiler_kwargs(self) -> dict:
+        return {"profile_memory": self.memory, "with_stack": self.stack, "with_modules": self.modules,
+                "record_shapes": self.shapes}
+
+
+def parse_schedule(text: str) -> tuple:
+    """``WAIT,WARMUP,ACTIVE[,REPEAT]`` -> a 4-tuple (REPEAT defaults to 1: one cycle, one trace)."""
+    try:
+        parts = [int(p) for p in str(text).split(",")]
+    except ValueError:
+        parts = []
+    if len(parts) not in (3, 4) or min(parts) < 0 or parts[2] < 1:
+        raise UsageError(f"--schedule {text!r}: write WAIT,WARMUP,ACTIVE[,REPEAT] as whole numbers, ACTIVE >= 1 "
+                         "(e.g. --schedule 1,1,3)")
+    return tuple(parts) if len(parts) == 4 else (*parts, 1)
+
+
+def _schedule_for(opts: Options) -> tuple | None:
+    if opts.schedule is not None:
+        return tuple(opts.schedule)
+    if opts.steps is not None:
+        return (0, 0, int(opts.steps), 1)
+    return None
+
+
+@dataclasses.dataclass
+class RunResult:
+    rc: int  # the profiled pass's exit code (else the first failing pass's)
+    run_dir: Path
+    trace_id: str | None = None
+    failed: str | None = None  # "un-profiled run failed: exit 1", ...
+    overhead: dict | None = None
+    timing: dict | None = None
+
+
+def _child_cmd(mode: str, run_dir: Path, script: list[str], how: str, name: str, labels, opts: Options) -> list:
+    return [sys.executable, "-m", "kernelscope.collectors.runner", "--mode", mode, "--run-dir", str(run_dir),
+            "--name", name, "--labels", json.dumps(labels or {}), "--how", how,
+            "--options", json.dumps(dataclasses.asdict(opts)), "--", *script]
+
+
+def _child_env() -> dict:
     env = dict(os.environ)
     src = str(Path(__file__).resolve().parents[2])  # make kernelscope importable in the child
     env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    rc = subprocess.run(cmd, env=env).returncode
+    return env
+
+
+def _run(cmd: list[str]) -> tuple[int, int]:
+    """(exit code, wall ns) of a child."""
+    t0 = time.perf_counter_ns()
+    rc = subprocess.run(cmd, env=_child_env()).returncode
+    return rc, time.perf_counter_ns() - t0
+
+
+def run_passes(argv: list[str], *, name=None, labels=None, db=None, run_dir=None, ingest=True,
+               options: Options | None = None, log=None, ingest_failed=True) -> RunResult:
+    """Run every pass of ``argv`` (``python script.py args``) into one run dir; merge, ingest, report.
+
+    ``ingest_failed=False``: a run whose script failed in some pass is not ingested (``sweep``)."""
+    opts = options or Options(baseline=False)
+    script, how = _split(argv)
+    from .profile import _default_run_dir, ingest_run_dir
+
+    log = log or (lambda line: print(f"kernelscope: {line}", file=sys.stderr))
+    tools = _check_tools(opts)  # before the script runs
+    name = name or Path(script[0]).stem
+    run_dir = Path(run_dir) if run_dir is not None else _default_run_dir(name)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    res = RunResult(rc=0, run_dir=run_dir)
+    base = None
+    if opts.baseline:
+        rc, wall = _run(_child_cmd("time", run_dir, script, how, name, labels, opts))
+        base = _read_timing(run_dir, wall)
+        if rc != 0:
+            res.failed = f"exit {rc} (un-profiled run)"
+            if not ingest_failed:
+                res.rc = rc
+                return res
+    rc, wall = _run(_child_cmd("profile", run_dir, script, how, name, labels, opts))
+    res.rc = rc
+    if rc != 0 and res.failed is None:
+        res.failed = f"exit {rc}" if not opts.baseline else f"exit {rc} (profiled run)"
+    if (run_dir / "run.json").is_file():
+        res.overhead, res.timing = _merge_run_json(run_dir, base, wall)
+    if res.failed is not None and not ingest_failed:
+        return res
+    if tools:
+        from . import nsight_passes
+
+        nsight_passes.run(tools, opts, run_dir, name, script, how, labels, res, log, _child_cmd, _child_env)
     if ingest and (run_dir / "trace.json.gz").is_file():
-        res = ingest_run_dir(run_dir, name=name, labels=labels, db=db)
-        print(f"kernelscope: run {run_dir} {res.status} as trace {res.trace_id} "
-              f"(`kernelscope summary {res.trace_id}`)", file=sys.stderr)
+        ingested = ingest_run_dir(run_dir, name=name, labels=labels, db=db)
+        res.trace_id = ingested.trace_id
+        log(f"run {run_dir} {ingested.status} as trace {ingested.trace_id} "
+            f"(`kernelscope summary {ingested.trace_id}`)")
     elif ingest:
-        print(f"kernelscope: the script wrote no trace in {run_dir}; nothing ingested", file=sys.stderr)
-    return rc
+        log(f"the script wrote no trace in {run_dir}; nothing ingested")
+    if res.timing is not None:
+        log(timing_line(res.timing))
+    if res.overhead is not None:
+        log(overhead_line(res.overhead))
+    return res
+
+
+def run_script(argv: list[str], *, name=None, labels=None, db=None, run_dir=None, ingest=True,
+               options: Options | None = None) -> int:
+    """Run ``argv`` (``python script.py args``) under the profiler and sampler; ingest; return its code."""
+    return run_passes(argv, name=name, labels=labels, db=db, run_dir=run_dir, ingest=ingest, options=options).rc
+
+
+def _check_tools(opts: Options) -> dict:
+    """Nsight tools asked for, found (UsageError in one line when absent: before any pass runs)."""
+    if not opts.nsys and not opts.ncu:
+        return {}
+    from . import nsight
+
+    tools = {}
+    if opts.nsys:
+        tools["nsys"] = nsight.find_tool("nsys", None if opts.nsys is True else opts.nsys)
+        nsight.check_nsys_importer(tools["nsys"])
+    if opts.ncu:
+        tools["ncu_spec"] = nsight.parse_ncu_spec(opts.ncu)
+        tools["ncu"] = nsight.find_tool("ncu", None)
+    return tools
+
+
+# -- timing and overhead ---------------------------------------------------------------------------------------
+def _read_timing(run_dir: Path, wall_ns: int) -> dict:
+    """The un-profiled pass: range rows from the child's file, else one whole-process row."""
+    path = run_dir / TIMING_FILE
+    data = json.loads(path.read_text()) if path.is_file() else {}
+    path.unlink(missing_ok=True)
+    if data.get("rows"):
+        return {"kind": "range", "regions": data["names"], "iterations": data["iterations"], "rows": data["rows"],
+                "process_wall_ns": wall_ns}
+    return {"kind": "process", "iterations": 1, "process_wall_ns": wall_ns,
+            "rows": [{"kind": "process_wall", "iteration": 0, "dur_ns": wall_ns, "energy_mj": None}]}
+
+
+def _merge_run_json(run_dir: Path, base: dict | None, profiled_wall_ns: int) -> tuple[dict, dict | None]:
+    path = run_dir / "run.json"
+    doc = json.loads(path.read_text())
+    overhead = dict(doc.get("overhead") or {})
+    timing = None
+    if base is None:
+        overhead["profiler"] = {"basis": None, "note": "no un-profiled run (--no-baseline)"}
+    else:
+        timing = {k: v for k, v in base.items() if k != "rows"}
+        doc["timings"] = list(doc.get("timings") or []) + base["rows"]
+        doc["timing"] = {**(doc.get("timing") or {}), **timing}
+        overhead["profiler"] = _profiler_overhead(base, doc.get("profiled_regions") or [], profiled_wall_ns)
+    doc["overhead"] = overhead
+    tmp = run_dir / ".run.json.tmp"
+    tmp.write_text(json.dumps(doc, indent=1, default=str))
+    os.replace(tmp, path)
+    return overhead, timing
+
+
+def _profiler_overhead(base: dict, regions: list[dict], profiled_wall_ns: int) -> dict:
+    """Profiled vs un-profiled time (docs/metrics.md, Overhead)."""
+    if base["kind"] == "range":
+        names = set(base["regions"])
+        timed = [r for r in regions if r["name"] in names]
+        used = [r for r in timed if r.get("recorded")] or timed
+        un = [r["dur_ns"] for r in base["rows"] if r["kind"] == "wall"]
+        if used and un:
+            p, u = statistics.median(r["wall_ns"] for r in used), statistics.median(un)
+            return {"basis": "range", "n": len(used), "profiled_median_ns": int(p), "unprofiled_median_ns": int(u),
+                    "pct": (p / u - 1) * 100 if u else None,
+                    "recorded_only": any(r.get("recorded") for r in timed)}
+    u = base["process_wall_ns"]
+    return {"basis": "process", "n": 1, "profiled_wall_ns": profiled_wall_ns, "unprofiled_wall_ns": u,
+            "pct": (profiled_wall_ns / u - 1) * 100 if u else None}
+
+
+def overhead_line(overhead: dict) -> str:
+    prof = overhead.get("profiler") or {}
+    pct = prof.get("pct")
+    if prof.get("basis") == "range" and pct is not None:
+        head = f"profiler {pct:+.1f}% per step (median of {prof['n']})"
+    elif prof.get("basis") == "process" and pct is not None:
+        head = f"profiler {pct:+.1f}% process wall time (one run each)"
+    else:
+        head = "profiler not measured (no un-profiled run)"
+    samp = overhead.get("sampler") or {}
+    if samp.get("kind") in (None, "null"):
+        tail = "no sampler ran" if samp.get("kind") is None else "no sampler (no NVML device)"
+    else:
+        tail = f"sampler {samp.get('cpu_ms', 0):.1f} ms CPU"
+    return f"overhead: {head}, {tail}"
+
+
+def timing_line(timing: dict) -> str:
+    if timing["kind"] == "range":
+        regions = ", ".join(f'"{n}"' for n in timing["regions"])
+        return (f"un-profiled timing: {timing['iterations']} kernelscope.range regions ({regions}), "
+                "one timed iteration each")
+    return "un-profiled timing: the whole process (the script marks no kernelscope.range region)"
+
+
+# -- the child ------------------------------------------------------------------------------------------------
+def _run_script(script: list[str], how: str) -> int:
+    import runpy
+
+    sys.argv = list(script)
+    try:
+        if how == "module":
+            runpy.run_module(script[0], run_name="__main__", alter_sys=True)
+        else:
+            sys.path.insert(0, str(Path(script[0]).resolve().parent))
+            runpy.run_path(script[0], run_name="__main__")
+    except SystemExit as e:
+        if not isinstance(e.code, (int, type(None))):
+            print(e.code, file=sys.stderr)
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        return 1
+    return 0
+
+
+def _child_time(opts: dict, script: list[str], how: str) -> int:
+    from .stepping import RegionTimer
+
+    timer = RegionTimer().install()
+    try:
+        code = _run_script(script, how)
+    finally:
+        timer.remove()
+    if timer.cuda:
+        timer.torch.cuda.synchronize()
+    rows = timer.rows()
+    out = Path(opts["--run-dir"]) / TIMING_FILE
+    out.write_text(json.dumps({"rows": rows, "names": timer.names(), "iterations": len(timer.timed())}))
+    return code
+
+
+def _guard_script_profiler(prof) -> list:
+    """A script that starts its own torch.profiler makes ours stop first (``profile.yield_to``)."""
+    import torch
+
+    undo = []
+    for cls, meth in ((torch.profiler.profile, "start"), (torch.autograd.profiler.profile, "__enter__")):
+        orig = getattr(cls, meth)
+
+        def patched(self, *a, _orig=orig, _what=f"{cls.__module__}.{cls.__qualname__}.{meth}", **k):
+            if self is not prof._prof:
+                prof.yield_to(_what)
+            return _orig(self, *a, **k)
+
+        setattr(cls, meth, patched)
+        undo.append((cls, meth, orig))
+    return undo
+
+
+def _child_profile(o: dict, script: list[str], how: str) -> int:
+    import torch
+
+    from .profile import profile
+    from .stepping import RegionTimer, Stepper
+
+    opts = Options(**json.loads(o["--options"]))
+    sched = _schedule_for(opts)
+    prof = profile(name=o.get("--name"), labels=json.loads(o.get("--labels", "{}")), run_dir=o["--run-dir"],
+                   ingest=False, telemetry=opts.telemetry, telemetry_period_ms=opts.telemetry_period_ms,
+                   schedule=None if sched is None else torch.profiler.schedule(
+                       wait=sched[0], warmup=sched[1], active=sched[2], repeat=sched[3]),
+                   **opts.profiler_kwargs())
+    code = 0
+    with prof:
+        def on_step():
+            prof.step()
+            if opts.steps is not None and stepper.steps >= opts.steps:
+                prof.halt()
+
+        stepper = Stepper(on_step).install()
+        timer = RegionTimer(prof.recording).install()
+        undo = _guard_script_profiler(prof)
+        try:
+            code = _run_script(script, how)
+        finally:
+            for cls, meth, orig in undo:
+                setattr(cls, meth, orig)
+            timer.remove()
+            prof.extra["step_rule"] = stepper.finish()
+            prof.extra["profiler_options"] = {"steps": opts.steps}
+            prof.extra["profiled_regions"] = [{"name": r["name"], "wall_ns": r["wall_ns"], "recorded": r["recorded"]}
+                                              for r in timer.regions]
+    return code
 
 
 def _child(args: list[str]) -> int:
-    import runpy
-
-    from .profile import profile
-
     opts = {}
     while args and args[0] != "--":
         opts[args[0]] = args[1]
         args = args[2:]
     script = args[1:]
-    sys.argv = list(script)
-    code = 0
-    prof = profile(name=opts.get("--name"), labels=json.loads(opts.get("--labels", "{}")),
-                   run_dir=opts["--run-dir"], ingest=False)
-    with prof:
-        try:
-            if opts.get("--how") == "module":
-                runpy.run_module(script[0], run_name="__main__", alter_sys=True)
-            else:
-                sys.path.insert(0, str(Path(script[0]).resolve().parent))
-                runpy.run_path(script[0], run_name="__main__")
-        except SystemExit as e:
-            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-            if not isinstance(e.code, (int, type(None))):
-                print(e.code, file=sys.stderr)
-        except BaseException:
-            import traceback
+    how = opts.get("--how", "path")
+    if opts.get("--mode") == "time":
+        return _child_time(opts, script, how)
+    if opts.get("--mode") in ("nsys", "ncu"):
+        from . import nsight_passes
 
-            traceback.print_exc()
-            code = 1
-    return code
+        return nsight_passes.child(opts, script, how, _run_script)
+    if "--options" not in opts:
+        opts["--options"] = json.dumps(dataclasses.asdict(Options(baseline=False)))
+    return _child_profile(opts, script, how)
 
 
 if __name__ == "__main__":

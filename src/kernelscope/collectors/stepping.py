@@ -1,0 +1,186 @@
+"""Step boundaries and timed regions of an unmodified script, seen from inside its process (the runner's child).
+
+Step rule (``Stepper``), decided while the script runs, first match wins:
+
+- ``range``: a ``kernelscope.range("step")`` region is entered before any other boundary was taken; from then
+  on the end of each outermost ``"step"`` region is a boundary.
+- ``optimizer``: an ``optimizer.step()`` (global ``register_optimizer_step_post_hook``) happens before a
+  second outermost module forward starts; each optimizer step is a boundary.
+- ``forward``: otherwise the end of each outermost ``nn.Module`` forward (global pre-hook + hook with a depth
+  counter: calls nested in another module's forward do not count). The boundary is taken when the next
+  outermost forward starts (or the script ends), so that an optimizer step in between can still choose the
+  ``optimizer`` rule; a step thus spans from one outermost forward's start to the next one's.
+- ``none``: the script took no boundary (no module forward, optimizer step or "step" region).
+
+``RegionTimer``: the durations of outermost ``kernelscope.range`` regions (the ``"step"`` ones when the script
+has any, else all): ``wall`` rows (``perf_counter_ns`` around the region, after a CUDA synchronize at both
+ends) and on CUDA ``cuda_event`` rows (events recorded at entry and exit), in the run.json ``timings`` format.
+"""
+
+from __future__ import annotations
+
+import time
+
+STEP_REGION = "step"
+
+
+class Stepper:
+    """Calls ``on_step()`` at each step boundary of the running script (rules in the module docstring)."""
+
+    def __init__(self, on_step):
+        self.on_step = on_step
+        self.rule: str | None = None
+        self.steps = 0
+        self.seen = {"optimizer": 0, "forward": 0, "range": 0}
+        self._depth = 0
+        self._range_depth = 0
+        self._pending = False
+        self._handles: list = []
+
+    def _boundary(self) -> None:
+        self.steps += 1
+        self.on_step()
+
+    # -- hooks -----------------------------------------------------------------------------------------
+    def forward_pre(self, *_):
+        if self._depth == 0:
+            if self._pending and self.rule in (None, "forward"):
+                self.rule = "forward"
+                self._pending = False
+                self._boundary()
+        self._depth += 1
+
+    def forward_post(self, *_):
+        self._depth = max(0, self._depth - 1)
+        if self._depth == 0:
+            self.seen["forward"] += 1
+            if self.rule in (None, "forward"):
+                self._pending = True
+
+    def optimizer_step(self, *_):
+        self.seen["optimizer"] += 1
+        if self.rule is None:
+            self.rule = "optimizer"
+            self._pending = False
+        if self.rule == "optimizer":
+            self._boundary()
+
+    def range_enter(self, name: str) -> None:
+        if name != STEP_REGION:
+            return
+        if self._range_depth == 0 and self.rule is None:
+            self.rule = "range"
+            self._pending = False
+        self._range_depth += 1
+
+    def range_exit(self, name: str) -> None:
+        if name != STEP_REGION:
+            return
+        self._range_depth = max(0, self._range_depth - 1)
+        if self._range_depth == 0:
+            self.seen["range"] += 1
+            if self.rule == "range":
+                self._boundary()
+
+    # -- lifecycle -------------------------------------------------------------------------------------
+    def install(self) -> Stepper:
+        import torch.optim.optimizer as optim_mod
+        from torch.nn.modules import module as nn_module
+
+        self._handles = [nn_module.register_module_forward_pre_hook(self.forward_pre),
+                         nn_module.register_module_forward_hook(self.forward_post)]
+        hook = getattr(optim_mod, "register_optimizer_step_post_hook", None)
+        if hook is not None:
+            self._handles.append(hook(self.optimizer_step))
+        from . import profile as profile_mod
+
+        profile_mod.RANGE_HOOKS.append(self)
+        return self
+
+    def finish(self) -> dict:
+        """Take a pending forward boundary, remove the hooks; returns run.json's ``step_rule``."""
+        if self._pending and self.rule in (None, "forward"):
+            self.rule = "forward"
+            self._pending = False
+            self._boundary()
+        self.remove()
+        return {"rule": self.rule or "none", "steps": self.steps, "seen": dict(self.seen)}
+
+    def remove(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+        from . import profile as profile_mod
+
+        if self in profile_mod.RANGE_HOOKS:
+            profile_mod.RANGE_HOOKS.remove(self)
+
+
+class RegionTimer:
+    """Times outermost ``kernelscope.range`` regions (module docstring)."""
+
+    def __init__(self, recording=None):
+        import torch
+
+        self.torch = torch
+        self.cuda = torch.cuda.is_available()
+        self.recording = recording  # () -> bool: whether the profiler records now (profiled pass)
+        self._open: list = []
+        self.regions: list[dict] = []  # {"name", "wall_ns", "events": (a, b) | None, "recorded"}
+
+    def range_enter(self, name: str) -> None:
+        if self._open:
+            self._open.append(None)  # nested: not timed
+            return
+        if self.cuda:
+            self.torch.cuda.synchronize()
+        ev = None
+        if self.cuda:
+            ev = (self.torch.cuda.Event(enable_timing=True), self.torch.cuda.Event(enable_timing=True))
+            ev[0].record()
+        self._open.append((name, time.perf_counter_ns(), ev))
+
+    def range_exit(self, name: str) -> None:
+        top = self._open.pop() if self._open else None
+        if top is None:
+            return
+        rname, t0, ev = top
+        if ev is not None:
+            ev[1].record()
+        if self.cuda:
+            self.torch.cuda.synchronize()
+        rec = self.recording() if self.recording is not None else False
+        self.regions.append({"name": rname, "wall_ns": time.perf_counter_ns() - t0, "events": ev, "recorded": rec})
+
+    def install(self) -> RegionTimer:
+        from . import profile as profile_mod
+
+        profile_mod.RANGE_HOOKS.append(self)
+        return self
+
+    def remove(self) -> None:
+        from . import profile as profile_mod
+
+        if self in profile_mod.RANGE_HOOKS:
+            profile_mod.RANGE_HOOKS.remove(self)
+
+    def timed(self) -> list[dict]:
+        """The regions that are timed iterations: the "step" ones when there are any, else all."""
+        steps = [r for r in self.regions if r["name"] == STEP_REGION]
+        return steps or list(self.regions)
+
+    def rows(self) -> list[dict]:
+        """run.json ``timings`` rows of the timed regions."""
+        from ..units import NS_PER_MS
+
+        rows = []
+        for i, r in enumerate(self.timed()):
+            rows.append({"kind": "wall", "iteration": i, "dur_ns": int(r["wall_ns"]), "energy_mj": None})
+            if r["events"] is not None:
+                a, b = r["events"]
+                rows.append({"kind": "cuda_event", "iteration": i, "dur_ns": round(a.elapsed_time(b) * NS_PER_MS),
+                             "energy_mj": None})
+        return rows
+
+    def names(self) -> list[str]:
+        return sorted({r["name"] for r in self.timed()})
