@@ -1,11 +1,13 @@
 """What ingest finds in the paths it is given: files, collector run directories, Nsight Systems Parquet exports
-and Nsight Compute CSVs (``collect_paths``), and why a path cannot be read (``path_problem``).
+and Nsight Compute CSVs (``collect_paths``), the passes a run directory holds (``run_parts``), and why a path
+cannot be read (``path_problem``).
 """
 
 from __future__ import annotations
 
 import os
 import pathlib
+from dataclasses import dataclass
 
 
 def trace_suffixes() -> tuple[str, ...]:
@@ -20,15 +22,64 @@ def trace_suffixes() -> tuple[str, ...]:
 #: The files a collector run directory holds besides telemetry: its record and its trace.
 RUN_RECORD = "run.json"
 RUN_TRACES = ("trace.json.gz", "trace.json")
+#: The files of a run directory's Nsight passes (collectors/nsight.py), top level only: nsys's SQLite export
+#: (a second trace of the run), nsys's report (kept beside it, never ingested: the export is) and ncu's CSV
+#: (joined to the run's trace).
+NSYS_EXPORT_SUFFIXES = (".sqlite", ".sqlite.gz")
+NSYS_REPORT_SUFFIX = ".nsys-rep"
+NCU_PART_SUFFIXES = ("_ncu.csv", "_ncu.csv.gz")
+
+
+@dataclass(frozen=True)
+class RunParts:
+    """What a run directory holds, by pass: the Kineto trace (None without), nsys SQLite exports, nsys reports
+    and ncu CSVs (each sorted by name)."""
+
+    kineto: pathlib.Path | None
+    nsys: tuple[pathlib.Path, ...] = ()
+    reports: tuple[pathlib.Path, ...] = ()
+    ncu: tuple[pathlib.Path, ...] = ()
+
+
+def _nsight_files(folder: pathlib.Path) -> list[pathlib.Path]:
+    try:
+        return sorted(f for f in folder.iterdir() if f.is_file() and not f.name.startswith(".") and f.name.endswith(
+            (*NSYS_EXPORT_SUFFIXES, NSYS_REPORT_SUFFIX, *NCU_PART_SUFFIXES)))
+    except OSError:
+        return []
+
+
+def run_parts(folder) -> RunParts:
+    """The passes of a run directory (``RunParts``); a run of the Kineto pass only has ``kineto`` alone."""
+    folder = pathlib.Path(folder)
+    files = _nsight_files(folder)
+    return RunParts(
+        kineto=next((folder / n for n in RUN_TRACES if (folder / n).is_file()), None),
+        nsys=tuple(f for f in files if f.name.endswith(NSYS_EXPORT_SUFFIXES)),
+        reports=tuple(f for f in files if f.name.endswith(NSYS_REPORT_SUFFIX)),
+        ncu=tuple(f for f in files if f.name.endswith(NCU_PART_SUFFIXES)),
+    )
+
+
+def is_run_part(path) -> bool:
+    """A file that belongs to the run directory it sits in (its run.json, trace or an Nsight pass's file)."""
+    path = pathlib.Path(path)
+    name = path.name
+    ours = name == RUN_RECORD or name in RUN_TRACES or (not name.startswith(".") and name.endswith(
+        (*NSYS_EXPORT_SUFFIXES, NSYS_REPORT_SUFFIX, *NCU_PART_SUFFIXES)))
+    return ours and is_run_dir(path.parent)
 
 
 def is_run_dir(folder) -> bool:
-    """A collector run directory: run.json beside trace.json.gz or trace.json. A run.json that is there but
-    is not a regular file (a FIFO, a dangling link) still makes it one, so that reading it refuses it in one
-    line instead of ingesting the trace without its record."""
+    """A collector run directory: run.json beside trace.json.gz or trace.json, or beside an nsys SQLite export
+    (a run of the nsys pass alone). A run.json that is there but is not a regular file (a FIFO, a dangling link)
+    still makes it one, so that reading it refuses it in one line instead of ingesting the trace without its
+    record."""
     folder = pathlib.Path(folder)
-    return os.path.lexists(folder / RUN_RECORD) and not (folder / RUN_RECORD).is_dir() and any(
-        (folder / n).is_file() for n in RUN_TRACES)
+    if not os.path.lexists(folder / RUN_RECORD) or (folder / RUN_RECORD).is_dir():
+        return False
+    return any((folder / n).is_file() for n in RUN_TRACES) or any(
+        f.name.endswith(NSYS_EXPORT_SUFFIXES) for f in _nsight_files(folder))
 
 
 def path_problem(path) -> str | None:
@@ -72,12 +123,12 @@ def collect_paths(paths, empty: list | None = None) -> list[tuple[str, pathlib.P
     order given (walks sorted).
 
     A directory is walked recursively: a run directory in it (``is_run_dir``) is one 'run'; its
-    run.json and trace.json(.gz) are never ingested on their own; any other file whose name ends in a
-    trace suffix is a 'file' (a stray run.json is not a trace and is left out); a ``.csv``/``.csv.gz``
-    whose content is an Nsight Compute export is an 'ncu' (as ``ingest FILE`` takes it; other CSVs,
-    e.g. ``nsys stats`` output, are left out). Only regular files are taken in a walk (FIFOs, devices,
-    dangling links and symlink loops are left out). A given run directory, or a given file inside one
-    that is its run.json or trace, is that 'run'. An Nsight Systems Parquet export
+    run.json, trace.json(.gz) and Nsight passes' files (``is_run_part``) are never ingested on their own;
+    any other file whose name ends in a trace suffix is a 'file' (a stray run.json is not a trace and is
+    left out); a ``.csv``/``.csv.gz`` whose content is an Nsight Compute export is an 'ncu' (as ``ingest
+    FILE`` takes it; other CSVs, e.g. ``nsys stats`` output, are left out). Only regular files are taken
+    in a walk (FIFOs, devices, dangling links and symlink loops are left out). A given run directory, or a
+    given file inside one that is its run.json or trace, is that 'run'. An Nsight Systems Parquet export
     (``parsers.parquet_dir_kind`` 'nsys'; given, or met in a walk) is one ('export', folder), read by
     ``ingest_file``; a given folder of Parquet files only is one too (its reader says it is not an nsys
     export). Each item appears once. ``empty``, when given, receives each given directory in which
@@ -110,15 +161,14 @@ def collect_paths(paths, empty: list | None = None) -> list[tuple[str, pathlib.P
                     continue
                 if not f.is_file():
                     continue
+                if is_run_part(f):
+                    found.append(("run", f.parent))
+                    continue
                 if not f.name.endswith(suffixes):
                     if _is_ncu_csv(f):
                         found.append(("ncu", f))
                     continue
-                if is_run_dir(f.parent):
-                    if f.name == RUN_RECORD or f.name in RUN_TRACES:
-                        found.append(("run", f.parent))
-                        continue
-                elif f.name == RUN_RECORD:
+                if f.name == RUN_RECORD:  # a stray run.json (a run directory's was taken above)
                     continue
                 found.append(("file", f))
             if not found and empty is not None:

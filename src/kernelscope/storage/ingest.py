@@ -38,7 +38,7 @@ from .discovery import (
 from .labels import label_number
 from .onetrace import IngestResult, ingest_file, ingest_reader
 from .rankrun import ingest_rank_run
-from .rundir import RUN_JSON_MAX_BYTES, ingest_run
+from .rundir import RUN_JSON_MAX_BYTES, ingest_run, ingest_run_all
 from .sizing import (
     MAX_THREADS,
     MEMORY_ENV,
@@ -61,8 +61,8 @@ __all__ = [
     "MAX_THREADS", "MEMORY_ENV", "MEMORY_PER_THREAD", "MIN_MEMORY", "RAM_SHARE", "RUN_JSON_MAX_BYTES", "RUN_RECORD",
     "RUN_TRACES", "THREADS_ENV", "IngestResult", "Resources", "apply_resources", "collect_paths", "expand_paths",
     "fallback_resources", "ingest_file", "ingest_paths", "ingest_rank_run", "ingest_reader", "ingest_resources",
-    "ingest_run", "ingest_settings", "insert_labels", "is_run_dir", "label_number", "memory_bytes", "path_problem",
-    "physical_memory_bytes", "usable_cores",
+    "ingest_run", "ingest_run_all", "ingest_settings", "insert_labels", "is_run_dir", "label_number", "memory_bytes",
+    "path_problem", "physical_memory_bytes", "usable_cores",
 ]
 
 
@@ -155,14 +155,14 @@ def ingest_paths(
                                            python_functions=python_functions, salvage=salvage))
         for i, (kind, p) in enumerate(items):
             on_batch = lambda n, i=i, p=p: bar.update(i, p, n)  # noqa: E731
-            if kind == "run":
-                res = ingest_run(store, p, name=name, labels=labels,
-                                 python_functions=python_functions, salvage=salvage, _on_batch=on_batch)
+            if kind == "run":  # every pass of the run: its Kineto trace, nsys export, ncu CSV (storage/rundir.py)
+                parts = ingest_run_all(store, p, name=name, labels=labels,
+                                       python_functions=python_functions, salvage=salvage, _on_batch=on_batch)
             else:
-                res = ingest_file(store, p, labels=labels, name=name,
-                                  python_functions=python_functions, salvage=salvage, _on_batch=on_batch)
-            results.append(res)
-            bar.update(i, p, res.events)
+                parts = [ingest_file(store, p, labels=labels, name=name,
+                                     python_functions=python_functions, salvage=salvage, _on_batch=on_batch)]
+            results.extend(parts)
+            bar.update(i, p, sum(r.events for r in parts))
     finally:
         bar.done()
     return results

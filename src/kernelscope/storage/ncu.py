@@ -110,12 +110,14 @@ def match_kernels(con, trace_id: str, kernels: list[NcuKernel]) -> dict[int, int
 
 def ingest_ncu(
     store, path, *, match: str | None = None, cache_control: str | None = None,
-    clock_control: str | None = None, name: str | None = None,
+    clock_control: str | None = None, name: str | None = None, settings_note: str | None = None,
 ) -> NcuResult:
     """Parse an ncu CSV and store its kernels (one transaction); failures come back as 'failed'.
 
     ``cache_control``/``clock_control``: the ``ncu --cache-control``/``--clock-control`` values used for the
     capture when known; otherwise ncu's defaults ('all', 'base') are recorded with a note saying so.
+    ``settings_note``: the note stored with the rows when the settings are given (who recorded them, what they do
+    to ncu's durations); default "capture settings given at ingest".
     """
     path = pathlib.Path(path)
     con = store.con
@@ -138,7 +140,7 @@ def ingest_ncu(
         return NcuResult(str(path), "failed", None, str(exc))
     pairs = match_kernels(con, trace_id, report.kernels) if trace_id else {}
     given = cache_control is not None or clock_control is not None
-    note = ("capture settings given at ingest" if given else DEFAULT_SETTINGS_NOTE)
+    note = (settings_note or "capture settings given at ingest") if given else DEFAULT_SETTINGS_NOTE
     cache = cache_control or DEFAULT_CACHE_CONTROL
     clock = clock_control or DEFAULT_CLOCK_CONTROL
     now = time.time_ns()
@@ -195,6 +197,24 @@ def _standalone_trace(con, path: pathlib.Path, report, name, now: int) -> str:
          json.dumps({"ncu_page": report.page}), len(report.kernels), now, __version__],
     )
     return tid
+
+
+# ---------------------------------------------------------------- reading: a trace's kernels by GPU time
+
+_SQL_TOP_KERNELS = """
+SELECT name, count(*) AS launches, sum(dur_ns) AS gpu_ns FROM gpu_activities
+WHERE trace_id = $t AND kind = 'kernel' GROUP BY name ORDER BY gpu_ns DESC, name
+"""
+
+
+def top_kernels(store, trace_id: str, n: int | None = None):
+    """A trace's kernels by name with the most GPU time first: ``name`` (as stored: demangled), ``launches``,
+    ``gpu_ns`` (sum of their durations), ties by name; the first ``n`` when given. What ``--ncu top:N`` chooses
+    from, and what ``nsys stats --report cuda_gpu_kern_sum`` reports per name."""
+    df = store.query(_SQL_TOP_KERNELS, {"t": trace_id})
+    df["launches"] = df["launches"].astype("int64")
+    df["gpu_ns"] = df["gpu_ns"].fillna(0).astype("int64")
+    return df.head(n).reset_index(drop=True) if n is not None else df
 
 
 # ---------------------------------------------------------------- reading: measured DRAM bytes
@@ -254,4 +274,5 @@ def measured_dram_bytes(store, trace_id: str):
     return k, per
 
 
-__all__ = ["NcuResult", "best_trace", "ingest_ncu", "match_kernels", "measured_dram_bytes", "ParseError"]
+__all__ = ["NcuResult", "best_trace", "ingest_ncu", "match_kernels", "measured_dram_bytes", "top_kernels",
+           "ParseError"]

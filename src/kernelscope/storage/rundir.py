@@ -1,7 +1,13 @@
-"""Collector run directories (trace.json.gz [+ telemetry.parquet] [+ run.json]): reading and checking run.json,
-telemetry and timing rows, what a run directory adds to its trace (``run_dir_parts``, a ``TraceInput``) and
-``ingest_run``, which ingests one as a trace. A rank of a run of many ranks (storage/rankrun.py) takes the
-same parts.
+"""Collector run directories (trace.json.gz [+ telemetry.parquet] [+ run.json] [+ Nsight passes]): reading and
+checking run.json, telemetry and timing rows, what a run directory adds to its trace (``run_dir_parts``, a
+``TraceInput``), ``ingest_run_all``, which ingests every pass of one, and ``ingest_run`` (the same, one result).
+A rank of a run of many ranks (storage/rankrun.py) takes the same parts.
+
+The passes of one run (``discovery.run_parts``; collectors/nsight.py writes them): the Kineto trace; nsys's SQLite
+export ``<name>.sqlite``, a second trace of the SAME run (same ``run_id``, rank 0: two collectors of one process,
+not two ranks; no ``runs`` row is written for it, as for any single-process run); ncu's ``<name>_ncu.csv``,
+joined to the run's Kineto trace (else its nsys trace) as ``storage.ncu.ingest_ncu(match=...)`` does, with the
+clock and cache control run.json's ``nsight.ncu`` records.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ import pyarrow as pa
 
 from ..collectors.nvml import TELEMETRY_SCHEMA  # the sampler's schema: the one definition of the columns
 from ..errors import KernelscopeError, ParseError
-from .discovery import RUN_TRACES, path_problem
+from .discovery import path_problem, run_parts
 from .onetrace import IngestResult, failed, ingest_file
 from .tracerow import TraceInput
 
@@ -155,25 +161,27 @@ def ingest_run(
     store, run_dir, *, name=None, labels=None, python_functions=True, salvage=False, _on_batch=None
 ) -> IngestResult:
     """Ingest a collector run directory (trace.json.gz [+ telemetry.parquet] [+ run.json]) as one trace,
-    with its telemetry, provenance, timings and labels, in ONE transaction.
+    with its telemetry, provenance, timings and labels, in ONE transaction; and its Nsight passes, when it
+    holds any (``ingest_run_all``): the result is then the run's main trace's (Kineto, else nsys), its message
+    followed by the other parts' lines.
 
     Name: ``name``, else run.json's "name", else the folder's name. Labels: run.json's, then ``labels``.
     """
-    run_dir = pathlib.Path(run_dir)
-    t0 = time.perf_counter()
-    trace = next(
-        (run_dir / n for n in RUN_TRACES if (run_dir / n).exists()), None
-    )
-    if not run_dir.is_dir() or trace is None:
-        return failed(run_dir, ParseError("not a run directory: no trace.json.gz in it"), t0)
-    try:
-        given = run_dir_parts(run_dir, labels)
-    except KernelscopeError as exc:
-        return failed(run_dir, exc, t0)
+    results = ingest_run_all(store, run_dir, name=name, labels=labels, python_functions=python_functions,
+                             salvage=salvage, _on_batch=_on_batch)
+    main = results[0]
+    for r in results[1:]:
+        main.message += f"; {pathlib.Path(r.path).name}: {r.status}" + (f" as {r.trace_id}" if r.trace_id else "") + (
+            f" ({r.message})" if r.status == "failed" or r.path.endswith((".csv", ".csv.gz")) else "")
+    return main
+
+
+def _ingest_kineto(store, run_dir: pathlib.Path, trace: pathlib.Path, given: TraceInput, *, name, python_functions,
+                   salvage, _on_batch, labels=None) -> IngestResult:
     return ingest_file(
         store,
         trace,
-        labels=given.labels,
+        labels=labels if labels is not None else given.labels,
         name=name or given.name,
         run_id=given.run_id,
         provenance=given.provenance,
@@ -182,3 +190,70 @@ def ingest_run(
         _on_batch=_on_batch,
         _extra=given.extra,
     )
+
+
+#: Labels of a run's nsys trace that it does not take from the run: a sweep's points are its Kineto traces.
+NOT_ON_NSYS = ("sweep",)
+
+
+def _ncu_settings(run_dir: pathlib.Path) -> dict:
+    """run.json's ``nsight.ncu`` clock/cache control and note (collectors/nsight.py records them), or {}."""
+    try:
+        rec = (_read_run_json(run_dir / "run.json").get("nsight") or {}).get("ncu") or {}
+    except (KernelscopeError, AttributeError):
+        return {}
+    if not isinstance(rec, dict):
+        return {}
+    out = {k: rec[k] for k in ("clock_control", "cache_control", "settings_note") if isinstance(rec.get(k), str)}
+    return out if ("clock_control" in out or "cache_control" in out) else {}
+
+
+def ingest_run_all(
+    store, run_dir, *, name=None, labels=None, python_functions=True, salvage=False, _on_batch=None
+) -> list[IngestResult]:
+    """Every pass of a collector run directory, one result each, the main trace's first: the Kineto trace (as
+    before, with telemetry and timings); each nsys SQLite export as a trace of the same run (name
+    ``<name>-nsys``, the run's labels but ``sweep``, provenance; telemetry and timings only when there is no
+    Kineto trace); each ncu CSV joined to the Kineto trace (else the nsys one). With an nsys export beside it,
+    the Kineto trace is labelled ``collector=kineto`` and the nsys one ``collector=nsys``. A run directory of
+    the Kineto pass alone ingests exactly as before. Parts already stored are 'skipped'; a failed part leaves no
+    rows and the others still land."""
+    run_dir = pathlib.Path(run_dir)
+    t0 = time.perf_counter()
+    parts = run_parts(run_dir) if run_dir.is_dir() else None
+    if parts is None or (parts.kineto is None and not parts.nsys):
+        return [failed(run_dir, ParseError("not a run directory: no trace.json.gz in it"), t0)]
+    try:
+        given = run_dir_parts(run_dir, labels)
+    except KernelscopeError as exc:
+        return [failed(run_dir, exc, t0)]
+    kw = dict(python_functions=python_functions, salvage=salvage, _on_batch=_on_batch)
+    results: list[IngestResult] = []
+    main_id = None
+    if parts.kineto is not None:
+        both = {**given.labels, "collector": "kineto"} if parts.nsys else None
+        results.append(_ingest_kineto(store, run_dir, parts.kineto, given, name=name, labels=both, **kw))
+        main_id = results[-1].trace_id
+    base = name or given.name
+    nsys_labels = {k: v for k, v in given.labels.items() if k not in NOT_ON_NSYS}
+    nsys_labels["collector"] = "nsys"
+    for i, sqlite in enumerate(parts.nsys):
+        res = ingest_file(store, sqlite, labels=nsys_labels, name=f"{base}-nsys" + (f"{i + 1}" if i else ""),
+                          run_id=given.run_id, provenance=given.provenance,
+                          _extra=given.extra if parts.kineto is None and i == 0 else None, **kw)
+        results.append(res)
+        main_id = main_id or res.trace_id
+    if parts.ncu:
+        from .ncu import ingest_ncu
+
+        settings = _ncu_settings(run_dir)
+        for csv_path in parts.ncu:
+            t1 = time.perf_counter()
+            if main_id is None:
+                results.append(IngestResult(str(csv_path), "failed", None,
+                                            "no trace of its run was stored to join the Nsight Compute rows to"))
+                continue
+            r = ingest_ncu(store, csv_path, match=main_id, **settings)
+            results.append(IngestResult(r.path, r.status, r.trace_id, r.message, r.kernels,
+                                        time.perf_counter() - t1))
+    return results
