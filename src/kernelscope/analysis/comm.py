@@ -74,8 +74,10 @@ def run_traces(store, trace_ids=None, run: str | None = None) -> tuple[str | Non
         ids = list(trace_ids)
         runs = {r[0] for r in store.con.execute(
             "SELECT DISTINCT run_id FROM traces WHERE trace_id IN (SELECT unnest(?))", [ids]).fetchall()}
-        if len(ids) == 1 and len(runs) == 1 and None not in runs:
-            run_id = runs.pop()  # one rank named: its whole run
+        many = len(ids) == 1 and len(runs) == 1 and None not in runs and store.con.execute(
+            "SELECT 1 FROM runs WHERE run_id = ?", [next(iter(runs))]).fetchall()
+        if many:  # one rank named: its whole run (not a process's other collector: nsys beside Kineto)
+            run_id = runs.pop()
         else:
             return (runs.pop() if len(runs) == 1 else None), ids
     else:

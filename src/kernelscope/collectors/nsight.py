@@ -83,7 +83,7 @@ INSTALL_GLOBS = {
 }
 TOOL_NAMES = {"nsys": "Nsight Systems (nsys)", "ncu": "Nsight Compute (ncu)"}
 #: The option that gives a tool's path, as the CLI spells it (named in the one-line messages).
-PATH_OPTIONS = {"nsys": "--nsys-path PATH", "ncu": "--ncu-path PATH"}
+PATH_OPTIONS = {"nsys": "--nsys PATH", "ncu": "--ncu-path PATH"}
 
 
 def _version_key(path: Path) -> tuple:

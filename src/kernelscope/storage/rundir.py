@@ -192,6 +192,13 @@ def _ingest_kineto(store, run_dir: pathlib.Path, trace: pathlib.Path, given: Tra
     )
 
 
+def _label_if_missing(store, trace_id: str, key: str, value: str) -> None:
+    from .tracerow import insert_labels
+
+    if not store.con.execute("SELECT 1 FROM labels WHERE trace_id = ? AND key = ?", [trace_id, key]).fetchall():
+        insert_labels(store.con, trace_id, {key: value})
+
+
 #: Labels of a run's nsys trace that it does not take from the run: a sweep's points are its Kineto traces.
 NOT_ON_NSYS = ("sweep",)
 
@@ -234,6 +241,8 @@ def ingest_run_all(
         both = {**given.labels, "collector": "kineto"} if parts.nsys else None
         results.append(_ingest_kineto(store, run_dir, parts.kineto, given, name=name, labels=both, **kw))
         main_id = results[-1].trace_id
+        if both and results[-1].status == "skipped" and main_id:  # stored before the nsys pass was added
+            _label_if_missing(store, main_id, "collector", "kineto")
     base = name or given.name
     nsys_labels = {k: v for k, v in given.labels.items() if k not in NOT_ON_NSYS}
     nsys_labels["collector"] = "nsys"
