@@ -147,7 +147,7 @@ SELECT count(*) AS same_stream_overlaps FROM (
 """
 
 _SQL_TRACE = """
-SELECT trace_id, name, source, rank, warnings, dropped_notes FROM traces WHERE trace_id = $t
+SELECT trace_id, name, source, rank, warnings, dropped_notes, provenance FROM traces WHERE trace_id = $t
 """
 
 _SQL_LABELS = "SELECT key, value_text, value_num FROM labels WHERE trace_id = $t ORDER BY key"
@@ -184,6 +184,19 @@ def _json_obj(text: Any) -> dict | None:
     except (TypeError, ValueError):
         return None
     return value if isinstance(value, dict) else None
+
+
+# torch.profiler options a kernelscope collector run records in its provenance, and what each records.
+_RECORDED = {"record_shapes": "shapes", "with_stack": "stacks", "profile_memory": "memory", "with_modules": "modules"}
+
+
+def _not_recorded(provenance: Any) -> list[str] | None:
+    """What the collector's profiler was told not to record (shapes, stacks, memory, modules); null when the
+    trace does not say (not a kernelscope collector run)."""
+    opts = (_json_obj(provenance) or {}).get("profiler_options")
+    if not isinstance(opts, dict):
+        return None
+    return [what for key, what in _RECORDED.items() if key in opts and not opts[key]]
 
 
 def _fmt_int(n: int) -> str:
@@ -383,6 +396,7 @@ def summary(store, trace_id: str) -> Result:
     }
     ingest_keys, ingest_warnings = ingest_trust(store, t)
     trust.update(ingest_keys)
+    trust["not_recorded"] = _not_recorded(meta.get("provenance"))
     warnings: list[str] = list(ingest_warnings)
     if c["kernels"] and tr["kernels_with_launch"] < c["kernels"]:
         warnings.append(f"{c['kernels'] - tr['kernels_with_launch']} of {c['kernels']} kernels have no "

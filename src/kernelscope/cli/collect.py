@@ -37,6 +37,8 @@ def profile_options(fn):
         click.option("--ncu", "ncu", default=None, metavar="top:N|REGEX",
                      help="Also run the script under Nsight Compute for the N kernels with the most GPU time "
                           "in the stored trace (or those whose name matches REGEX)."),
+        click.option("--ncu-path", "ncu_path", default=None, metavar="PATH",
+                     help="The ncu executable for --ncu (default: on PATH, else the usual install folders)."),
     ]
     for opt in reversed(opts):
         fn = opt(fn)
@@ -44,13 +46,13 @@ def profile_options(fn):
 
 
 def _options(memory, stack, modules, no_shapes, schedule, steps, no_telemetry, telemetry_period, nsys, ncu,
-             baseline):
+             ncu_path, baseline):
     from ..collectors.runner import Options, parse_schedule
 
     return Options(memory=memory, stack=stack, modules=modules, shapes=not no_shapes,
                    schedule=parse_schedule(schedule) if schedule is not None else None, steps=steps,
                    telemetry=not no_telemetry, telemetry_period_ms=telemetry_period, baseline=baseline,
-                   nsys=(True if nsys == "" else nsys), ncu=ncu)
+                   nsys=(True if nsys == "" else nsys), ncu=ncu, ncu_path=ncu_path)
 
 
 def _need_torch(command: str) -> None:
@@ -80,7 +82,7 @@ def _argv(command) -> list[str]:
 @db_option
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def profile(name, labels, run_dir, memory, stack, modules, no_shapes, schedule, steps, no_telemetry,
-            telemetry_period, nsys, ncu, no_baseline, db, command):
+            telemetry_period, nsys, ncu, ncu_path, no_baseline, db, command):
     """Run a Python script under the profiler and the GPU sampler, then ingest the result.
 
     Usage: kernelscope profile [OPTIONS] -- python script.py ARGS...  The script needs no changes. It runs
@@ -91,7 +93,7 @@ def profile(name, labels, run_dir, memory, stack, modules, no_shapes, schedule, 
     from ..collectors.runner import run_passes
 
     opts = _options(memory, stack, modules, no_shapes, schedule, steps, no_telemetry, telemetry_period, nsys, ncu,
-                    baseline=not no_baseline)
+                    ncu_path, baseline=not no_baseline)
     argv = _argv(command)
     if not argv:
         raise UsageError("give the command to profile after `--`, e.g. `kernelscope profile -- python s.py`.")
@@ -137,7 +139,7 @@ def _grid(texts) -> dict:
 @db_option
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def sweep(grids, name, by, run_root, memory, stack, modules, no_shapes, schedule, steps, no_telemetry,
-          telemetry_period, nsys, ncu, db, command):
+          telemetry_period, nsys, ncu, ncu_path, db, command):
     """Profile a script at every point of a grid, then print the CPU->GPU-bound transition.
 
     Usage: kernelscope sweep --grid batch=1,2,4,8 [--grid KEY=...] [OPTIONS] -- python infer.py --batch {batch}
@@ -154,7 +156,7 @@ def sweep(grids, name, by, run_root, memory, stack, modules, no_shapes, schedule
         raise UsageError("give the command after `--`, e.g. `kernelscope sweep --grid batch=1,2 -- python s.py "
                          "--batch {batch}`.")
     opts = _options(memory, stack, modules, no_shapes, schedule, steps, no_telemetry, telemetry_period, nsys, ncu,
-                    baseline=True)
+                    ncu_path, baseline=True)
     by = by or ("batch" if "batch" in grid else next(iter(grid)))
     if by not in grid:
         raise UsageError(f"--by {by}: not a --grid key ({', '.join(grid)})")

@@ -345,6 +345,9 @@ class profile:
         if self._sampler is not None and self.traced_markers:
             sampler["traced_period"] = self._sampler.period_stats(
                 (self.traced_markers[0], self.traced_markers[-1]))
+        options = {**getattr(self, "_opts_used", {}), "schedule": _schedule_text(self.schedule),
+                   **(self.extra.get("profiler_options") or {})}
+        self.provenance["profiler_options"] = options  # stored with the trace (summary trust: not_recorded)
         doc = {
             "name": self.name,
             "labels": self.labels,
@@ -356,7 +359,7 @@ class profile:
                       "traced_markers_epoch_ns": self.traced_markers},
             "sampler": sampler,
             "traces": self.trace_files,
-            "profiler_options": {**getattr(self, "_opts_used", {}), "schedule": _schedule_text(self.schedule)},
+            "profiler_options": options,
             "telemetry": {"enabled": bool(self.telemetry), "kind": sampler.get("kind"),
                           "period_ms": sampler.get("period_ms")},
             "overhead": {"sampler": self._sampler_overhead(sampler)},

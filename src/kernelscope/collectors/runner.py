@@ -69,6 +69,7 @@ class Options:
     baseline: bool = True  # the un-profiled timing pass
     nsys: str | bool | None = None  # True: find nsys; a str: its path
     ncu: str | None = None  # "top:N" or a regex
+    ncu_path: str | None = None  # the ncu executable (else PATH, else the usual install folders)
 
     def profiler_kwargs(self) -> dict:
         return {"profile_memory": self.memory, "with_stack": self.stack, "with_modules": self.modules,
@@ -157,11 +158,17 @@ def run_passes(argv: list[str], *, name=None, labels=None, db=None, run_dir=None
         res.overhead, res.timing = _merge_run_json(run_dir, base, wall)
     if res.failed is not None and not ingest_failed:
         return res
-    if tools:
+    passes = (run_dir, name, script, how, labels, res, log, _child_cmd, _child_env)
+    if "nsys" in tools:
         from . import nsight_passes
 
-        nsight_passes.run(tools, opts, run_dir, name, script, how, labels, res, log, _child_cmd, _child_env)
-    if ingest and (run_dir / "trace.json.gz").is_file():
+        nsight_passes.run_nsys(tools, opts, *passes)
+    if tools and ingest:
+        _ingest_all(run_dir, name, labels, db, res, log)
+        if "ncu" in tools:
+            nsight_passes.run_ncu(tools, opts, *passes, db=db)
+            _ingest_all(run_dir, name, labels, db, res, log)
+    elif ingest and (run_dir / "trace.json.gz").is_file():
         ingested = ingest_run_dir(run_dir, name=name, labels=labels, db=db)
         res.trace_id = ingested.trace_id
         log(f"run {run_dir} {ingested.status} as trace {ingested.trace_id} "
@@ -173,6 +180,22 @@ def run_passes(argv: list[str], *, name=None, labels=None, db=None, run_dir=None
     if res.overhead is not None:
         log(overhead_line(res.overhead))
     return res
+
+
+def _ingest_all(run_dir: Path, name, labels, db, res: RunResult, log) -> None:
+    """Every pass of the run dir into the store (parts stored already are skipped), one line each."""
+    from .nsight_passes import ingest_all
+
+    for r in ingest_all(run_dir, name=name, labels=labels, db=db):
+        if r.status == "skipped":
+            continue
+        if r.status == "failed":
+            log(f"{r.path}: {r.message}")
+            res.failed = res.failed or f"ingest of {Path(r.path).name} failed"
+            continue
+        if res.trace_id is None and str(r.path).endswith(".json.gz"):
+            res.trace_id = r.trace_id
+        log(f"{Path(r.path).name} {r.status} as trace {r.trace_id}" + (f" ({r.message})" if r.message else ""))
 
 
 def run_script(argv: list[str], *, name=None, labels=None, db=None, run_dir=None, ingest=True,
@@ -192,8 +215,15 @@ def _check_tools(opts: Options) -> dict:
         tools["nsys"] = nsight.find_tool("nsys", None if opts.nsys is True else opts.nsys)
         nsight.check_nsys_importer(tools["nsys"])
     if opts.ncu:
-        tools["ncu_spec"] = nsight.parse_ncu_spec(opts.ncu)
-        tools["ncu"] = nsight.find_tool("ncu", None)
+        from . import nsight_ncu
+
+        tools["ncu_spec"] = nsight_ncu.parse_ncu_spec(opts.ncu)
+        tools["ncu"] = nsight.find_tool("ncu", opts.ncu_path)
+        import torch
+
+        if not torch.cuda.is_available():
+            raise UsageError("--ncu needs a CUDA GPU (Nsight Compute profiles GPU kernels) and torch sees none "
+                             "here (torch.cuda.is_available() is False); run it on a GPU machine.")
     return tools
 
 

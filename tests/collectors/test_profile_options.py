@@ -1,0 +1,186 @@
+"""`kernelscope profile` options through the real runner on CPU scripts: what run.json and the stored trace
+record, the step rule on an unmodified script, the overhead line, a script's own torch.profiler, and the
+one-line refusals (nsys/ncu absent, bad --schedule) that come before any script runs."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import warm_cli  # noqa: E402
+
+from kernelscope.errors import UsageError  # noqa: E402
+
+pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="asserts the CPU-only behaviour")
+
+TRAIN = """\
+import sys, torch
+m = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+opt = torch.optim.SGD(m.parameters(), lr=0.1)
+x = torch.randn(8, 16)
+for _ in range(6):                      # 6 optimizer steps; 6 outermost forwards too
+    opt.zero_grad()
+    m(x).sum().backward()
+    opt.step()
+with torch.profiler.profile() as own:   # the script's own profiler (tensorboard-style) must keep working
+    m(x)
+open(sys.argv[1], "w").write(str(sum(e.name == "aten::linear" for e in own.events())))
+"""
+
+INFER = """\
+import torch
+m = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+x = torch.randn(8, 16)
+with torch.no_grad():
+    for _ in range(6):                  # only module forwards: 6 outermost calls (3 nested each)
+        m(x)
+"""
+
+
+def _events(run_dir: Path) -> list[dict]:
+    return json.loads(gzip.decompress((run_dir / "trace.json.gz").read_bytes()))["traceEvents"]
+
+
+def _steps(events) -> list[str]:
+    return sorted(e["name"] for e in events if e.get("ph") == "X" and e["name"].startswith("ProfilerStep#"))
+
+
+def _profile(tmp_path, *args):
+    return warm_cli.run(["profile", "--db", tmp_path / "ks.duckdb", *args], cwd=tmp_path, timeout=120)
+
+
+def test_optimizer_steps_schedule_and_every_option_recorded(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(TRAIN)
+    run_dir = tmp_path / "run"
+    r = _profile(tmp_path, "--run-dir", run_dir, "--schedule", "1,1,2", "--no-shapes", "--stack", "--memory",
+                 "--modules", "--no-telemetry", "--no-baseline", "--", "python", script, tmp_path / "own.txt")
+    assert r.returncode == 0, r.stderr
+    assert int((tmp_path / "own.txt").read_text()) >= 2  # the script's own profiler recorded its forward
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["step_rule"] == {"rule": "optimizer", "steps": 6, "seen": {"optimizer": 6, "forward": 7, "range": 0}}
+    opts = run["profiler_options"]
+    assert opts["schedule"]["wait"] == 1 and opts["schedule"]["warmup"] == 1 and opts["schedule"]["active"] == 2
+    assert opts["schedule"]["repeat"] == 1 and opts["steps"] is None
+    assert {k: opts[k] for k in ("record_shapes", "with_stack", "profile_memory", "with_modules")} == {
+        "record_shapes": False, "with_stack": True, "profile_memory": True, "with_modules": True}
+    assert run["telemetry"]["enabled"] is False and not (run_dir / "telemetry.parquet").exists()
+    assert run["script_profiler"]["detected"].endswith("profile.start")
+    ev = _events(run_dir)
+    assert _steps(ev) == ["ProfilerStep#2", "ProfilerStep#3"]  # wait 1, warm-up 1, active 2 of 6 steps
+    ops = [e for e in ev if e.get("cat") == "cpu_op"]
+    assert ops and not any("Input Dims" in e.get("args", {}) for e in ops)  # --no-shapes
+    assert any(e.get("cat") == "python_function" for e in ev)  # --stack
+    assert any(e.get("name") == "[memory]" for e in ev)  # --memory
+    assert "overhead: profiler not measured (no un-profiled run), no sampler ran" in r.stderr
+    trace_id = r.stderr.split(" as trace ")[1].split()[0]
+    s = warm_cli.run(["summary", trace_id, "--json", "--db", tmp_path / "ks.duckdb"], cwd=tmp_path, timeout=60)
+    assert json.loads(s.stdout)["trust"]["not_recorded"] == ["shapes"]
+
+
+def test_module_forward_steps_baseline_and_overhead_line(tmp_path):
+    script = tmp_path / "infer.py"
+    script.write_text(INFER)
+    run_dir = tmp_path / "run"
+    r = _profile(tmp_path, "--run-dir", run_dir, "--schedule", "1,1,2", "--telemetry-period", "25", "--",
+                 "python", script)
+    assert r.returncode == 0, r.stderr
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["step_rule"]["rule"] == "forward" and run["step_rule"]["steps"] == 6
+    assert run["step_rule"]["seen"] == {"optimizer": 0, "forward": 6, "range": 0}  # nested Linear/ReLU not counted
+    assert _steps(_events(run_dir)) == ["ProfilerStep#2", "ProfilerStep#3"]
+    assert run["profiler_options"]["record_shapes"] is True and run["profiler_options"]["with_stack"] is False
+    assert run["telemetry"]["enabled"] is True and run["telemetry"]["kind"] == "null"  # no NVML here
+    # the un-profiled pass timed the whole process: one row, recorded and said
+    assert run["timing"]["kind"] == "process"
+    (row,) = [t for t in run["timings"] if t["kind"] == "process_wall"]
+    prof = run["overhead"]["profiler"]
+    assert prof["basis"] == "process" and prof["unprofiled_wall_ns"] == row["dur_ns"] > 0
+    assert prof["pct"] == pytest.approx((prof["profiled_wall_ns"] / prof["unprofiled_wall_ns"] - 1) * 100)
+    lines = [ln for ln in r.stderr.splitlines() if "overhead:" in ln]
+    assert lines == [f"kernelscope: overhead: profiler {prof['pct']:+.1f}% process wall time (one run each), "
+                     "no sampler (no NVML device)"]
+    assert "un-profiled timing: the whole process" in r.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--schedule", "1,x,2"], "--schedule '1,x,2': write WAIT,WARMUP,ACTIVE[,REPEAT]"),
+    (["--schedule", "1,1,0"], "ACTIVE >= 1"),
+    (["--nsys"], "nsys"),
+    (["--ncu", "top:3"], "Nsight Compute"),
+    (["--ncu", "top:0"], "N must be a whole number >= 1"),
+    (["--ncu", "top:3", "FAKE_NCU"], "--ncu needs a CUDA GPU"),
+])
+def test_refusals_come_in_one_line_before_the_script_runs(tmp_path, monkeypatch, args, message):
+    if "FAKE_NCU" in args:  # an ncu on PATH, but no CUDA here
+        args = [a for a in args if a != "FAKE_NCU"]
+        (tmp_path / "ncu").write_text("#!/bin/sh\nexit 0\n")
+        (tmp_path / "ncu").chmod(0o755)
+    script = tmp_path / "s.py"
+    script.write_text(f"open({str(tmp_path / 'ran')!r}, 'w').write('1')\n")
+    env = {"PATH": str(tmp_path), "HOME": str(tmp_path)}  # no nsys/ncu on PATH
+    r = warm_cli.run(["profile", "--db", tmp_path / "ks.duckdb", *args, "--", "python", script], cwd=tmp_path,
+                     env=env, timeout=60)
+    assert r.returncode == UsageError.exit_code, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0] and "Traceback" not in r.stderr
+    assert not (tmp_path / "ran").exists()
+
+
+FAKE_NSYS = """\
+import gzip, json, shutil, subprocess, sys
+args = sys.argv[1:]
+with open({log!r}, "a") as f:
+    f.write(json.dumps(args) + "\\n")
+if args[:1] == ["--version"]:
+    print("NVIDIA Nsight Systems version 2099.1 (fake)")
+elif args[0] == "profile":
+    i = args.index("-o")
+    cmd = args[i + 2:]
+    while cmd[0].startswith("--"):
+        cmd = cmd[1:]
+    rc = subprocess.call(cmd)
+    open(args[i + 1] + ".nsys-rep", "wb").write(b"fake report")
+    sys.exit(rc)
+elif args[0] == "export":
+    with gzip.open({sample!r}) as src, open(args[args.index("-o") + 1], "wb") as dst:
+        shutil.copyfileobj(src, dst)
+"""
+
+
+def test_nsys_pass_with_a_fake_nsys_lands_beside_the_kineto_trace(tmp_path):
+    """--nsys PATH: the script runs again under (a fake) nsys with a capture range for --schedule, in the runner's
+    nsys mode; the report is kept, its SQLite export ingested as a second trace of the same run, labelled."""
+    import sys as _sys
+
+    sample = Path(__file__).resolve().parents[2] / "sample_traces" / "nsight" / "encoder2_nvtx.sqlite.gz"
+    nsys = tmp_path / "bin" / "nsys"
+    nsys.parent.mkdir()
+    nsys.write_text(f"#!{_sys.executable}\n" + FAKE_NSYS.format(log=str(tmp_path / "argv.log"), sample=str(sample)))
+    nsys.chmod(0o755)
+    (nsys.parent / "QdstrmImporter").write_text("not an ELF file: ldd lists nothing missing\n")
+    script = tmp_path / "infer.py"
+    script.write_text(INFER)
+    run_dir = tmp_path / "run"
+    r = _profile(tmp_path, "--run-dir", run_dir, "--nsys", nsys, "--schedule", "1,1,2", "--no-baseline",
+                 "--no-telemetry", "--label", "batch=8", "--", "python", script)
+    assert r.returncode == 0, r.stderr
+    calls = [json.loads(ln) for ln in (tmp_path / "argv.log").read_text().splitlines()]
+    (prof,) = [c for c in calls if c[0] == "profile"]
+    assert "--trace=cuda,nvtx" in prof and "--capture-range=cudaProfilerApi" in prof
+    child = prof[prof.index("--capture-range-end=stop") + 1:]
+    assert child[1:5] == ["-m", "kernelscope.collectors.runner", "--mode", "nsys"] and child[-1] == str(script)
+    assert any(c[0] == "export" for c in calls)
+    assert (run_dir / "infer.nsys-rep").read_bytes() == b"fake report" and (run_dir / "infer.sqlite").is_file()
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["nsight"]["nsys"]["ok"] is True and run["step_rule"]["rule"] == "forward"
+    out = warm_cli.run(["traces", "--json", "--db", tmp_path / "ks.duckdb"], cwd=tmp_path, timeout=60)
+    traces = {t["name"]: t for t in json.loads(out.stdout)}
+    assert set(traces) == {"infer", "infer-nsys"}
+    assert traces["infer"]["labels"] == {"batch": 8, "collector": "kineto"}
+    assert traces["infer-nsys"]["labels"] == {"batch": 8, "collector": "nsys"}
