@@ -261,9 +261,15 @@ class NvtxPass:
 def child_nvtx(capture_range: bool = False, schedule: tuple | None = None, *, nvtx: bool = True):
     """In the child of the nsys pass: NVTX ranges for every PyTorch operator (``emit_nvtx(record_shapes=True)``,
     ``nvtx=False`` for the ncu pass) around the script; yields an ``NvtxPass`` (the capture range). On exit a
-    range still open is stopped."""
+    range still open is stopped. Without CUDA (emit_nvtx needs it) the script runs without NVTX ranges and one
+    line on stderr says so."""
+    import sys
+
     import torch
 
+    if nvtx and not torch.cuda.is_available():
+        sys.stderr.write("kernelscope: no CUDA device: the nsys pass runs the script without NVTX operator ranges\n")
+        nvtx = False
     ctx = torch.autograd.profiler.emit_nvtx(record_shapes=True) if nvtx else contextlib.nullcontext()
     rng = NvtxPass(capture_range, schedule)
     try:
