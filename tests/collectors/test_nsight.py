@@ -280,6 +280,14 @@ def test_run_dir_with_nsys_and_ncu_is_one_run_of_two_traces(nsight_store):
         check = nsight.kern_sum_check(store, nsys_id, NSIGHT / "encoder2_nvtx_cuda_gpu_kern_sum.csv")
     assert check["equal"] and check["kernels"] == (66, 66) and check["kernel_ns"] == (511421, 511421)
     assert check["mismatched"] == [] and check["names"] == (8, 8)
+    # the Bandwidth page's measured bytes come with the settings and what they do to ncu's durations
+    from kernelscope.analysis.bandwidth import bandwidth
+
+    with open_store(db, read_only=True) as store:
+        r = bandwidth(store, KINETO_ID)
+    assert r.scalars["measured_instances"] > 0 and "ncu_duration_ns" in r.tables["measured_kernels"].columns
+    note = [w for w in r.warnings if "Nsight Compute" in w]
+    assert len(note) == 1 and "clock control 'base'" in note[0] and "1.3-2.5x the traced ones" in note[0]
     # ... and the Kineto trace does not (different names and times): the check can fail
     bad = nsight.kern_sum_check(db, KINETO_ID, NSIGHT / "encoder2_nvtx_cuda_gpu_kern_sum.csv")
     assert not bad["equal"] and bad["kernels"] == (66, 66) and bad["mismatched"]

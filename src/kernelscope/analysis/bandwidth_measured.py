@@ -88,4 +88,7 @@ def measured_note(per_kernel: pd.DataFrame) -> str:
             "each kernel alone (cache control 'all' flushes the caches first), writes still in "
             "L2 when a kernel ends and re-reads served by L2 are not DRAM traffic, so measured "
             "bytes can fall below the modelled minimum, and extra passes can push them above; "
-            "measured_gbps divides them by the traced GPU time.")
+            "measured_gbps divides them by the traced GPU time." + (
+                " Its durations (ncu_duration_ns) are about 1.3-2.5x the traced ones: clock control 'base' locks "
+                "the clocks to base, below the boost clocks a traced run gets."
+                if any(c == "base" for c in per_kernel["clock_control"]) else ""))
