@@ -293,6 +293,22 @@ def test_run_dir_with_nsys_and_ncu_is_one_run_of_two_traces(nsight_store):
     assert not bad["equal"] and bad["kernels"] == (66, 66) and bad["mismatched"]
 
 
+def test_check_kern_sum_command(nsight_store, capsys):
+    from kernelscope.collectors.nsight_ncu import _check_main
+
+    db, first = nsight_store[0], nsight_store[2]
+    csv_path = str(NSIGHT / "encoder2_nvtx_cuda_gpu_kern_sum.csv")
+    assert _check_main(["check-kern-sum", str(db), first[1].trace_id, csv_path]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["equal"] and out["kernels"] == [66, 66]
+    assert _check_main(["check-kern-sum", str(db), KINETO_ID, csv_path]) == 1
+    capsys.readouterr()
+    assert _check_main(["check-kern-sum", str(db), "no-such-trace", csv_path]) == 2
+    assert _check_main(["check-kern-sum", str(db), KINETO_ID, str(NSIGHT / "CAPTURE_NOTES.md")]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and "no trace matches" in err[0] and "cuda_gpu_kern_sum" in err[1]
+
+
 def test_kineto_only_run_dir_ingests_as_before(tmp_path):
     from kernelscope.storage.rundir import ingest_run, ingest_run_all
     from kernelscope.storage.store import open_store

@@ -55,7 +55,7 @@ replace). The storage side (``storage.rundir.ingest_run_all``) reads ``run.json[
 
 Checking a stored nsys trace: ``kern_sum_check(db, trace_id, csv) -> dict`` compares the stored trace's kernel
 count and total kernel time with ``nsys stats --report cuda_gpu_kern_sum --format csv`` output (also
-``python -m kernelscope.collectors.nsight check-kern-sum DB TRACE CSV``).
+``python -m kernelscope.collectors.nsight_ncu check-kern-sum DB TRACE CSV``).
 """
 
 from __future__ import annotations
@@ -421,10 +421,3 @@ __all__ = [
     "ncu_prefix", "ncu_targets", "nsys_export", "nsys_pass", "nsys_paths", "nsys_prefix", "parse_ncu_spec",
     "read_kern_sum", "record_pass", "settings_note", "stored_kernels", "tool_version",
 ]
-
-if __name__ == "__main__":
-    import sys
-
-    from .nsight_ncu import _check_main
-
-    sys.exit(_check_main(sys.argv[1:]))

@@ -275,22 +275,26 @@ def kern_sum_check(store_or_db, trace_id: str, csv_path) -> dict:
 
 
 def _check_main(argv: list[str]) -> int:
-    """``python -m kernelscope.collectors.nsight check-kern-sum DB TRACE CSV``: prints the check as JSON; exit 0
+    """``python -m kernelscope.collectors.nsight_ncu check-kern-sum DB TRACE CSV``: prints the check as JSON; exit 0
     when equal, 1 otherwise."""
     import json
 
     if len(argv) != 4 or argv[0] != "check-kern-sum":
-        print("usage: python -m kernelscope.collectors.nsight check-kern-sum DB TRACE CSV", file=sys.stderr)
+        print("usage: python -m kernelscope.collectors.nsight_ncu check-kern-sum DB TRACE CSV", file=sys.stderr)
         return 2
     try:
         res = kern_sum_check(argv[1], argv[2], argv[3])
     except KernelscopeError as exc:
         print(f"kernelscope: {exc}", file=sys.stderr)
         return 2
-    print(json.dumps(res, indent=1))
+    print(json.dumps(res))
     return 0 if res["equal"] else 1
 
 
 __all__ = ["CACHE_CONTROL", "CLOCK_CONTROL", "FLOP_METRICS", "MAX_LAUNCHES", "NCU_METRICS", "NcuSpec", "NcuTargets",
            "kern_sum_check", "kernel_regex", "ncu_csv_path", "ncu_pass", "ncu_prefix", "ncu_targets", "parse_ncu_spec",
            "read_kern_sum", "settings_note", "stored_kernels"]
+
+
+if __name__ == "__main__":
+    sys.exit(_check_main(sys.argv[1:]))
