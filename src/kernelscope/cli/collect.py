@@ -166,17 +166,26 @@ def sweep(grids, name, by, run_root, memory, stack, modules, no_shapes, schedule
     click.echo(f"kernelscope: sweep {sweep_name}: {len(ok)} of {len(results)} points profiled", err=True)
     if not ok:
         sys.exit(1)
-    _print_transition(sweep_name, by, db)
+    others = [k for k in grid if k != by]
+    if not others:
+        _print_transition(f"--sweep {sweep_name} --by {by}", by, db, sweep=sweep_name)
+        return
+    groups: dict = {}  # one transition per combination of the other keys' values, over the points profiled
+    for r in ok:
+        groups.setdefault(tuple(r["point"][k] for k in others), []).append(r["trace_id"])
+    for values, ids in groups.items():
+        where = " ".join(f"{k}={v}" for k, v in zip(others, values))
+        _print_transition(f"--by {by} TRACE... ({where} of sweep {sweep_name})", by, db, ids=ids)
 
 
-def _print_transition(sweep_name: str, by: str, db) -> None:
-    """``kernelscope analyze transition --sweep NAME --by KEY``, printed as a table."""
+def _print_transition(what: str, by: str, db, *, sweep=None, ids=None) -> None:
+    """``kernelscope analyze transition`` (its analysis function), printed as a table."""
     from ..analysis import get_analysis
 
-    click.echo(f"\n# kernelscope analyze transition --sweep {sweep_name} --by {by}")
+    click.echo(f"\n# kernelscope analyze transition {what}")
     with open_db(db, read_only=True) as store:
         try:
-            result = get_analysis("transition").fn(store, None, by=by, sweep=sweep_name)
+            result = get_analysis("transition").fn(store, ids, by=by, sweep=sweep)
         except UsageError as exc:
             click.echo(f"kernelscope: no transition: {exc}", err=True)
             return

@@ -147,6 +147,7 @@ def run_passes(argv: list[str], *, name=None, labels=None, db=None, run_dir=None
         base = _read_timing(run_dir, wall)
         if rc != 0:
             res.failed = f"exit {rc} (un-profiled run)"
+            log(f"the un-profiled run of the script exited with {rc}")
             if not ingest_failed:
                 res.rc = rc
                 return res

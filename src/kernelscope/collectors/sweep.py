@@ -99,9 +99,10 @@ def run_grid(grid: dict, argv: list[str], *, name=None, db=None, run_root=None, 
     ``run_dir``, ``trace_id``, ``failed``; the sweep name)."""
     from kernelscope.errors import KernelscopeError
 
-    from .runner import Options, _split, run_passes
+    from .runner import Options, _check_tools, _split, run_passes
 
     opts = options or Options()
+    _check_tools(opts)  # nsys/ncu missing: one line before any point runs
     points = _points(grid)
     for point in points:  # bad commands are refused before anything runs
         _substitute(argv, point)
