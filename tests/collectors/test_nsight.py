@@ -307,6 +307,11 @@ def test_check_kern_sum_command(nsight_store, capsys):
     assert _check_main(["check-kern-sum", str(db), KINETO_ID, str(NSIGHT / "CAPTURE_NOTES.md")]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 2 and "no trace matches" in err[0] and "cuda_gpu_kern_sum" in err[1]
+    # the two collectors of the run, operator by operator (CAPTURE_NOTES.md: 5 of 5 leaf operators agree)
+    assert _check_main(["check-collectors", str(db), KINETO_ID, first[1].trace_id]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["equal_ops"], out["total_ops"]) == (5, 5) and out["kernel_ns"] == [509563, 511421]
+    assert ["aten::addmm", 30, 30, 289790, 291838] in out["ops"]
 
 
 def test_kineto_only_run_dir_ingests_as_before(tmp_path):

@@ -55,7 +55,9 @@ replace). The storage side (``storage.rundir.ingest_run_all``) reads ``run.json[
 
 Checking a stored nsys trace: ``kern_sum_check(db, trace_id, csv) -> dict`` compares the stored trace's kernel
 count and total kernel time with ``nsys stats --report cuda_gpu_kern_sum --format csv`` output (also
-``python -m kernelscope.collectors.nsight_ncu check-kern-sum DB TRACE CSV``).
+``python -m kernelscope.collectors.nsight_ncu check-kern-sum DB TRACE CSV``); ``collectors_check(db, kineto, nsys)``
+compares the Kineto and nsys traces of one run per leaf operator (kernel counts and GPU time; ``check-collectors DB
+KINETO NSYS``).
 """
 
 from __future__ import annotations
@@ -402,6 +404,7 @@ from .nsight_ncu import (  # noqa: E402
     NCU_METRICS,
     NcuSpec,
     NcuTargets,
+    collectors_check,
     kern_sum_check,
     kernel_regex,
     ncu_csv_path,
@@ -417,7 +420,7 @@ from .nsight_ncu import (  # noqa: E402
 __all__ = [
     "CACHE_CONTROL", "CLOCK_CONTROL", "FLOP_METRICS", "INSTALL_GLOBS", "LDD", "MAX_LAUNCHES", "NCU_METRICS",
     "NcuSpec", "NcuTargets", "NsysPaths", "NvtxPass", "PassResult", "check_nsys_importer", "child_nvtx",
-    "find_importer", "find_tool", "install_candidates", "kern_sum_check", "kernel_regex", "ncu_csv_path", "ncu_pass",
-    "ncu_prefix", "ncu_targets", "nsys_export", "nsys_pass", "nsys_paths", "nsys_prefix", "parse_ncu_spec",
-    "read_kern_sum", "record_pass", "settings_note", "stored_kernels", "tool_version",
+    "collectors_check", "find_importer", "find_tool", "install_candidates", "kern_sum_check", "kernel_regex",
+    "ncu_csv_path", "ncu_pass", "ncu_prefix", "ncu_targets", "nsys_export", "nsys_pass", "nsys_paths", "nsys_prefix",
+    "parse_ncu_spec", "read_kern_sum", "record_pass", "settings_note", "stored_kernels", "tool_version",
 ]

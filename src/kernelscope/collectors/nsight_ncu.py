@@ -274,16 +274,48 @@ def kern_sum_check(store_or_db, trace_id: str, csv_path) -> dict:
             "mismatched": bad, "equal": counts[0] == counts[1] and times[0] == times[1]}
 
 
+def collectors_check(store_or_db, kineto_ref: str, nsys_ref: str) -> dict:
+    """Two traces of one run (Kineto and nsys) operator by operator (``storage.ncu.leaf_op_kernels``): ``ops``
+    [name, kernels in the Kineto trace, in the nsys trace, GPU ns in each] by name, ``equal_ops``/``total_ops``
+    (operators whose kernel counts agree), ``kernel_ns`` (Kineto, nsys) and ``equal`` (every count agrees)."""
+    import importlib
+
+    def load(store):
+        resolve = importlib.import_module("kernelscope.storage.queries").resolve_trace
+        leaf = importlib.import_module("kernelscope.storage.ncu").leaf_op_kernels
+        a, b = resolve(store, kineto_ref), resolve(store, nsys_ref)
+        return a, b, leaf(store, a), leaf(store, b)
+
+    if isinstance(store_or_db, (str, os.PathLike)):
+        with importlib.import_module("kernelscope.storage.store").open_store(store_or_db, read_only=True) as store:
+            a, b, ka, kb = load(store)
+    else:
+        a, b, ka, kb = load(store_or_db)
+    da = {r.op: (int(r.kernels), int(r.gpu_ns)) for r in ka.itertuples(index=False)}
+    db_ = {r.op: (int(r.kernels), int(r.gpu_ns)) for r in kb.itertuples(index=False)}
+    ops = [[op, da.get(op, (0, 0))[0], db_.get(op, (0, 0))[0], da.get(op, (0, 0))[1], db_.get(op, (0, 0))[1]]
+           for op in sorted(set(da) | set(db_))]
+    same = sum(1 for o in ops if o[1] == o[2])
+    return {"kineto": a, "nsys": b, "ops": ops, "equal_ops": same, "total_ops": len(ops),
+            "kernel_ns": (sum(v[1] for v in da.values()), sum(v[1] for v in db_.values())), "equal": same == len(ops)}
+
+
+USAGE = ("usage: python -m kernelscope.collectors.nsight_ncu check-kern-sum DB TRACE CSV | "
+         "check-collectors DB KINETO_TRACE NSYS_TRACE")
+
+
 def _check_main(argv: list[str]) -> int:
-    """``python -m kernelscope.collectors.nsight_ncu check-kern-sum DB TRACE CSV``: prints the check as JSON; exit 0
-    when equal, 1 otherwise."""
+    """``python -m kernelscope.collectors.nsight_ncu check-kern-sum DB TRACE CSV`` (``kern_sum_check``) or
+    ``check-collectors DB KINETO_TRACE NSYS_TRACE`` (``collectors_check``): prints the check as JSON; exit 0 when
+    equal, 1 otherwise, 2 for bad input."""
     import json
 
-    if len(argv) != 4 or argv[0] != "check-kern-sum":
-        print("usage: python -m kernelscope.collectors.nsight_ncu check-kern-sum DB TRACE CSV", file=sys.stderr)
+    checks = {"check-kern-sum": kern_sum_check, "check-collectors": collectors_check}
+    if len(argv) != 4 or argv[0] not in checks:
+        print(USAGE, file=sys.stderr)
         return 2
     try:
-        res = kern_sum_check(argv[1], argv[2], argv[3])
+        res = checks[argv[0]](argv[1], argv[2], argv[3])
     except KernelscopeError as exc:
         print(f"kernelscope: {exc}", file=sys.stderr)
         return 2
@@ -291,9 +323,11 @@ def _check_main(argv: list[str]) -> int:
     return 0 if res["equal"] else 1
 
 
-__all__ = ["CACHE_CONTROL", "CLOCK_CONTROL", "FLOP_METRICS", "MAX_LAUNCHES", "NCU_METRICS", "NcuSpec", "NcuTargets",
-           "kern_sum_check", "kernel_regex", "ncu_csv_path", "ncu_pass", "ncu_prefix", "ncu_targets", "parse_ncu_spec",
-           "read_kern_sum", "settings_note", "stored_kernels"]
+__all__ = [
+    "CACHE_CONTROL", "CLOCK_CONTROL", "FLOP_METRICS", "MAX_LAUNCHES", "NCU_METRICS", "NcuSpec", "NcuTargets",
+    "collectors_check", "kern_sum_check", "kernel_regex", "ncu_csv_path", "ncu_pass", "ncu_prefix", "ncu_targets",
+    "parse_ncu_spec", "read_kern_sum", "settings_note", "stored_kernels",
+]
 
 
 if __name__ == "__main__":

@@ -217,6 +217,23 @@ def top_kernels(store, trace_id: str, n: int | None = None):
     return df.head(n).reset_index(drop=True) if n is not None else df
 
 
+_SQL_LEAF_OP_KERNELS = """
+SELECT coalesce(o.name, '(no operator)') AS op, count(*) AS kernels, sum(a.dur_ns) AS gpu_ns
+FROM gpu_activities a LEFT JOIN cpu_ops o ON o.trace_id = a.trace_id AND o.op_id = a.leaf_op_id
+WHERE a.trace_id = $t AND a.kind = 'kernel' GROUP BY ALL ORDER BY op
+"""
+
+
+def leaf_op_kernels(store, trace_id: str):
+    """A trace's kernels per leaf operator name (the deepest operator enclosing each kernel's launch; '(no
+    operator)' for kernels without one): ``op``, ``kernels``, ``gpu_ns``, by name. How a Kineto trace and the
+    nsys trace of the same run are compared operator by operator."""
+    df = store.query(_SQL_LEAF_OP_KERNELS, {"t": trace_id})
+    df["kernels"] = df["kernels"].astype("int64")
+    df["gpu_ns"] = df["gpu_ns"].fillna(0).astype("int64")
+    return df
+
+
 # ---------------------------------------------------------------- reading: measured DRAM bytes
 
 _SQL_MEASURED_ANY = """
@@ -274,5 +291,5 @@ def measured_dram_bytes(store, trace_id: str):
     return k, per
 
 
-__all__ = ["NcuResult", "best_trace", "ingest_ncu", "match_kernels", "measured_dram_bytes", "top_kernels",
-           "ParseError"]
+__all__ = ["NcuResult", "best_trace", "ingest_ncu", "leaf_op_kernels", "match_kernels", "measured_dram_bytes",
+           "top_kernels", "ParseError"]
