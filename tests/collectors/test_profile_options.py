@@ -83,31 +83,6 @@ def test_optimizer_steps_schedule_and_every_option_recorded(tmp_path):
     assert json.loads(s.stdout)["trust"]["not_recorded"] == ["shapes"]
 
 
-def test_module_forward_steps_baseline_and_overhead_line(tmp_path):
-    script = tmp_path / "infer.py"
-    script.write_text(INFER)
-    run_dir = tmp_path / "run"
-    r = _profile(tmp_path, "--run-dir", run_dir, "--schedule", "1,1,2", "--telemetry-period", "25", "--",
-                 "python", script)
-    assert r.returncode == 0, r.stderr
-    run = json.loads((run_dir / "run.json").read_text())
-    assert run["step_rule"]["rule"] == "forward" and run["step_rule"]["steps"] == 6
-    assert run["step_rule"]["seen"] == {"optimizer": 0, "forward": 6, "range": 0}  # nested Linear/ReLU not counted
-    assert _steps(_events(run_dir)) == ["ProfilerStep#2", "ProfilerStep#3"]
-    assert run["profiler_options"]["record_shapes"] is True and run["profiler_options"]["with_stack"] is False
-    assert run["telemetry"]["enabled"] is True and run["telemetry"]["kind"] == "null"  # no NVML here
-    # the un-profiled pass timed the whole process: one row, recorded and said
-    assert run["timing"]["kind"] == "process"
-    (row,) = [t for t in run["timings"] if t["kind"] == "process_wall"]
-    prof = run["overhead"]["profiler"]
-    assert prof["basis"] == "process" and prof["unprofiled_wall_ns"] == row["dur_ns"] > 0
-    assert prof["pct"] == pytest.approx((prof["profiled_wall_ns"] / prof["unprofiled_wall_ns"] - 1) * 100)
-    lines = [ln for ln in r.stderr.splitlines() if "overhead:" in ln]
-    assert lines == [f"kernelscope: overhead: profiler {prof['pct']:+.1f}% process wall time (one run each), "
-                     "no sampler (no NVML device)"]
-    assert "un-profiled timing: the whole process" in r.stderr
-
-
 @pytest.mark.parametrize("args, message", [
     (["--schedule", "1,x,2"], "--schedule '1,x,2': write WAIT,WARMUP,ACTIVE[,REPEAT]"),
     (["--schedule", "1,1,0"], "ACTIVE >= 1"),
@@ -153,8 +128,9 @@ elif args[0] == "export":
 """
 
 
-def test_nsys_pass_with_a_fake_nsys_lands_beside_the_kineto_trace(tmp_path):
-    """--nsys PATH: the script runs again under (a fake) nsys with a capture range for --schedule, in the runner's
+def test_module_forward_steps_overhead_and_a_fake_nsys_pass(tmp_path):
+    """A script of module forwards only: the step rule, the un-profiled pass and the overhead line; then --nsys
+    PATH: the script runs again under (a fake) nsys with a capture range for --schedule, in the runner's
     nsys mode; the report is kept, its SQLite export ingested as a second trace of the same run, labelled."""
     import sys as _sys
 
@@ -167,9 +143,25 @@ def test_nsys_pass_with_a_fake_nsys_lands_beside_the_kineto_trace(tmp_path):
     script = tmp_path / "infer.py"
     script.write_text(INFER)
     run_dir = tmp_path / "run"
-    r = _profile(tmp_path, "--run-dir", run_dir, "--nsys", nsys, "--schedule", "1,1,2", "--no-baseline",
-                 "--no-telemetry", "--label", "batch=8", "--", "python", script)
+    r = _profile(tmp_path, "--run-dir", run_dir, "--nsys", nsys, "--schedule", "1,1,2", "--telemetry-period", "25",
+                 "--label", "batch=8", "--", "python", script)
     assert r.returncode == 0, r.stderr
+    # the Kineto pass: steps are the outermost module forwards (no optimizer, no "step" region)
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["step_rule"] == {"rule": "forward", "steps": 6, "seen": {"optimizer": 0, "forward": 6, "range": 0}}
+    assert _steps(_events(run_dir)) == ["ProfilerStep#2", "ProfilerStep#3"]
+    assert run["profiler_options"]["record_shapes"] is True and run["profiler_options"]["with_stack"] is False
+    assert run["telemetry"]["enabled"] is True and run["telemetry"]["kind"] == "null"  # no NVML here
+    # the un-profiled pass timed the whole process: one row, recorded and said; the overhead line from it
+    assert run["timing"]["kind"] == "process" and "un-profiled timing: the whole process" in r.stderr
+    (row,) = [t for t in run["timings"] if t["kind"] == "process_wall"]
+    prof = run["overhead"]["profiler"]
+    assert prof["basis"] == "process" and prof["unprofiled_wall_ns"] == row["dur_ns"] > 0
+    assert prof["pct"] == pytest.approx((prof["profiled_wall_ns"] / prof["unprofiled_wall_ns"] - 1) * 100)
+    lines = [ln for ln in r.stderr.splitlines() if "overhead:" in ln]
+    assert lines == [f"kernelscope: overhead: profiler {prof['pct']:+.1f}% process wall time (one run each), "
+                     "no sampler (no NVML device)"]
+    # the nsys pass
     calls = [json.loads(ln) for ln in (tmp_path / "argv.log").read_text().splitlines()]
     (prof,) = [c for c in calls if c[0] == "profile"]
     assert "--trace=cuda,nvtx" in prof and "--capture-range=cudaProfilerApi" in prof
@@ -178,9 +170,35 @@ def test_nsys_pass_with_a_fake_nsys_lands_beside_the_kineto_trace(tmp_path):
     assert any(c[0] == "export" for c in calls)
     assert (run_dir / "infer.nsys-rep").read_bytes() == b"fake report" and (run_dir / "infer.sqlite").is_file()
     run = json.loads((run_dir / "run.json").read_text())
-    assert run["nsight"]["nsys"]["ok"] is True and run["step_rule"]["rule"] == "forward"
+    assert run["nsight"]["nsys"]["ok"] is True
     out = warm_cli.run(["traces", "--json", "--db", tmp_path / "ks.duckdb"], cwd=tmp_path, timeout=60)
     traces = {t["name"]: t for t in json.loads(out.stdout)}
     assert set(traces) == {"infer", "infer-nsys"}
     assert traces["infer"]["labels"] == {"batch": 8, "collector": "kineto"}
     assert traces["infer-nsys"]["labels"] == {"batch": 8, "collector": "nsys"}
+
+
+def test_profile_api_steps_and_telemetry_period(tmp_path, monkeypatch):
+    """kernelscope.profile(steps=N): only the first N step() iterations are recorded; the options and the
+    sampler period asked for are in run.json (in process: no subprocess)."""
+    import warnings
+
+    from kernelscope.collectors import nvml
+    from kernelscope.collectors.profile import profile
+
+    seen = []
+    monkeypatch.setattr(nvml, "make_sampler", lambda _m=nvml.make_sampler, **kw: seen.append(kw) or _m(**kw))
+    x = torch.randn(8, 8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with profile(name="api", run_dir=tmp_path / "r", ingest=False, steps=2, with_stack=True,
+                     telemetry_period_ms=40) as p:
+            for _ in range(5):
+                x @ x
+                p.step()
+    assert _steps(_events(tmp_path / "r")) == ["ProfilerStep#0", "ProfilerStep#1"]
+    assert seen and seen[0]["period_ms"] == 40.0
+    run = json.loads((tmp_path / "r" / "run.json").read_text())
+    assert run["profiler_options"]["steps"] == 2 and run["profiler_options"]["with_stack"] is True
+    assert run["profiler_options"]["schedule"] == {"wait": 0, "warmup": 0, "active": 2, "repeat": 1, "skip_first": 0}
+    assert run["provenance"]["profiler_options"] == run["profiler_options"]

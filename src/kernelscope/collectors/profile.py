@@ -133,6 +133,8 @@ class profile:
     - ``ingest``: on stop, put the run into the store at ``db``; ``self.result``/``self.trace_id``.
     - If the body raises, the trace and run.json are still written but nothing is ingested.
     - ``telemetry_period_ms``: the sampler's period (default 10 ms).
+    - ``steps``: record only the first N ``step()`` iterations (``schedule(wait=0, warmup=0, active=N)``
+      when no ``schedule`` is given; with one, recording stops after step N).
     - ``profiler_options``: ``with_stack``, ``profile_memory``, ``with_flops``, ``with_modules``,
       ``record_shapes`` (default True) -- passed to ``torch.profiler.profile``; run.json
       ``profiler_options`` records each (False when off) and the schedule.
@@ -140,7 +142,8 @@ class profile:
     """
 
     def __init__(self, name=None, labels=None, db=None, schedule=None, run_dir=None, telemetry=True,
-                 ingest=True, unprofiled=None, telemetry_period_ms=None, extra=None, **profiler_options):
+                 ingest=True, unprofiled=None, telemetry_period_ms=None, steps=None, extra=None,
+                 **profiler_options):
         self.name = name
         self.labels = dict(labels or {})
         self.db = db
@@ -151,6 +154,8 @@ class profile:
         self.unprofiled = unprofiled
         self.profiler_options = profiler_options
         self.telemetry_period_ms = telemetry_period_ms
+        self.steps = steps
+        self._steps_done = 0
         self.extra = dict(extra or {})
         self.script_profiler = None  # set by yield_to(): the script started its own torch.profiler
         self._sampler_cost = {"in_process_cpu_ns": 0, "child_cpu_ns": 0}
@@ -173,6 +178,12 @@ class profile:
         from . import nvml, provenance, timing
 
         torch = _torch()
+        if self.steps is not None:
+            if int(self.steps) < 1:
+                raise ValueError("profile(steps=N) needs N >= 1")
+            if self.schedule is None:
+                self.schedule = torch.profiler.schedule(wait=0, warmup=0, active=int(self.steps), repeat=1)
+            self.extra.setdefault("profiler_options", {})["steps"] = int(self.steps)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self._cuda = torch.cuda.is_available()
         provenance.warn_launch_blocking()
@@ -297,6 +308,9 @@ class profile:
             _torch().cuda.synchronize()
         self._prof.step()
         self._mark()
+        self._steps_done += 1
+        if self.steps is not None and self._steps_done >= self.steps:
+            self.halt()
 
     def _entering_record(self) -> bool:
         """Whether the next prof.step() moves the schedule from not-recording into recording."""

@@ -371,15 +371,10 @@ def _child_profile(o: dict, script: list[str], how: str) -> int:
                    ingest=False, telemetry=opts.telemetry, telemetry_period_ms=opts.telemetry_period_ms,
                    schedule=None if sched is None else torch.profiler.schedule(
                        wait=sched[0], warmup=sched[1], active=sched[2], repeat=sched[3]),
-                   **opts.profiler_kwargs())
+                   steps=opts.steps, **opts.profiler_kwargs())
     code = 0
     with prof:
-        def on_step():
-            prof.step()
-            if opts.steps is not None and stepper.steps >= opts.steps:
-                prof.halt()
-
-        stepper = Stepper(on_step).install()
+        stepper = Stepper(prof.step).install()  # profile(steps=N) halts after step N
         timer = RegionTimer(prof.recording).install()
         undo = _guard_script_profiler(prof)
         try:
@@ -389,7 +384,7 @@ def _child_profile(o: dict, script: list[str], how: str) -> int:
                 setattr(cls, meth, orig)
             timer.remove()
             prof.extra["step_rule"] = stepper.finish()
-            prof.extra["profiler_options"] = {"steps": opts.steps}
+            prof.extra.setdefault("profiler_options", {})["steps"] = opts.steps
             prof.extra["profiled_regions"] = [{"name": r["name"], "wall_ns": r["wall_ns"], "recorded": r["recorded"]}
                                               for r in timer.regions]
     return code
