@@ -430,6 +430,11 @@ def test_nsys_and_ncu_passes_end_to_end_with_fake_tools(tmp_path, fake_tool, mon
     assert not res.ok and "ERR_NVGPUCTRPERM" in res.message and res.returncode == 1
     assert not (run / "second_ncu.csv").exists() and not [p for p in run.iterdir() if p.name.startswith(".")]
     assert json.loads((run / "run.json").read_text())["nsight"]["ncu"]["ok"] is False
+    # the script failing under ncu: what ncu measured is kept, the exit code said
+    monkeypatch.setenv("FAKE_MODE", "ok")
+    res = nsight.ncu_pass(ncu, run, "third", [sys.executable, "-c", "raise SystemExit(3)"], targets)
+    assert res.ok and res.returncode == 3 and "the script exited with 3" in res.message
+    assert (run / "third_ncu.csv").is_file()
 
 
 def test_nsys_pass_without_report_says_why(tmp_path):

@@ -100,6 +100,7 @@ def install_candidates(kind: str) -> list[Path]:
     out: list[Path] = []
     for pattern in INSTALL_GLOBS[kind]:
         found = sorted((Path(p) for p in glob.glob(pattern)), key=_version_key, reverse=True)
+        found = [p / kind if p.is_dir() else p for p in found]  # a folder named like the tool holds it
         out += [p for p in found if p not in out]
     return out
 

@@ -191,8 +191,9 @@ def ncu_pass(ncu, run_dir, name: str, child_argv: list[str], targets: NcuTargets
              capture_range: bool = False, clock_control: str = CLOCK_CONTROL, cache_control: str = CACHE_CONTROL,
              timeout: float | None = None) -> PassResult:
     """The ncu pass: ``child_argv`` under ``ncu_prefix``; the CSV is written under a hidden name and moved to
-    ``<name>_ncu.csv`` when ncu succeeded and wrote kernel rows; the settings, targets and argv are recorded in
-    ``run.json["nsight"]["ncu"]``. A failure comes back as ``ok=False`` with ncu's error line."""
+    ``<name>_ncu.csv`` when it holds kernel rows (``ok``; ``returncode`` is ncu's, which is the script's when ncu
+    itself worked); the settings, targets and argv are recorded in ``run.json["nsight"]["ncu"]``. No rows: ``ok=False``
+    with ncu's last error line, no CSV left."""
     read_ncu_csv = _ncu_parser().read_ncu_csv
     t0 = time.perf_counter()
     run_dir = Path(run_dir)
@@ -207,21 +208,18 @@ def ncu_pass(ncu, run_dir, name: str, child_argv: list[str], targets: NcuTargets
             "settings_note": settings_note(clock_control, cache_control), "version": tool_version(ncu)}
     rc = None
     try:
-        try:
-            p = subprocess.run(argv, env=env, timeout=timeout, stderr=subprocess.PIPE, text=True)
-            rc, err = p.returncode, p.stderr or ""
+        try:  # the script's own output passes through; ncu's (the CSV, ==PROF==/==ERROR== lines) goes to tmp
+            rc = subprocess.run(argv, env=env, timeout=timeout).returncode
         except subprocess.TimeoutExpired:
-            err = "ncu timed out"
-        if err:
-            sys.stderr.write(err)
+            pass
         log = tmp.read_text(encoding="utf-8", errors="replace") if tmp.is_file() else ""
         try:
             rows = len(read_ncu_csv(tmp).kernels) if tmp.is_file() else 0
         except (KernelscopeError, OSError):
             rows = 0
-        if rc != 0 or rows == 0:
-            why = _last_line("\n".join(ln for ln in (log + "\n" + err).splitlines() if ln.startswith("==")) or err,
-                             f"exit code {rc}")
+        if rows == 0:
+            tool = [ln for ln in log.splitlines() if ln.startswith("==")]
+            why = _last_line("\n".join(tool), "timed out" if rc is None else f"exit code {rc}")
             msg = (f"ncu pass failed: {why}" if rc != 0 else
                    f"ncu pass profiled no kernel matching {targets.regex} (ncu: {why})")
             record_pass(run_dir, "ncu", {**info, "ok": False, "error": msg, "returncode": rc})
@@ -230,8 +228,9 @@ def ncu_pass(ncu, run_dir, name: str, child_argv: list[str], targets: NcuTargets
     finally:
         tmp.unlink(missing_ok=True)
     record_pass(run_dir, "ncu", {**info, "ok": True, "csv": final.name, "kernels_profiled": rows, "returncode": rc})
-    return PassResult("ncu", True, [final.name], f"ncu pass: {rows} launches in {final.name}", rc,
-                      time.perf_counter() - t0)
+    msg = f"ncu pass: {rows} launches in {final.name}" + (
+        "" if rc == 0 else " (ncu timed out)" if rc is None else f" (the script exited with {rc})")
+    return PassResult("ncu", True, [final.name], msg, rc, time.perf_counter() - t0)
 
 
 # ---------------------------------------------------------------- a stored nsys trace vs `nsys stats`
