@@ -202,3 +202,57 @@ def test_profile_api_steps_and_telemetry_period(tmp_path, monkeypatch):
     assert run["profiler_options"]["steps"] == 2 and run["profiler_options"]["with_stack"] is True
     assert run["profiler_options"]["schedule"] == {"wait": 0, "warmup": 0, "active": 2, "repeat": 1, "skip_first": 0}
     assert run["provenance"]["profiler_options"] == run["profiler_options"]
+
+
+FAKE_NCU = """\
+import gzip, json, subprocess, sys
+args = sys.argv[1:]
+with open({log!r}, "a") as f:
+    f.write(json.dumps(args) + "\\n")
+if args[:1] == ["--version"]:
+    print("NVIDIA Nsight Compute version 2099.1 (fake)")
+    sys.exit(0)
+rc = subprocess.call(args[args.index("--metrics") + 2:])
+open(args[args.index("--log-file") + 1], "wb").write(gzip.decompress(open({csv!r}, "rb").read()))
+sys.exit(rc)
+"""
+
+
+def test_ncu_pass_chooses_kernels_from_the_stored_kineto_trace_and_joins_them(tmp_path):
+    """The runner's ncu pass (no CUDA needed past the up-front check): the top kernels of the stored Kineto
+    trace of the run go to (a fake) ncu as --kernel-name/--launch-count, the child is the runner in ncu mode, and
+    the CSV it wrote is joined to that trace on the next ingest."""
+    import shutil
+    import sys as _sys
+
+    from kernelscope.collectors import nsight, nsight_passes, runner
+
+    nsight_dir = Path(__file__).resolve().parents[2] / "sample_traces" / "nsight"
+    run = tmp_path / "run"
+    shutil.copytree(nsight_dir / "encoder2_kineto", run)
+    ncu = tmp_path / "ncu"
+    ncu.write_text(f"#!{_sys.executable}\n" + FAKE_NCU.format(log=str(tmp_path / "argv.log"),
+                                                                csv=str(nsight_dir / "encoder2_ncu_dram.csv.gz")))
+    ncu.chmod(0o755)
+    db, lines = tmp_path / "ks.duckdb", []
+    res = runner.RunResult(rc=0, run_dir=run)
+    runner._ingest_all(run, "encoder2", None, db, res, lines.append)
+    assert res.trace_id and res.failed is None
+    child = []
+
+    def child_cmd(mode, *rest):
+        child.append(runner._child_cmd(mode, *rest))
+        return [_sys.executable, "-c", "print('the script ran')"]
+
+    tools = {"ncu": ncu, "ncu_spec": nsight.parse_ncu_spec("top:5")}
+    out = nsight_passes.run_ncu(tools, runner.Options(), run, "encoder2", ["s.py"], "path", None, res, lines.append,
+                                child_cmd, runner._child_env, db=db)
+    assert out.ok and res.failed is None, out.message
+    assert child[0][3:5] == ["--mode", "ncu"] and child[0][-2:] == ["--", "s.py"]
+    call = [json.loads(ln) for ln in (tmp_path / "argv.log").read_text().splitlines() if "--log-file" in ln][0]
+    targets = nsight.ncu_targets(tools["ncu_spec"], nsight.stored_kernels(db, res.trace_id))
+    assert call[call.index("--kernel-name") + 1] == "regex:" + targets.regex and len(targets.names) == 5
+    assert call[call.index("--launch-count") + 1] == str(targets.launch_count)
+    runner._ingest_all(run, "encoder2", None, db, res, lines.append)
+    joined = [ln for ln in lines if ln.startswith("encoder2_ncu.csv ingested")]
+    assert len(joined) == 1 and f"as trace {res.trace_id}" in joined[0], lines

@@ -1,5 +1,5 @@
 """The Nsight passes of ``kernelscope profile --nsys/--ncu``, orchestrated by the runner (``runner.run_passes``);
-the command lines, checks and records are ``collectors/nsight.py`` and ``nsight_ncu.py``.
+the command lines, checks and records are ``collectors/nsight.py`` and ``nsight.py``.
 
 CUPTI allows one profiler per process, so each collector is its own run of the script, all into one run dir:
 the Kineto pass (``runner``), then the nsys pass (the runner's child in mode ``nsys`` under ``nsys profile``:
@@ -36,18 +36,18 @@ def run_nsys(tools: dict, opts, run_dir: Path, name: str, script, how, labels, r
 
 def run_ncu(tools: dict, opts, run_dir: Path, name: str, script, how, labels, res, log, child_cmd, child_env, db):
     """The ncu pass over the kernels of the stored Kineto trace ``res.trace_id``."""
-    from . import nsight_ncu
+    from . import nsight  # re-exports the ncu side (nsight_ncu)
 
     if res.trace_id is None:
         msg = "ncu pass skipped: no stored Kineto trace to choose kernels from"
         log(msg)
         res.failed = res.failed or msg
         return None
-    targets = nsight_ncu.ncu_targets(tools["ncu_spec"], nsight_ncu.stored_kernels(db, res.trace_id))
+    targets = nsight.ncu_targets(tools["ncu_spec"], nsight.stored_kernels(db, res.trace_id))
     log(f"ncu pass: {len(targets.names)} kernel names, {targets.launch_count} launches "
         f"({', '.join(targets.names[:5])}{', ...' if len(targets.names) > 5 else ''})")
     argv = child_cmd("ncu", run_dir, script, how, name, labels, opts)
-    out = nsight_ncu.ncu_pass(tools["ncu"], run_dir, name, argv, targets, env=child_env(),
+    out = nsight.ncu_pass(tools["ncu"], run_dir, name, argv, targets, env=child_env(),
                               capture_range=_schedule(opts) is not None)
     log(out.message)
     if not out.ok and res.failed is None:

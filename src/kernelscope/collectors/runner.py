@@ -187,15 +187,16 @@ def _ingest_all(run_dir: Path, name, labels, db, res: RunResult, log) -> None:
     """Every pass of the run dir into the store (parts stored already are skipped), one line each."""
     from .nsight_passes import ingest_all
 
-    for r in ingest_all(run_dir, name=name, labels=labels, db=db):
+    results = ingest_all(run_dir, name=name, labels=labels, db=db)
+    if results and (run_dir / "trace.json.gz").is_file() and results[0].status != "failed":
+        res.trace_id = res.trace_id or results[0].trace_id  # the Kineto trace comes first
+    for r in results:
         if r.status == "skipped":
             continue
         if r.status == "failed":
             log(f"{r.path}: {r.message}")
             res.failed = res.failed or f"ingest of {Path(r.path).name} failed"
             continue
-        if res.trace_id is None and str(r.path).endswith(".json.gz"):
-            res.trace_id = r.trace_id
         log(f"{Path(r.path).name} {r.status} as trace {r.trace_id}" + (f" ({r.message})" if r.message else ""))
 
 
@@ -216,9 +217,7 @@ def _check_tools(opts: Options) -> dict:
         tools["nsys"] = nsight.find_tool("nsys", None if opts.nsys is True else opts.nsys)
         nsight.check_nsys_importer(tools["nsys"])
     if opts.ncu:
-        from . import nsight_ncu
-
-        tools["ncu_spec"] = nsight_ncu.parse_ncu_spec(opts.ncu)
+        tools["ncu_spec"] = nsight.parse_ncu_spec(opts.ncu)
         tools["ncu"] = nsight.find_tool("ncu", opts.ncu_path)
         import torch
 
