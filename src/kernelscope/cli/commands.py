@@ -31,7 +31,9 @@ def ingest(paths, labels, name, no_python, salvage, db):
     trace of the same workload), or directories of traces (recursive).
 
     A collector run directory (run.json beside trace.json.gz, as `kernelscope profile` writes) is
-    ingested as one trace with its telemetry, provenance, un-profiled timings and labels.
+    ingested as one trace with its telemetry, provenance, un-profiled timings and labels. Its Nsight
+    passes (`profile --nsys/--ncu`) come with it: NAME.sqlite as a second trace of the same run
+    (labels collector=kineto / collector=nsys), NAME_ncu.csv joined to its Kineto trace (docs/nsight.md).
 
     Rank traces of a multi-GPU run (distributedInfo world size > 1, or rank<N> in the name) in one
     folder become one run, in one transaction: each line says the rank and where it came from; rank
