@@ -116,7 +116,7 @@ def find_tool(kind: str, explicit: str | os.PathLike | None = None, *, option: s
     if kind not in INSTALL_GLOBS:
         raise ValueError(f"kind must be 'nsys' or 'ncu', not {kind!r}")
     option = option or PATH_OPTIONS[kind]
-    if explicit is not None:
+    if explicit is not None and str(explicit) != "":
         p = Path(explicit).expanduser()
         if p.is_dir():
             p = p / kind
@@ -335,7 +335,12 @@ def record_pass(run_dir, kind: str, info: dict) -> None:
     """Merge ``info`` into ``run.json["nsight"][kind]`` (read, update, atomic replace; run.json is created with
     only this key when it is not there yet)."""
     path = Path(run_dir) / "run.json"
-    doc = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    except (OSError, ValueError) as exc:
+        raise KernelscopeError(f"{path}: cannot record the {kind} pass in run.json ({exc}); fix or remove it") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("nsight", {}), dict):
+        raise KernelscopeError(f"{path}: run.json is not a kernelscope run record; cannot record the {kind} pass")
     doc.setdefault("nsight", {}).setdefault(kind, {}).update(info)
     tmp = path.with_name(f".run.json.{kind}.tmp")
     tmp.write_text(json.dumps(doc, indent=1, default=str), encoding="utf-8")
