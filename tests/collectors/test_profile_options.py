@@ -191,7 +191,7 @@ def test_profile_api_steps_and_telemetry_period(tmp_path, monkeypatch):
     x = torch.randn(8, 8)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        with profile(name="api", run_dir=tmp_path / "r", ingest=False, steps=2, with_stack=True,
+        with profile(name="api", run_dir=tmp_path / "r", ingest=False, steps=2, record_shapes=False,
                      telemetry_period_ms=40) as p:
             for _ in range(5):
                 x @ x
@@ -199,7 +199,7 @@ def test_profile_api_steps_and_telemetry_period(tmp_path, monkeypatch):
     assert _steps(_events(tmp_path / "r")) == ["ProfilerStep#0", "ProfilerStep#1"]
     assert seen and seen[0]["period_ms"] == 40.0
     run = json.loads((tmp_path / "r" / "run.json").read_text())
-    assert run["profiler_options"]["steps"] == 2 and run["profiler_options"]["with_stack"] is True
+    assert run["profiler_options"]["steps"] == 2 and run["profiler_options"]["record_shapes"] is False
     assert run["profiler_options"]["schedule"] == {"wait": 0, "warmup": 0, "active": 2, "repeat": 1, "skip_first": 0}
     assert run["provenance"]["profiler_options"] == run["profiler_options"]
 
