@@ -132,10 +132,10 @@ def test_nsys_argv_with_and_without_capture_range(tmp_path):
 
 
 def test_ncu_argv(tmp_path):
-    argv = nsight.ncu_prefix("/x/ncu", "^(?:.*::)?(?:k)$", 7, tmp_path / "a.csv")
+    argv = nsight.ncu_prefix("/x/ncu", "^(.*::)?(k)$", 7, tmp_path / "a.csv")
     joined = " ".join(argv)
     assert argv[:7] == ["/x/ncu", "--csv", "--page", "raw", "--print-units", "base", "--log-file"]
-    for pair in (("--kernel-name", "regex:^(?:.*::)?(?:k)$"), ("--launch-count", "7"), ("--clock-control", "base"),
+    for pair in (("--kernel-name", "regex:^(.*::)?(k)$"), ("--launch-count", "7"), ("--clock-control", "base"),
                  ("--cache-control", "all"), ("--kernel-name-base", "function"), ("--set", "basic")):
         assert argv[argv.index(pair[0]) + 1] == pair[1]
     metrics = argv[argv.index("--metrics") + 1].split(",")
@@ -176,7 +176,7 @@ def test_kernel_regex_escapes_template_names():
              "fmha_cutlassF_f32_aligned_64x64_rf_sm80(PyTorchMemEffAttention::AttentionKernel<float, cutlass::arch::"
              "Sm80, true, 64, 64, 64, true, true>::Params)", "odd.kernel$1[2]"]
     rx = nsight.kernel_regex(names)
-    assert rx == ("^(?:.*::)?(?:fmha_cutlassF_f32_aligned_64x64_rf_sm80|odd\\.kernel\\$1\\[2\\]|"
+    assert rx == ("^(.*::)?(fmha_cutlassF_f32_aligned_64x64_rf_sm80|odd\\.kernel\\$1\\[2\\]|"
                   "vectorized_layer_norm_kernel)$")
     for good in ("vectorized_layer_norm_kernel", "at::native::vectorized_layer_norm_kernel", "odd.kernel$1[2]"):
         assert re.search(rx, good), good

@@ -39,7 +39,7 @@ ncu pass (run dir file ``<name>_ncu.csv``; ``ncu_csv_path``)
   kernels, as ``storage.ncu.top_kernels(store, trace_id)`` returns them (reach it with ``stored_kernels(db,
   trace_id)`` here, which imports storage through importlib). Gives ``regex`` (for ``--kernel-name``),
   ``names`` and ``launch_count`` (the chosen kernels' launches in the trace, capped).
-- ``kernel_regex(names) -> str``: ``^(?:a|b|...)$`` over the function names (``parsers.ncu.kernel_name_key``) of
+- ``kernel_regex(names) -> str``: ``^(.*::)?(a|b|...)$`` over the function names (``parsers.ncu.kernel_name_key``) of
   demangled kernel names, every non-word character escaped.
 - ``ncu_prefix(ncu, regex, launch_count, log_file, *, capture_range=False, clock_control="base",
   cache_control="all") -> list[str]``: ``ncu --csv --page raw --print-units base --log-file OUT --kernel-name-base

@@ -111,11 +111,12 @@ def _escape(name: str) -> str:
 
 def kernel_regex(names: Iterable[str]) -> str:
     """A regex matching the function names of ``names`` (demangled kernel names or function names) and nothing
-    else: ``^(?:.*::)?(?:k1|k2)$`` (a namespace prefix allowed, in case ncu keeps one)."""
+    else: ``^(.*::)?(k1|k2)$`` (a namespace prefix allowed, in case ncu keeps one; plain groups, which every regex
+    dialect reads)."""
     keys = sorted({kernel_name_key(n) for n in names} - {""})
     if not keys:
         raise UsageError("no kernel names to profile with Nsight Compute.")
-    return "^(?:.*::)?(?:" + "|".join(_escape(k) for k in keys) + ")$"
+    return "^(.*::)?(" + "|".join(_escape(k) for k in keys) + ")$"
 
 
 @dataclass
