@@ -332,6 +332,26 @@ def test_kineto_only_run_dir_ingests_as_before(tmp_path):
             ("kineto",), ("nsys",)]
 
 
+def test_run_dir_of_the_nsys_pass_alone(tmp_path):
+    from kernelscope.storage.discovery import collect_paths
+    from kernelscope.storage.rundir import ingest_run_all
+    from kernelscope.storage.store import open_store
+
+    run = tmp_path / "runs" / "r"
+    run.mkdir(parents=True)
+    for f in ("run.json", "telemetry.parquet"):
+        shutil.copy(NSIGHT / "encoder2_kineto" / f, run / f)
+    (run / "r.sqlite").write_bytes(gzip.decompress((NSIGHT / "encoder2_nvtx.sqlite.gz").read_bytes()))
+    (run / "r.nsys-rep").write_bytes(b"kept")
+    assert collect_paths([tmp_path / "runs"]) == [("run", run)]  # the export and report are the run's, not files
+    with open_store(tmp_path / "s.duckdb") as store:
+        res = ingest_run_all(store, run)
+        assert [r.status for r in res] == ["ingested"]
+        row = store.con.execute("SELECT format, name, run_id IS NOT NULL FROM traces").fetchall()
+        assert row == [("nsys", "nsight_twin_kineto-nsys", True)]
+        assert store.con.execute("SELECT DISTINCT trace_id FROM telemetry").fetchall() == [(res[0].trace_id,)]
+
+
 # ---------------------------------------------------------------- the passes with fake tools
 
 FAKE = """#!{python}
