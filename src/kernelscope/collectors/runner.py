@@ -362,7 +362,6 @@ def _child_profile(o: dict, script: list[str], how: str) -> int:
     import torch
 
     from .profile import profile
-    from .stepping import RegionTimer, Stepper
 
     opts = Options(**json.loads(o["--options"]))
     sched = _schedule_for(opts)
@@ -371,6 +370,16 @@ def _child_profile(o: dict, script: list[str], how: str) -> int:
                    schedule=None if sched is None else torch.profiler.schedule(
                        wait=sched[0], warmup=sched[1], active=sched[2], repeat=sched[3]),
                    steps=opts.steps, **opts.profiler_kwargs())
+    try:
+        return _profiled(prof, opts, script, how)
+    except Exception as exc:  # the profiler itself failed (not the script): one line, no half-written run dir
+        print(f"kernelscope: the profiler failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+
+
+def _profiled(prof, opts: Options, script: list[str], how: str) -> int:
+    from .stepping import RegionTimer, Stepper
+
     code = 0
     with prof:
         stepper = Stepper(prof.step).install()  # profile(steps=N) halts after step N

@@ -19,6 +19,7 @@ ends) and on CUDA ``cuda_event`` rows (events recorded at entry and exit), in th
 
 from __future__ import annotations
 
+import sys
 import time
 
 STEP_REGION = "step"
@@ -36,10 +37,17 @@ class Stepper:
         self._range_depth = 0
         self._pending = False
         self._handles: list = []
+        self.error: str | None = None
 
     def _boundary(self) -> None:
         self.steps += 1
-        self.on_step()
+        if self.error is not None:
+            return
+        try:
+            self.on_step()
+        except Exception as exc:  # a profiler failure must not break the script: stop stepping, say why
+            self.error = f"{type(exc).__name__}: {exc}"
+            print(f"kernelscope: the profiler failed at step {self.steps}: {self.error}", file=sys.stderr)
 
     # -- hooks -----------------------------------------------------------------------------------------
     def forward_pre(self, *_):
@@ -104,7 +112,10 @@ class Stepper:
             self._pending = False
             self._boundary()
         self.remove()
-        return {"rule": self.rule or "none", "steps": self.steps, "seen": dict(self.seen)}
+        out = {"rule": self.rule or "none", "steps": self.steps, "seen": dict(self.seen)}
+        if self.error is not None:
+            out["error"] = self.error
+        return out
 
     def remove(self) -> None:
         for h in self._handles:
