@@ -69,7 +69,8 @@ def test_optimizer_steps_schedule_and_every_option_recorded(tmp_path):
     assert opts["schedule"]["repeat"] == 1 and opts["steps"] is None
     assert {k: opts[k] for k in ("record_shapes", "with_stack", "profile_memory", "with_modules")} == {
         "record_shapes": False, "with_stack": True, "profile_memory": True, "with_modules": True}
-    assert run["telemetry"]["enabled"] is False and not (run_dir / "telemetry.parquet").exists()
+    assert run["telemetry"] == {"enabled": False, "kind": None, "period_ms": None, "requested_period_ms": None}
+    assert run["sampler"]["kind"] is None and not (run_dir / "telemetry.parquet").exists()
     assert run["script_profiler"]["detected"].endswith("profile.start")
     ev = _events(run_dir)
     assert _steps(ev) == ["ProfilerStep#2", "ProfilerStep#3"]  # wait 1, warm-up 1, active 2 of 6 steps
@@ -152,6 +153,7 @@ def test_module_forward_steps_overhead_and_a_fake_nsys_pass(tmp_path):
     assert _steps(_events(run_dir)) == ["ProfilerStep#2", "ProfilerStep#3"]
     assert run["profiler_options"]["record_shapes"] is True and run["profiler_options"]["with_stack"] is False
     assert run["telemetry"]["enabled"] is True and run["telemetry"]["kind"] == "null"  # no NVML here
+    assert run["telemetry"]["requested_period_ms"] == 25
     # the un-profiled pass timed the whole process: one row, recorded and said; the overhead line from it
     assert run["timing"]["kind"] == "process" and "un-profiled timing: the whole process" in r.stderr
     (row,) = [t for t in run["timings"] if t["kind"] == "process_wall"]

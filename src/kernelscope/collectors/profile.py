@@ -375,7 +375,7 @@ class profile:
             "traces": self.trace_files,
             "profiler_options": options,
             "telemetry": {"enabled": bool(self.telemetry), "kind": sampler.get("kind"),
-                          "period_ms": sampler.get("period_ms")},
+                          "period_ms": sampler.get("period_ms"), "requested_period_ms": self.telemetry_period_ms},
             "overhead": {"sampler": self._sampler_overhead(sampler)},
         }
         if self.script_profiler is not None:
