@@ -19,10 +19,12 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kernelscope.errors import KernelscopeError, UsageError
 
-from .nsight import PassResult, _last_line, record_pass, tool_version
+if TYPE_CHECKING:
+    from .nsight import PassResult
 
 
 def _ncu_parser():
@@ -195,6 +197,8 @@ def ncu_pass(ncu, run_dir, name: str, child_argv: list[str], targets: NcuTargets
     ``<name>_ncu.csv`` when it holds kernel rows (``ok``; ``returncode`` is ncu's, which is the script's when ncu
     itself worked); the settings, targets and argv are recorded in ``run.json["nsight"]["ncu"]``. No rows: ``ok=False``
     with ncu's last error line, no CSV left."""
+    from .nsight import PassResult, _last_line, record_pass, tool_version  # here: nsight re-exports this module
+
     read_ncu_csv = _ncu_parser().read_ncu_csv
     t0 = time.perf_counter()
     run_dir = Path(run_dir)
