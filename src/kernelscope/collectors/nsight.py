@@ -306,7 +306,7 @@ def nsys_export(nsys, rep, *, timeout: float | None = None) -> Path:
     tmp_dir.mkdir()
     try:
         tmp = tmp_dir / (stem + ".sqlite")
-        argv = [str(nsys), "export", "--type", "sqlite", "--force-overwrite", "true", "-o", str(tmp), str(rep)]
+        argv = [str(nsys), "export", "--type", "sqlite", "--force-overwrite=true", "-o", str(tmp), str(rep)]
         try:
             p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
         except (OSError, subprocess.SubprocessError) as exc:
