@@ -78,7 +78,7 @@ def test_optimizer_steps_schedule_and_every_option_recorded(tmp_path):
     assert ops and not any("Input Dims" in e.get("args", {}) for e in ops)  # --no-shapes
     assert any(e.get("cat") == "python_function" for e in ev)  # --stack
     assert any(e.get("name") == "[memory]" for e in ev)  # --memory
-    assert "overhead: profiler not measured (no un-profiled run), no sampler ran" in r.stderr
+    assert "overhead: profiler not measured (no un-profiled run (--no-baseline)), no sampler ran" in r.stderr
     trace_id = r.stderr.split(" as trace ")[1].split()[0]
     s = warm_cli.run(["summary", trace_id, "--json", "--db", tmp_path / "ks.duckdb"], cwd=tmp_path, timeout=60)
     assert json.loads(s.stdout)["trust"]["not_recorded"] == ["shapes"]

@@ -156,7 +156,7 @@ def run_passes(argv: list[str], *, name=None, labels=None, db=None, run_dir=None
     if rc != 0 and res.failed is None:
         res.failed = f"exit {rc}" if not opts.baseline else f"exit {rc} (profiled run)"
     if (run_dir / "run.json").is_file():
-        res.overhead, res.timing = _merge_run_json(run_dir, base, wall)
+        res.overhead, res.timing = _merge_run_json(run_dir, base, wall, failed=res.failed)
     if res.failed is not None and not ingest_failed:
         return res
     passes = (run_dir, name, script, how, labels, res, log, _child_cmd, _child_env)
@@ -240,13 +240,15 @@ def _read_timing(run_dir: Path, wall_ns: int) -> dict:
             "rows": [{"kind": "process_wall", "iteration": 0, "dur_ns": wall_ns, "energy_mj": None}]}
 
 
-def _merge_run_json(run_dir: Path, base: dict | None, profiled_wall_ns: int) -> tuple[dict, dict | None]:
+def _merge_run_json(run_dir: Path, base: dict | None, profiled_wall_ns: int, failed=None) -> tuple[dict, dict | None]:
     path = run_dir / "run.json"
     doc = json.loads(path.read_text())
     overhead = dict(doc.get("overhead") or {})
     timing = None
     if base is None:
         overhead["profiler"] = {"basis": None, "note": "no un-profiled run (--no-baseline)"}
+    elif failed is not None:  # a run that failed is no baseline: its timings are not kept either
+        overhead["profiler"] = {"basis": None, "note": f"the script failed: {failed}"}
     else:
         timing = {k: v for k, v in base.items() if k != "rows"}
         doc["timings"] = list(doc.get("timings") or []) + base["rows"]
@@ -284,7 +286,7 @@ def overhead_line(overhead: dict) -> str:
     elif prof.get("basis") == "process" and pct is not None:
         head = f"profiler {pct:+.1f}% process wall time (one run each)"
     else:
-        head = "profiler not measured (no un-profiled run)"
+        head = f"profiler not measured ({prof.get('note') or 'no un-profiled run'})"
     samp = overhead.get("sampler") or {}
     if samp.get("kind") in (None, "null"):
         tail = "no sampler ran" if samp.get("kind") is None else "no sampler (no NVML device)"
