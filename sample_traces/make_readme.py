@@ -80,6 +80,20 @@ start and end, and its GPU time between two CUDA events:
   profiled step each: two worker files of one step, ranks 0 and 1.
 - `qwen2_train_mem/`: our collector (telemetry, un-profiled timing) around the 6-layer step with every
   profiler option on; step 1 profiled.
+
+The collection captures of issue 14 (2026-11-27, same H100 machine and versions; Nsight Systems and Compute
+2025.3.1) by `bash sample_traces/capture_collect.sh OUT` (`logs/capture_collect.log`), around
+`sample_traces/wild_infer.py`, a Qwen2ForCausalLM from a config (bf16, inference, random weights) that knows
+nothing of kernelscope:
+
+- `qwen2_infer_nsight/`: `kernelscope profile --schedule 1,1,1 --nsys --ncu top:5` (4 layers, d=256, batch 8 x
+  seq 128): one run dir holding every pass of the script: the Kineto trace (`trace.json.gz`, step 2 recorded),
+  the Nsight Systems report of the same step (`qwen2_infer.nsys-rep`, its SQLite export `qwen2_infer.sqlite.gz`,
+  and `nsys stats --report cuda_gpu_kern_sum` of it, `nsys_stats_cuda_gpu_kern_sum.csv.gz`) and Nsight Compute
+  over the 145 launches of the five kernel functions with the most GPU time (`qwen2_infer_ncu.csv.gz`).
+- `qwen2_sweep/`: `kernelscope sweep --grid batch=1,2,4,8,16,32,64 --schedule 1,1,2` of a wider copy (8 layers,
+  d=1024, seq 512) whose forwards are `kernelscope.range("step")` regions (`--mark`), timed un-profiled with
+  CUDA events; the batch-64 point was cut by the capture's time limit, so six points (1-32) remain.
 """
 
 
