@@ -54,7 +54,6 @@ import numpy as np
 import pandas as pd
 
 from ..errors import UsageError
-from ..storage.intervals import union_sql
 from .result import Result
 from .rows import query_row, query_rows
 
@@ -144,13 +143,29 @@ def _spans(store, trace_id: str, rows, work) -> list[tuple[int, int]]:
     return spans
 
 
+def _islands(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The union of intervals ``[s, e)`` as islands in start order (storage/intervals.py's ``union_sql`` rule: in
+    (start, end) order an interval opens a new island when it starts after every earlier end; an island runs from
+    its first start to its largest end)."""
+    if not len(s):
+        return s, e
+    order = np.lexsort((e, s))
+    s, e = s[order], e[order]
+    new = np.empty(len(s), dtype=bool)
+    new[0] = True
+    new[1:] = s[1:] > np.maximum.accumulate(e)[:-1]
+    first = np.flatnonzero(new)
+    return s[first], np.maximum.reduceat(e, first)
+
+
 def _coverage(store, trace_id: str, spans, phase: str | None) -> dict[tuple[int, int], int]:
     """ns of span i covered by the union of every interval of priority level <= L (1 kernel, 2 memcpy,
     3 memset, 4 runtime call, 5 dataloader range, 6 CPU operator/annotation): {(i, L): ns}.
 
     Per level the union's islands (disjoint, in start order) give ``C(x)``, the covered length before time
     ``x`` (a running sum of island lengths and the island that starts last at or before ``x``); a span's
-    coverage is ``C(end) - C(start)``. Each level's union is materialized once (it feeds the next level and the sums).
+    coverage is ``C(end) - C(start)``. The intervals are read once and each level's union is built in numpy from
+    the previous level's islands and the level's own intervals (``_islands``).
     Operators enter through the top-level ones: a nested operator lies inside its
     top-level operator, so it adds nothing to the union."""
     lo, hi = min(s for s, _ in spans), max(e for _, e in spans)
@@ -172,22 +187,21 @@ def _coverage(store, trace_id: str, spans, phase: str | None) -> dict[tuple[int,
         6: f"SELECT start_ns, end_ns FROM cpu_ops WHERE {win} AND coalesce(depth, 0) = 0 "
            "UNION ALL SELECT start_ns, end_ns FROM ann",
     }
-    ctes = [f"ann AS ({ann})"]
-    for lvl, sql in raw.items():
-        src = sql if lvl == 1 else f"SELECT start_ns, end_ns FROM u{lvl - 1} UNION ALL {sql}"
-        ctes.append(f"u{lvl} AS MATERIALIZED ({union_sql('(' + src + ')')})")
-    levels = " UNION ALL ".join(f"SELECT {lvl} AS lvl, start_ns, end_ns FROM u{lvl}" for lvl in raw)
+    levels = " UNION ALL ".join(f"SELECT {lvl} AS lvl, start_ns, end_ns FROM ({sql})" for lvl, sql in raw.items())
     params = {"t": trace_id, "lo": lo, "hi": hi}
     if phase is not None:
         params["phase"] = phase
-    islands = store.query(f"WITH {', '.join(ctes)} SELECT * FROM ({levels}) ORDER BY lvl, start_ns", params)
+    got = store.query_arrow(f"WITH ann AS ({ann}) {levels}", params)
+    lv = got.column("lvl").to_numpy()
+    rs = got.column("start_ns").to_numpy().astype(np.int64, copy=False)
+    re_ = got.column("end_ns").to_numpy().astype(np.int64, copy=False)
     xs = np.array(sorted({x for span in spans for x in span}), dtype=np.int64)
     at = {int(x): k for k, x in enumerate(xs)}
     out: dict[tuple[int, int], int] = {}
+    starts = ends = np.empty(0, dtype=np.int64)
     for lvl in raw:
-        mine = islands[islands["lvl"] == lvl]
-        starts = mine["start_ns"].to_numpy(dtype=np.int64)
-        ends = mine["end_ns"].to_numpy(dtype=np.int64)
+        mine = lv == lvl
+        starts, ends = _islands(np.concatenate((starts, rs[mine])), np.concatenate((ends, re_[mine])))
         before = np.concatenate(([0], np.cumsum(ends - starts)[:-1])).astype(np.int64)
         k = np.searchsorted(starts, xs, side="right") - 1  # the island starting last at or before x
         kk = np.maximum(k, 0)
