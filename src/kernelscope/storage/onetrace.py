@@ -177,8 +177,6 @@ def ingest_file(
     """Parse and ingest one trace file; failures come back as a 'failed' result, never half-stored.
     ``salvage``: a Kineto trace cut short (a job killed while writing it) keeps every complete event before
     the cut and is marked truncated (``traces.truncated``); without it such a file is refused."""
-    from ..parsers import open_trace
-
     path = pathlib.Path(path)
     t0 = time.perf_counter()
     if path.name.endswith((".csv", ".csv.gz")):  # Nsight Compute metrics: matched to a stored trace
@@ -188,7 +186,7 @@ def ingest_file(
         return IngestResult(r.path, r.status, r.trace_id, r.message, r.kernels, time.perf_counter() - t0)
     with sizing.ingest_settings(store.con):
         try:
-            reader = open_trace(path, python_functions=python_functions, salvage=salvage)
+            reader = trace_reader(path, python_functions=python_functions, salvage=salvage)
             return ingest_reader(
                 store, reader, path, labels=labels, name=name, run_id=run_id,
                 provenance=provenance, extra=_extra, on_batch=_on_batch,
@@ -202,3 +200,18 @@ def ingest_file(
             if type(exc).__module__.split(".")[0] not in ("duckdb", "_duckdb"):
                 raise
             return failed(path, sizing.db_error(path, exc), t0)
+
+
+def trace_reader(path: pathlib.Path, *, python_functions: bool = True, salvage: bool = False):
+    """The reader of one trace (``parsers.open_trace``); a Kineto trace is decoded by one worker process per
+    usable core (``$KERNELSCOPE_PARSE_WORKERS`` forces the count; 1 is the one-process reader), rows identical
+    (parsers/kineto/parallel.py)."""
+    from ..parsers import open_trace
+    from ..parsers.kineto import KinetoReader
+    from ..parsers.kineto.parallel import ParallelKinetoReader, parse_workers
+
+    reader = open_trace(path, python_functions=python_functions, salvage=salvage)
+    workers = parse_workers(sizing.usable_cores())
+    if workers > 1 and type(reader) is KinetoReader:
+        return ParallelKinetoReader(path, workers=workers, python_functions=python_functions, salvage=salvage)
+    return reader

@@ -5,6 +5,8 @@ The modules, in the order a file goes through them:
 
 - ``parsers/source.py``: the file's decompressed bytes (shared with the other parsers);
 - ``reader``: ``KinetoReader``, the stream: head, event array cut into runs of whole events, tail, salvage;
+- ``parallel``: ``ParallelKinetoReader``, the same stream with its runs decoded by worker processes (rows
+  identical, in file order);
 - ``toplevel``: the keys around the event array -> ``TraceMeta``;
 - ``fields``: the one table of the ``args`` keys kept (``ARG_FIELDS``) and the typed decoders built from it;
 - ``batch``: decoded events -> Arrow batches;

@@ -178,37 +178,52 @@ class KinetoReader:
                 )
             raise ParseError('"traceEvents" is not an array; this is not a torch.profiler trace')
         base = src.offset - len(buf) + (len(buf) - len(body)) + 1  # absolute offset of buf[0]
-        buf = body[1:]
-        cap = max_event_bytes()
+        yield from self._events(src, body[1:], base, eof)
+        self._finalise(src)
+
+    def _events(self, src: Source, buf: bytes, base: int, eof: bool) -> Iterator[pa.RecordBatch]:
+        """The event array from ``buf`` (just after its '[', at absolute offset ``base``) to the end of the
+        file, one block at a time (``parallel.ParallelKinetoReader`` overrides it)."""
         while True:
             if not eof:
                 block = src.read()
                 if not block:
                     eof = True
                 buf += block
-            if len(buf) > cap + source.BLOCK_BYTES:  # no event ends within the cap: refuse before memory grows
-                raise ParseError(
-                    f"event {self._batches.seq} at byte {base} runs past {cap / BYTES_PER_MIB:g} MB without ending "
-                    "(the limit for one event; set KERNELSCOPE_MAX_EVENT_MB to raise it); a trace event this large "
-                    "is damaged or not a trace"
-                )
+            self._check_cap(buf, base)
             if eof:
                 yield from self._finish(buf, base, src)
-                break
-            cut = self._last_boundary(buf)
-            if cut is None:
-                continue  # one event longer than the buffer: read more
-            run, rest = buf[: cut + 1], buf[cut + 1 :]
-            rest = rest[rest.index(b"{") :]
-            consumed = yield from self._decode_run(run, base, final=False)
-            leftover = run[consumed:]
-            if leftover.strip():
-                # carry: the tolerant path could not finish the last pieces yet
-                sep = buf[len(run) : len(buf) - len(rest)]
-                rest = leftover + sep + rest
-            base += len(buf) - len(rest)
-            buf = rest
-        self._finalise(src)
+                return
+            step = yield from self._step(buf, base)
+            if step is not None:
+                buf, base = step
+
+    def _check_cap(self, buf: bytes, base: int) -> None:
+        """Refuse a buffer with no event end within the cap (``max_event_bytes``) before memory grows."""
+        cap = max_event_bytes()
+        if len(buf) > cap + source.BLOCK_BYTES:
+            raise ParseError(
+                f"event {self._batches.seq} at byte {base} runs past {cap / BYTES_PER_MIB:g} MB without ending "
+                "(the limit for one event; set KERNELSCOPE_MAX_EVENT_MB to raise it); a trace event this large "
+                "is damaged or not a trace"
+            )
+
+    def _step(self, buf: bytes, base: int) -> Iterator[pa.RecordBatch]:
+        """Decode the whole events of ``buf`` (up to its last boundary) in this process; returns the new
+        ``(buf, base)``: what follows them, with any piece the tolerant path could not finish yet carried in
+        front; None when ``buf`` holds no boundary (one event longer than the buffer: read more)."""
+        cut = self._last_boundary(buf)
+        if cut is None:
+            return None
+        run, rest = buf[: cut + 1], buf[cut + 1 :]
+        rest = rest[rest.index(b"{") :]
+        consumed = yield from self._decode_run(run, base, final=False)
+        leftover = run[consumed:]
+        if leftover.strip():
+            # carry: the tolerant path could not finish the last pieces yet
+            sep = buf[len(run) : len(buf) - len(rest)]
+            rest = leftover + sep + rest
+        return rest, base + len(buf) - len(rest)
 
     def _last_boundary(self, buf: bytes) -> int | None:
         """Index of the '}' of the last ``} , {`` in buf, or None."""

@@ -1,0 +1,324 @@
+"""One Kineto trace decoded on every core: ``ParallelKinetoReader`` (``KinetoReader`` with worker processes).
+
+The parent reads the file as ``KinetoReader`` does (its head, the sha256 of the decompressed bytes, gzip
+decompressed as a stream, the event array's boundaries, the tail, salvage), but cuts the array into chunks of
+about ``CHUNK_BYTES`` at event boundaries and hands each chunk to a pool of spawned worker processes (the
+parent holds DuckDB threads: never fork it). A worker decodes its chunk with the reader's own typed decoder and
+``BatchBuilder`` -- a plain file's chunk it reads itself (``os.pread`` of its byte range), a gzip file's chunk
+comes as the parent decompressed it -- and sends its ``RAW_EVENTS`` batches back as one Arrow IPC stream with
+its counts. The parent yields them in file order, renumbering ``seq`` and adding up the counts, so every row,
+id and warning is what the one-process reader gives. At most ``2 x workers`` chunks are in flight, so memory
+stays flat in the file's size.
+
+Anything off the fast path is the one-process reader's: a chunk whose decode fails in the worker (invalid
+JSON to repair, a boundary cut inside a string, a bad time) is decoded again in the parent with
+``KinetoReader._decode_run`` at its true byte offset and event number (so repairs, carries and error messages
+are the same), and the end of the file (the last chunk, the tail, a truncated file's salvage) is
+``KinetoReader._finish``. While the workers start (~1 s: a Python with pyarrow), the parent decodes on in
+process; files estimated under ``MIN_BYTES`` never start a pool.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import struct
+from collections import deque
+from collections.abc import Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+
+from kernelscope.parsers import source
+from kernelscope.parsers.kineto.batch import BatchBuilder
+from kernelscope.parsers.kineto.fields import RUN_DEC
+from kernelscope.parsers.kineto.reader import KinetoReader, max_event_bytes
+from kernelscope.parsers.kineto.repair import count_null_numbers
+from kernelscope.parsers.schema import RAW_EVENTS, TraceMeta
+from kernelscope.parsers.source import Source
+
+#: Decompressed bytes per chunk handed to a worker (cut at the last event boundary past it).
+CHUNK_BYTES = 8 << 20
+#: Files estimated smaller than this (decompressed) are read in process: starting workers costs ~1 s of CPU.
+MIN_BYTES = 48 << 20
+#: Whether the parent decodes in process while the pool starts (False: it waits for the pool; tests).
+DECODE_WHILE_STARTING = True
+#: The environment variable that forces the worker count (1: the one-process reader).
+ENV_WORKERS = "KERNELSCOPE_PARSE_WORKERS"
+_SEQ = RAW_EVENTS.get_field_index("seq")
+_SHARED: dict[int, ProcessPoolExecutor] = {}  # workers -> the pool of ``shared_pool``
+
+
+def parse_workers(cores: int) -> int:
+    """Worker processes for one trace: ``$KERNELSCOPE_PARSE_WORKERS`` when set to a positive integer, else
+    ``cores`` (the usable cores, storage/sizing.py)."""
+    env = os.environ.get(ENV_WORKERS, "").strip()
+    if env:
+        try:
+            n = int(env)
+        except ValueError:
+            n = 0
+        if n > 0:
+            return n
+    return max(1, int(cores))
+
+
+def estimated_bytes(path: Path) -> int:
+    """The decompressed size of ``path``, estimated: a plain file's size; a gzip file's ISIZE trailer (its
+    size mod 2^32; the compressed size when that is larger, as a wrapped ISIZE would be)."""
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as fh:
+            if fh.read(2) != b"\x1f\x8b" or size < 18:
+                return size
+            fh.seek(size - 4)
+            isize = struct.unpack("<I", fh.read(4))[0]
+    except (OSError, struct.error):
+        return 0
+    return max(isize, size)
+
+
+@dataclass
+class _Chunk:
+    """A chunk in flight: its worker's future, its byte range, its bytes when they are not the file's own
+    (gzip), and the separator text after it (for a carry)."""
+
+    future: Future
+    base: int
+    length: int
+    data: bytes | None
+    sep: bytes
+
+
+class ParallelKinetoReader(KinetoReader):
+    """``KinetoReader`` whose event array is decoded by ``workers`` processes (rows identical, in file order).
+    With ``workers <= 1``, or a file estimated under ``MIN_BYTES``, it is the one-process reader."""
+
+    def __init__(self, path: str | Path, *, workers: int, chunk_bytes: int | None = None, **opts):
+        super().__init__(path, **opts)
+        self.workers = max(1, int(workers))
+        self.chunk_bytes = max(1, int(chunk_bytes or CHUNK_BYTES))
+        self._pool: ProcessPoolExecutor | None = None
+        self._carry: tuple[bytes, int, bytes] | None = None  # (text, its offset, the separator after it)
+        self._warming: list[Future] = []
+        self.chunks = 0  # chunks decoded by workers (reported by the benchmark)
+        self.fallbacks = 0  # chunks the parent decoded again itself
+
+    def __iter__(self) -> Iterator[pa.RecordBatch]:
+        own = False
+        if self.workers > 1 and estimated_bytes(self.path) >= MIN_BYTES:
+            own = _SHARED.get(self.workers) is None
+            self._pool = _start_pool(self.workers) if own else _SHARED[self.workers]
+        try:
+            yield from super().__iter__()
+        finally:
+            if own and self._pool is not None:
+                self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+    def _events(self, src: Source, buf: bytes, base: int, eof: bool) -> Iterator[pa.RecordBatch]:
+        pool = self._pool
+        if pool is None:
+            yield from super()._events(src, buf, base, eof)
+            return
+        warming = self._warming = [pool.submit(_ready) for _ in range(self.workers)]
+        if not DECODE_WHILE_STARTING:
+            for f in warming:
+                f.exception()
+        pending: deque[_Chunk] = deque()
+        plain = not src.gz
+        while True:
+            if not eof:
+                block = src.read()
+                if not block:
+                    eof = True
+                buf += block
+            if warming and not all(f.done() for f in warming):  # the pool is starting: decode in process
+                self._check_cap(buf, base)
+                if eof:
+                    yield from self._finish(buf, base, src)
+                    return
+                step = yield from self._step(buf, base)
+                if step is not None:
+                    buf, base = step
+                continue
+            if warming:
+                warming = []
+                if not self._pool_works():
+                    yield from super()._events(src, buf, base, eof)
+                    return
+            if len(buf) < self.chunk_bytes and len(buf) <= max_event_bytes() + source.BLOCK_BYTES and not eof:
+                continue
+            # like KinetoReader._step, but the run goes to a worker
+            cut = self._last_boundary(buf)
+            if cut is not None:
+                run_end = cut + 1
+                rest = buf[run_end:]
+                rest = rest[rest.index(b"{") :]
+                sep_end = len(buf) - len(rest)
+                run = buf[:run_end]
+                job = (str(src.path), base, run_end, None) if plain else (None, base, run_end, run)
+                fut = pool.submit(_decode_chunk, job, self.python_functions, self.batch_rows)
+                pending.append(_Chunk(fut, base, run_end, None if plain else run, buf[run_end:sep_end]))
+                base += sep_end
+                buf = rest
+            if eof:  # the one-process reader's end: the text after the last boundary, then _finish
+                yield from self._drain(pending, 0)
+                buf, base = self._take_carry(buf, base)
+                self._check_cap(buf, base)
+                yield from self._finish(buf, base, src)
+                return
+            if len(buf) > max_event_bytes() + source.BLOCK_BYTES:  # the cap, checked where the reader does
+                yield from self._drain(pending, 0)
+                buf, base = self._take_carry(buf, base)
+                self._check_cap(buf, base)
+            yield from self._drain(pending, 2 * self.workers)
+
+    def _take_carry(self, buf: bytes, base: int) -> tuple[bytes, int]:
+        """``(buf, base)`` with the piece a chunk's tolerant decode carried put back in front."""
+        if self._carry is None:
+            return buf, base
+        text, at, sep = self._carry
+        self._carry = None
+        return text + sep + buf, at
+
+    def _pool_works(self) -> bool:
+        """Whether the started pool answered (a script without a ``__main__`` guard breaks spawned workers);
+        when not, it is shut down and the file is read in process."""
+        ok = all(not f.cancelled() and f.exception() is None for f in self._warming)
+        if not ok and self._pool is not None:
+            if self._pool is not _SHARED.get(self.workers):
+                self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+        return ok
+
+    def _drain(self, pending: deque[_Chunk], keep: int) -> Iterator[pa.RecordBatch]:
+        """Yield the batches of the chunks in flight, oldest first, until at most ``keep`` remain (and on while
+        the oldest is already done)."""
+        while pending and (len(pending) > keep or pending[0].future.done()):
+            yield from self._collect(pending.popleft())
+
+    def _collect(self, chunk: _Chunk) -> Iterator[pa.RecordBatch]:
+        """One chunk's batches, in order: the worker's, renumbered; or, off the fast path, the parent's own
+        decode (``_decode_run``) of the chunk, with a carried piece in front when the chunk before left one."""
+        if self._carry is None:
+            result = _result(chunk.future)
+            if result is not None:
+                self.chunks += 1
+                yield from self._apply(result)
+                return
+            text, at = self._chunk_bytes(chunk), chunk.base
+        else:
+            chunk.future.cancel()
+            carried, at, sep = self._carry
+            self._carry = None
+            text = carried + sep + self._chunk_bytes(chunk)
+        self.fallbacks += 1
+        consumed = yield from self._decode_run(text, at, final=False)
+        leftover = text[consumed:]
+        if leftover.strip():
+            self._carry = (leftover, at + consumed, chunk.sep)
+
+    def _chunk_bytes(self, chunk: _Chunk) -> bytes:
+        if chunk.data is not None:
+            return chunk.data
+        return _pread(str(self.path), chunk.base, chunk.length)
+
+    def _apply(self, result: tuple) -> Iterator[pa.RecordBatch]:
+        """A worker's result into this reader: its batches with ``seq`` continued from the rows before, its
+        counts added to the reader's."""
+        stream, rows, bad_numbers, missing_dur, skipped_python, dropped_notes = result
+        b = self._batches
+        b.bad_numbers.update(bad_numbers)
+        b.missing_dur += missing_dur
+        b.skipped_python += skipped_python
+        self.meta.dropped_notes.extend(dropped_notes)
+        if not rows:
+            return
+        for batch in pa.ipc.open_stream(stream):
+            n = batch.num_rows
+            seq = pa.array(range(b.seq, b.seq + n), pa.int64())
+            b.seq += n
+            self.meta.events += n
+            yield batch.set_column(_SEQ, RAW_EVENTS.field(_SEQ), seq)
+
+
+@contextmanager
+def shared_pool(workers: int) -> Iterator[None]:
+    """Within it, every ``ParallelKinetoReader`` of ``workers`` workers uses one pool, started once (many
+    traces in a row pay the workers' start once); it is shut down on leaving."""
+    pool = _start_pool(workers)
+    _SHARED[workers] = pool
+    try:
+        yield
+    finally:
+        _SHARED.pop(workers, None)
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _start_pool(workers: int) -> ProcessPoolExecutor:
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")  # the parent holds DuckDB threads: never fork it
+    return ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init_worker)
+
+
+def _init_worker() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle (it shuts the pool down)
+
+
+def _ready() -> bool:
+    return True
+
+
+def _result(future: Future) -> tuple | None:
+    """A worker's result, or None when it could not decode its chunk (or the pool broke): the parent does."""
+    try:
+        return future.result()
+    except Exception:
+        return None
+
+
+def _pread(path: str, offset: int, length: int) -> bytes:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        out = os.pread(fd, length, offset)
+        while len(out) < length:  # pread may return less than asked
+            more = os.pread(fd, length - len(out), offset + len(out))
+            if not more:
+                break
+            out += more
+        return out
+    finally:
+        os.close(fd)
+
+
+def _decode_chunk(job: tuple, python_functions: bool, batch_rows: int) -> tuple | None:
+    """In a worker: decode one chunk of whole events (the fast path of ``KinetoReader._decode_run``) into
+    ``RAW_EVENTS`` batches numbered from 0; returns (Arrow IPC stream, rows, bad_numbers, missing_dur,
+    skipped_python, dropped_notes), or None when the chunk needs the parent's tolerant path."""
+    path, offset, length, data = job
+    if data is None:
+        data = _pread(path, offset, length)
+        if len(data) != length:
+            return None
+    meta = TraceMeta(format="kineto")
+    builder = BatchBuilder(meta, python_functions=python_functions, batch_rows=batch_rows)
+    try:
+        events = RUN_DEC.decode(b"[" + data + b"]")
+        count_null_numbers(data, builder.bad_numbers)
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, RAW_EVENTS) as writer:
+            for batch in builder.emit(events):
+                writer.write_batch(batch)
+    except Exception:  # the parent decodes it again and says precisely what is wrong
+        return None
+    return (sink.getvalue(), meta.events, dict(builder.bad_numbers), builder.missing_dur, builder.skipped_python,
+            meta.dropped_notes)
+
+
+__all__ = ["CHUNK_BYTES", "ENV_WORKERS", "MIN_BYTES", "ParallelKinetoReader", "estimated_bytes", "parse_workers",
+           "shared_pool"]

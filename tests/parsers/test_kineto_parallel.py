@@ -1,0 +1,124 @@
+"""One trace decoded by worker processes (parsers/kineto/parallel.py) stores exactly what the one-process reader
+stores: every table of the store, row for row, with small blocks and chunks so a small sample splits into many
+chunks, for a gzip file with ``[memory]`` events, a plain file cut short (``--salvage``), and at the parser, a
+file whose chunks fall off the fast path (names holding ``}, {``, NaN args and comma decimals to repair)."""
+
+from __future__ import annotations
+
+import gzip
+import re
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from stores import empty
+
+from kernelscope.parsers import source
+from kernelscope.parsers.kineto import KinetoReader, parallel
+from kernelscope.storage.onetrace import ingest_file, trace_reader
+from kernelscope.storage.store import open_store
+
+SAMPLE = Path(__file__).resolve().parents[2] / "sample_traces" / "qwen2_train_full" / "trace.json.gz"
+#: Columns that differ between two ingests of the same file whatever the reader (when it was ingested).
+VOLATILE = {("traces", "ingested_ns")}
+
+
+@pytest.fixture(scope="module")
+def pool():
+    """One pool of two workers for the module (each reader would otherwise start its own: ~1 s of CPU)."""
+    with parallel.shared_pool(2):
+        yield
+
+
+@pytest.fixture
+def small_chunks(monkeypatch):
+    """64 KiB blocks, ~100 KB chunks and no size floor: the 2 MB sample is ~20 chunks, decoded by workers
+    from the first one."""
+    monkeypatch.setattr(source, "BLOCK_BYTES", 64 << 10)
+    monkeypatch.setattr(parallel, "CHUNK_BYTES", 100_000)
+    monkeypatch.setattr(parallel, "MIN_BYTES", 0)
+    monkeypatch.setattr(parallel, "DECODE_WHILE_STARTING", False)
+
+
+def store_rows(db: Path) -> dict[str, list[tuple]]:
+    """Every table of a store: its rows, sorted (a volatile column left out)."""
+    out = {}
+    with open_store(db, read_only=True) as st:
+        tables = [r[0] for r in st.con.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main' ORDER BY 1").fetchall()]
+        for t in tables:
+            cols = [r[0] for r in st.con.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_schema = 'main' AND table_name = ? "
+                "ORDER BY ordinal_position", [t]).fetchall() if (t, r[0]) not in VOLATILE]
+            rows = st.con.execute(f'SELECT {", ".join(chr(34) + c + chr(34) for c in cols)} FROM "{t}"').fetchall()
+            out[t] = sorted(rows, key=repr)
+    return out
+
+
+def ingest(tmp_path: Path, name: str, trace: Path, workers: str, monkeypatch, **opts) -> Path:
+    monkeypatch.setenv(parallel.ENV_WORKERS, workers)
+    db = empty(tmp_path / f"{name}.duckdb")
+    with open_store(db) as st:
+        res = ingest_file(st, trace, **opts)
+    assert res.status == "ingested", res.message
+    return db
+
+
+def assert_same_store(tmp_path: Path, trace: Path, monkeypatch, **opts) -> dict:
+    one = store_rows(ingest(tmp_path, "one", trace, "1", monkeypatch, **opts))
+    two = store_rows(ingest(tmp_path, "two", trace, "2", monkeypatch, **opts))
+    assert one.keys() == two.keys()
+    for table in one:
+        assert two[table] == one[table], f"table {table} differs"
+    return one
+
+
+def test_workers_chosen(monkeypatch, small_chunks):
+    monkeypatch.setenv(parallel.ENV_WORKERS, "2")
+    assert type(trace_reader(SAMPLE)) is parallel.ParallelKinetoReader
+    monkeypatch.setenv(parallel.ENV_WORKERS, "1")
+    assert type(trace_reader(SAMPLE)) is KinetoReader  # one worker: the one-process reader itself
+
+
+def test_gzip_with_memory_events(tmp_path, monkeypatch, pool, small_chunks):
+    rows = assert_same_store(tmp_path, SAMPLE, monkeypatch)
+    assert len(rows["memory_events"]) > 100 and len(rows["gpu_activities"]) > 100 and len(rows["flows"]) > 100
+    reader = parallel.ParallelKinetoReader(SAMPLE, workers=2)
+    n = sum(b.num_rows for b in reader)
+    assert reader.chunks >= 10 and reader.fallbacks == 0 and n == reader.meta.events
+
+
+def test_plain_truncated_salvage(tmp_path, monkeypatch, pool, small_chunks):
+    text = gzip.decompress(SAMPLE.read_bytes())
+    cut = tmp_path / "cut.json"
+    cut.write_bytes(text[: len(text) * 2 // 3])  # ends inside an event
+    rows = assert_same_store(tmp_path, cut, monkeypatch, salvage=True)
+    (truncated,) = [r for r in rows["traces"]]
+    assert "inside the event array" in repr(truncated)
+
+
+def test_chunks_off_the_fast_path(tmp_path, pool, small_chunks):
+    """Boundaries inside strings and invalid JSON: those chunks are decoded again by the parent (repairs,
+    carries), and batches, meta (warnings, repairs, counts) and error-free rows equal the one-process reader's."""
+    text = gzip.decompress(SAMPLE.read_bytes()).decode()
+    n = 0
+
+    def weird(m: re.Match) -> str:
+        nonlocal n
+        n += 1
+        return '"name": "w}, {\\"x\\": 1}, {' if n % 3 == 0 else m.group(0)
+
+    text = re.sub(r'"name": "', weird, text)
+    text = re.sub(r'"External id": (\d+)', lambda m: '"External id": NaN' if int(m.group(1)) % 40 == 0
+                  else m.group(0), text)
+    text = text.replace('"Sequence number": 1', '"Sequence number": 1,5', 5)
+    path = tmp_path / "weird.json.gz"
+    path.write_bytes(gzip.compress(text.encode(), 1))
+    one = KinetoReader(path)
+    one_rows = pa.Table.from_batches(list(one))
+    two = parallel.ParallelKinetoReader(path, workers=2)
+    two_rows = pa.Table.from_batches(list(two))
+    assert two.fallbacks > 0 and two.chunks > 0
+    assert one.meta.warnings and any("repaired" in w for w in one.meta.warnings)
+    assert two_rows.equals(one_rows)
+    assert two.meta == one.meta
