@@ -124,3 +124,27 @@ def test_cli_export(exported, tmp_path):
     res = CliRunner().invoke(cli, ["export", "--parquet", str(tmp_path / "x"), "--db", str(db)])
     assert res.exit_code == 0 and res.stdout.startswith("exported  ")
     assert "of 3 run(s)" in res.stdout
+
+
+def test_cli_reads_the_dataset_with_db_dir(exported, tmp_path):
+    """`--db DIR` of an export: read-only commands answer as over the store; writes and user SQL beyond SELECT
+    are refused in one line, and user SQL reads no file outside the dataset."""
+    db, pq, _ = exported
+
+    def run(*args, where):
+        return CliRunner().invoke(cli, [*args, "--db", str(where)])
+
+    for args in (["summary", "compiled", "--json"], ["analyze", "comm", "ddp_rank0", "--json"], ["traces", "--json"]):
+        a, b = run(*args, where=db), run(*args, where=pq)
+        assert a.exit_code == 0 and b.exit_code == 0, (args, b.stderr)
+        assert json.loads(b.stdout) == json.loads(a.stdout), args
+    q = "SELECT count(*) AS n, sum(dur_ns) AS t FROM gpu_activities"
+    assert run("sql", q, "--json", where=pq).stdout == run("sql", q, "--json", where=db).stdout
+    for bad, word in (("COPY (SELECT 1) TO 'x.csv'", "not COPY"), ("ATTACH 'y.duckdb'", "not ATTACH"),
+                      ("SET enable_external_access = true", "not SET"),
+                      (f"SELECT * FROM read_csv('{db}')", "Permission Error")):
+        res = run("sql", bad, where=pq)
+        assert res.exit_code != 0 and word in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert sorted(p.name for p in pq.iterdir() if p.is_file()) == [MANIFEST]  # nothing written beside it
+    res = run("label", "compiled", "x=1", where=pq)
+    assert res.exit_code != 0 and "Parquet dataset" in res.stderr and "read-only" in res.stderr

@@ -113,6 +113,11 @@ def export_parquet(store, out_dir, run: str | None = None) -> ExportInfo:
     return ExportInfo(str(out), len(manifest["tables"]), int(total_rows), _dir_size(out), int(runs))
 
 
+def is_parquet_export(path) -> bool:
+    """Whether ``path`` is a folder holding an export's manifest (what ``open_parquet_store`` reads)."""
+    return (pathlib.Path(path).expanduser() / MANIFEST).is_file()
+
+
 def read_manifest(path) -> dict:
     """The export's manifest; StoreError when ``path`` is not a kernelscope Parquet export."""
     folder = pathlib.Path(path).expanduser()
@@ -129,18 +134,23 @@ def read_manifest(path) -> dict:
     return manifest
 
 
-def open_parquet_store(path):
+def open_parquet_store(path, *, config: dict | None = None, locked: bool = False):
     """A read-only ``Store`` over a Parquet export: an in-memory DuckDB with one view per table (the
-    store's columns and types, partition columns restored from the paths) and ``schema_version``."""
+    store's columns and types, partition columns restored from the paths) and ``schema_version``.
+    ``config``: DuckDB settings (memory_limit, ...); ``locked``: for user SQL, file access limited to the
+    dataset's folder and the configuration locked (the caller allows SELECT statements only)."""
     import duckdb
 
     from .store import Store, connect_config, disable_bad_optimizers
 
     folder = pathlib.Path(path).expanduser().resolve()
     manifest = read_manifest(folder)
-    con = duckdb.connect(":memory:", config=connect_config())
+    con = duckdb.connect(":memory:", config=connect_config(config))
     con.execute("SET enable_progress_bar = false")
     disable_bad_optimizers(con)
+    if locked:  # user SQL: files of this dataset only, no other file or network access, settings fixed
+        con.execute(f"SET allowed_directories = [{_sql_str(str(folder) + '/')}]")
+        con.execute("SET enable_external_access = false")
     for table, info in manifest["tables"].items():
         cols = info["columns"]
         if info["rows"]:
@@ -153,4 +163,6 @@ def open_parquet_store(path):
             con.execute(f'CREATE VIEW "{table}" AS SELECT {body} WHERE false')
     con.execute(f"CREATE VIEW schema_version AS SELECT {int(manifest['schema_version'])}::INTEGER AS version, "
                 f"'export'::VARCHAR AS name, 0::BIGINT AS applied_ns")
+    if locked:
+        con.execute("SET lock_configuration = true")
     return Store(folder, con, read_only=True)

@@ -330,12 +330,18 @@ class ReadonlySql:
         import duckdb
         import pyarrow  # noqa: F401  (imported before the process bound is measured)
 
+        from .export import is_parquet_export, open_parquet_store
         from .store import _connect
 
         if not self.path.exists():
             raise StoreError(f"no store at {self.path}; run `kernelscope ingest` first")
         config = dict(READONLY_CONFIG, memory_limit=f"{max(self.memory * 3 // 4 // 2**20, 32)}MiB")
-        con = _connect(self.path, True, config)
+        dataset = is_parquet_export(self.path)
+        if dataset:  # views over the dataset's files in an in-memory database: only SELECT may run (below)
+            config = {k: v for k, v in config.items() if k not in ("enable_external_access", "lock_configuration")}
+            con = open_parquet_store(self.path, config=config, locked=True).con
+        else:
+            con = _connect(self.path, True, config)
         self._stack.callback(con.close)
         self._con = con
         try:
@@ -348,6 +354,9 @@ class ReadonlySql:
             if len(statements) > 1:
                 raise UsageError(f"the query holds {len(statements)} statements; kernelscope sql runs one "
                                  "at a time")
+            if dataset and statements[0].type not in (duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN):
+                raise UsageError(f"{self.path} is a Parquet dataset, read-only: kernelscope sql runs SELECT "
+                                 f"(or EXPLAIN) on it, not {statements[0].type.name}")
             timer = threading.Timer(self.timeout_s, self._stop)
             timer.daemon = True
             timer.start()
