@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 
 def _cols(by: Sequence[str]) -> str:
     return "".join(f"{c}, " for c in by)
@@ -78,3 +80,30 @@ WITH j AS (
 SELECT {k}bin, CAST(least(sum(d), $w) AS BIGINT) AS busy_ns
 FROM (SELECT * FROM one UNION ALL SELECT * FROM many) GROUP BY ALL
 """
+
+
+def islands(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The union of intervals ``[s, e)`` (int64 arrays) as islands in start order, by ``union_sql``'s rule: in
+    (start, end) order an interval opens a new island when it starts after every earlier end; an island runs
+    from its first start to its largest end."""
+    if not len(s):
+        return s, e
+    order = np.lexsort((e, s))
+    s, e = s[order], e[order]
+    new = np.empty(len(s), dtype=bool)
+    new[0] = True
+    new[1:] = s[1:] > np.maximum.accumulate(e)[:-1]
+    first = np.flatnonzero(new)
+    return s[first], np.maximum.reduceat(e, first)
+
+
+def covered_before(starts: np.ndarray, ends: np.ndarray, xs: np.ndarray) -> np.ndarray:
+    """For disjoint intervals in start order (``islands``' output): their length before each time in ``xs``
+    (the intervals' total length in ``(-inf, x)``), so ``[a, b)`` overlaps them by
+    ``covered_before(b) - covered_before(a)``."""
+    if not len(starts):
+        return np.zeros(len(xs), dtype=np.int64)
+    before = np.concatenate(([0], np.cumsum(ends - starts)[:-1])).astype(np.int64)
+    k = np.searchsorted(starts, xs, side="right") - 1  # the interval starting last at or before x
+    kk = np.maximum(k, 0)
+    return np.where(k >= 0, before[kk] + np.minimum(xs, ends[kk]) - starts[kk], 0).astype(np.int64)

@@ -14,10 +14,11 @@ other_events without args): ``memory_state`` tells the two apart.
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from .idle import _ALLOCATOR
-from .intervals import union_sql
+from .intervals import covered_before, islands
 
 #: The name profile_memory=True gives the allocator's instant events (and its out-of-memory ones).
 MEMORY_EVENT = "[memory]"
@@ -188,32 +189,24 @@ def op_allocations(store, trace_id: str) -> pd.DataFrame:
     return store.query(_SQL_OPS, {"t": trace_id})
 
 
-_LIVE_CTE = """
+# One pass over the trace's allocations and frees, in (time, id) order per device and address: an allocation is
+# live at the end when the next event at its address is not a free; a free is unmatched when the previous event
+# at its address is not an allocation (the block was allocated before the window). Only those rows come back.
+_SQL_LIVE = f"""
 WITH x AS (
-    SELECT *, lead(bytes) OVER (PARTITION BY device_type, device_id, addr ORDER BY ts_ns, event_id) AS next_bytes
+    SELECT device_type, device_id, ts_ns, event_id, addr, bytes, tid, op_id, top_op_id,
+           lead(bytes) OVER w AS next_bytes, lag(bytes) OVER w AS prev_bytes
     FROM memory_events WHERE trace_id = $t AND bytes IS NOT NULL AND bytes <> 0
-), live AS (
-    SELECT * FROM x WHERE bytes > 0 AND (next_bytes IS NULL OR next_bytes > 0)
-)"""
-
-_SQL_LIVE = _LIVE_CTE + f"""
+    WINDOW w AS (PARTITION BY device_type, device_id, addr ORDER BY ts_ns, event_id)
+), kept AS (
+    SELECT * FROM x WHERE (bytes > 0 AND (next_bytes IS NULL OR next_bytes > 0))
+                       OR (bytes < 0 AND (prev_bytes IS NULL OR prev_bytes < 0))
+)
 SELECT {device_label_sql('l.')} AS device, l.ts_ns, l.event_id, l.addr, l.bytes, l.tid,
        l.op_id, o.name AS operator, t.name AS top_operator
-FROM live l LEFT JOIN cpu_ops o ON o.trace_id = $t AND o.op_id = l.op_id
+FROM kept l LEFT JOIN cpu_ops o ON o.trace_id = $t AND o.op_id = l.op_id
 LEFT JOIN cpu_ops t ON t.trace_id = $t AND t.op_id = l.top_op_id
-ORDER BY l.bytes DESC, l.ts_ns, l.event_id LIMIT $limit
-"""
-
-_SQL_LIVE_TOTALS = _LIVE_CTE + f"""
-SELECT {device_label_sql()} AS device, count(*) AS blocks, CAST(sum(bytes) AS BIGINT) AS bytes
-FROM live GROUP BY ALL
-"""
-
-_SQL_UNMATCHED_FREES = """
-SELECT count(*) FROM (
-    SELECT bytes, lag(bytes) OVER (PARTITION BY device_type, device_id, addr ORDER BY ts_ns, event_id) AS prev
-    FROM memory_events WHERE trace_id = $t AND bytes IS NOT NULL AND bytes <> 0
-) WHERE bytes < 0 AND (prev IS NULL OR prev < 0)
+ORDER BY l.bytes DESC, l.ts_ns, l.event_id
 """
 
 
@@ -222,45 +215,63 @@ def live_at_end(store, trace_id: str, limit: int) -> tuple[pd.DataFrame, pd.Data
     same device and address is not a free): the ``limit`` largest (time, address, bytes, thread, allocating
     operator and its top-level operator), totals per device (``blocks``, ``bytes``), and the number of frees
     of blocks allocated before the window."""
-    p = {"t": trace_id}
-    rows = store.query(_SQL_LIVE, {**p, "limit": int(limit)})
-    totals = store.query(_SQL_LIVE_TOTALS, p)
-    unmatched = int(store.con.execute(_SQL_UNMATCHED_FREES, p).fetchone()[0])
-    return rows, totals, unmatched
+    got = store.query(_SQL_LIVE, {"t": trace_id})
+    is_live = got["bytes"] > 0
+    live = got[is_live]
+    rows = live.head(max(int(limit), 0)).reset_index(drop=True)
+    totals = (live.groupby("device", sort=True).agg(blocks=("bytes", "size"), bytes=("bytes", "sum"))
+              .reset_index().astype({"blocks": "int64", "bytes": "int64"}))
+    return rows, totals, int((~is_live).sum())
 
 
-_SQL_ALLOCATOR_IDLE = f"""
-WITH calls AS (
-    SELECT start_ns, end_ns FROM launches
-    WHERE trace_id = $t AND end_ns > start_ns AND {_ALLOCATOR.format(c="regexp_replace(name, '_v[0-9]+$', '')")}
-), u AS ({union_sql("calls")}),
-g AS (SELECT device, gap_start_ns, gap_end_ns FROM idle_gaps WHERE trace_id = $t),
-ov AS (
-    SELECT g.device, sum(least(g.gap_end_ns, u.end_ns) - greatest(g.gap_start_ns, u.start_ns)) AS ns
-    FROM g JOIN u ON u.start_ns < g.gap_end_ns AND g.gap_start_ns < u.end_ns
-    GROUP BY g.device
-)
-SELECT g.device, CAST(sum(g.gap_end_ns - g.gap_start_ns) AS BIGINT) AS idle_ns,
-       CAST(coalesce(any_value(ov.ns), 0) AS BIGINT) AS allocator_idle_ns,
-       (SELECT count(*) FROM calls) AS allocator_calls,
-       (SELECT CAST(coalesce(sum(end_ns - start_ns), 0) AS BIGINT) FROM u) AS allocator_call_ns
-FROM g LEFT JOIN ov ON ov.device = g.device
-GROUP BY g.device ORDER BY g.device
+# The allocator's call names among the trace's launch-call names: the regular expression runs once per distinct
+# name (a few dozen), not once per call (a million at 1M kernels).
+_ALLOCATOR_NAMES = f"""allocator_names AS (
+    SELECT name FROM (SELECT DISTINCT name FROM launches WHERE trace_id = $t)
+    WHERE {_ALLOCATOR.format(c="regexp_replace(name, '_v[0-9]+$', '')")}
+)"""
+
+_SQL_ALLOCATOR_CALLS_ROWS = f"""
+WITH {_ALLOCATOR_NAMES}
+SELECT start_ns, end_ns FROM launches
+WHERE trace_id = $t AND end_ns > start_ns AND name IN (SELECT name FROM allocator_names)
 """
 
+_SQL_IDLE_GAPS = ("SELECT device, gap_start_ns, gap_end_ns FROM idle_gaps WHERE trace_id = $t "
+                  "ORDER BY device, gap_start_ns")
+
 _SQL_ALLOCATOR_CALLS = f"""
+WITH {_ALLOCATOR_NAMES}
 SELECT count(*) AS calls, CAST(coalesce(sum(dur_ns), 0) AS BIGINT) AS call_ns FROM launches
-WHERE trace_id = $t AND {_ALLOCATOR.format(c="regexp_replace(name, '_v[0-9]+$', '')")}
+WHERE trace_id = $t AND name IN (SELECT name FROM allocator_names)
 """
 
 
 def allocator_idle(store, trace_id: str) -> tuple[pd.DataFrame, dict[str, int]]:
     """Per GPU device: its idle time (the idle gaps of its busy union, idle_gaps) and the part of it that
     overlaps the union of the allocator's runtime/driver calls (cudaMalloc, cudaFree, cuMemAlloc, ...: the
-    'allocator' names of storage/idle.py) on any thread; and the trace's allocator calls (count, summed ns)."""
-    per_device = store.query(_SQL_ALLOCATOR_IDLE, {"t": trace_id})
-    calls, call_ns = store.con.execute(_SQL_ALLOCATOR_CALLS, {"t": trace_id}).fetchone()
-    return per_device, {"calls": int(calls), "call_ns": int(call_ns)}
+    'allocator' names of storage/idle.py) on any thread; and the trace's allocator calls (count, summed ns).
+
+    A device's gaps are disjoint, so the overlap is, per island of the calls' union, the gaps' length before its
+    end less their length before its start (``intervals.covered_before``): exact integer ns, no range join."""
+    p = {"t": trace_id}
+    calls = store.query(_SQL_ALLOCATOR_CALLS_ROWS, p)
+    us, ue = islands(calls["start_ns"].to_numpy(np.int64), calls["end_ns"].to_numpy(np.int64))
+    gaps = store.query(_SQL_IDLE_GAPS, p)
+    rows = []
+    for device, g in gaps.groupby("device", sort=True, dropna=False):
+        gs, ge = g["gap_start_ns"].to_numpy(np.int64), g["gap_end_ns"].to_numpy(np.int64)
+        over = 0
+        if len(us) and not pd.isna(device):  # a gap of no device overlaps nothing (the join on device)
+            over = int((covered_before(gs, ge, ue) - covered_before(gs, ge, us)).sum())
+        rows.append({"device": device, "idle_ns": int((ge - gs).sum()), "allocator_idle_ns": over,
+                     "allocator_calls": len(calls), "allocator_call_ns": int((ue - us).sum())})
+    per_device = pd.DataFrame(rows, columns=["device", "idle_ns", "allocator_idle_ns", "allocator_calls",
+                                             "allocator_call_ns"])
+    per_device = per_device.astype({"device": gaps["device"].dtype, "idle_ns": "int64", "allocator_idle_ns": "int64",
+                                    "allocator_calls": "int64", "allocator_call_ns": "int64"})
+    calls_n, call_ns = store.con.execute(_SQL_ALLOCATOR_CALLS, p).fetchall()[0]
+    return per_device, {"calls": int(calls_n), "call_ns": int(call_ns)}
 
 
 # A module range is a python_function named "nn.Module: X_k" (with_modules=True). The innermost holding an event
