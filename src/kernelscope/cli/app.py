@@ -72,7 +72,8 @@ def db_option(fn):
         metavar="FILE",
         envvar="KERNELSCOPE_DB",
         show_envvar=True,
-        help="Store file. Default: $KERNELSCOPE_DB, else ./kernelscope.duckdb.",
+        help="Store file (read-only commands also take a folder `kernelscope export --parquet` wrote). "
+             "Default: $KERNELSCOPE_DB, else ./kernelscope.duckdb.",
     )(fn)
 
 
