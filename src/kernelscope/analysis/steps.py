@@ -54,6 +54,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import UsageError
+from ..storage.intervals import islands
 from .result import Result
 from .rows import query_row, query_rows
 
@@ -143,21 +144,6 @@ def _spans(store, trace_id: str, rows, work) -> list[tuple[int, int]]:
     return spans
 
 
-def _islands(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The union of intervals ``[s, e)`` as islands in start order (storage/intervals.py's ``union_sql`` rule: in
-    (start, end) order an interval opens a new island when it starts after every earlier end; an island runs from
-    its first start to its largest end)."""
-    if not len(s):
-        return s, e
-    order = np.lexsort((e, s))
-    s, e = s[order], e[order]
-    new = np.empty(len(s), dtype=bool)
-    new[0] = True
-    new[1:] = s[1:] > np.maximum.accumulate(e)[:-1]
-    first = np.flatnonzero(new)
-    return s[first], np.maximum.reduceat(e, first)
-
-
 def _coverage(store, trace_id: str, spans, phase: str | None) -> dict[tuple[int, int], int]:
     """ns of span i covered by the union of every interval of priority level <= L (1 kernel, 2 memcpy,
     3 memset, 4 runtime call, 5 dataloader range, 6 CPU operator/annotation): {(i, L): ns}.
@@ -165,7 +151,7 @@ def _coverage(store, trace_id: str, spans, phase: str | None) -> dict[tuple[int,
     Per level the union's islands (disjoint, in start order) give ``C(x)``, the covered length before time
     ``x`` (a running sum of island lengths and the island that starts last at or before ``x``); a span's
     coverage is ``C(end) - C(start)``. The intervals are read once and each level's union is built in numpy from
-    the previous level's islands and the level's own intervals (``_islands``).
+    the previous level's islands and the level's own intervals (``storage.intervals.islands``).
     Operators enter through the top-level ones: a nested operator lies inside its
     top-level operator, so it adds nothing to the union."""
     lo, hi = min(s for s, _ in spans), max(e for _, e in spans)
@@ -191,17 +177,16 @@ def _coverage(store, trace_id: str, spans, phase: str | None) -> dict[tuple[int,
     params = {"t": trace_id, "lo": lo, "hi": hi}
     if phase is not None:
         params["phase"] = phase
-    got = store.query_arrow(f"WITH ann AS ({ann}) {levels}", params)
-    lv = got.column("lvl").to_numpy()
-    rs = got.column("start_ns").to_numpy().astype(np.int64, copy=False)
-    re_ = got.column("end_ns").to_numpy().astype(np.int64, copy=False)
+    got = store.query(f"WITH ann AS ({ann}) {levels}", params)
+    lv = got["lvl"].to_numpy()
+    rs, re_ = got["start_ns"].to_numpy(np.int64), got["end_ns"].to_numpy(np.int64)
     xs = np.array(sorted({x for span in spans for x in span}), dtype=np.int64)
     at = {int(x): k for k, x in enumerate(xs)}
     out: dict[tuple[int, int], int] = {}
     starts = ends = np.empty(0, dtype=np.int64)
     for lvl in raw:
         mine = lv == lvl
-        starts, ends = _islands(np.concatenate((starts, rs[mine])), np.concatenate((ends, re_[mine])))
+        starts, ends = islands(np.concatenate((starts, rs[mine])), np.concatenate((ends, re_[mine])))
         before = np.concatenate(([0], np.cumsum(ends - starts)[:-1])).astype(np.int64)
         k = np.searchsorted(starts, xs, side="right") - 1  # the island starting last at or before x
         kk = np.maximum(k, 0)
