@@ -16,6 +16,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from ..analysis.power import power as power_analysis
+from ..errors import KernelscopeError
 from ..storage import catalog, series
 from ..units import MJ_PER_J, NS_PER_MS
 from . import cache
@@ -23,6 +25,19 @@ from .blocks import Section, Table
 from .data import busy_bins
 from .figures import MAX_BINS, bin_width_ns, busy_fraction_bins, styled
 from .missing import na, shown
+
+
+def power_result(store, tid: str):
+    """The power analysis of ``tid`` through the cache (the entry ``cache.analysis(store, "power", tid)`` reads),
+    handed the cached bandwidth Result for its FLOP total, so bandwidth runs once per trace and process (the
+    Overview's recommendations read it too)."""
+    def run(s, t):
+        try:
+            bw = cache.analysis(s, "bandwidth", t)
+        except KernelscopeError:
+            bw = None  # power runs it itself and says why it has no FLOP total
+        return power_analysis(s, t, _bandwidth=bw)
+    return cache.call(store, tid, "analysis:power", run)
 
 
 def has_telemetry(store, trace_id: str) -> bool:
@@ -258,7 +273,7 @@ def power_section(store, trace_ids: list[str], ctx) -> Section | None:
         if not has_telemetry(store, tid):
             blocks.append(f"{name}: no telemetry was recorded with this trace: no power, energy or clocks.")
             continue
-        r = cache.analysis(store, "power", tid)
+        r = power_result(store, tid)
         fig = power_timeline_figure(telemetry_bins(store, tid, REPORT_BINS), busy_shading(store, tid, REPORT_BINS),
                                     r.scalars.get("trace_window_ns"))
         fig.update_layout(title=f"{name}: power, energy, clocks and temperature")
