@@ -24,8 +24,14 @@ from .render import emit_frame, emit_result, emit_sql, typed_label
 @click.option("--salvage", is_flag=True,
               help="Keep the complete events of a Kineto trace cut short (a job killed while writing it; a cut "
                    "gzip is decompressed as far as it goes) and mark the trace truncated.")
+@click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="Where the rank files of a multi-rank run are parsed and derived: this machine's process pool, "
+                   "or one Ray task per rank (pip install 'kernelscope[ray]'; the store's folder must be "
+                   "on storage every node sees). Same rows either way.")
+@click.option("--ray-address", default=None, metavar="ADDRESS", envvar="RAY_ADDRESS", show_envvar=True,
+              help="The Ray cluster for --engine ray (default: a local Ray instance for this ingest).")
 @db_option
-def ingest(paths, labels, name, no_python, salvage, db):
+def ingest(paths, labels, name, no_python, salvage, engine, ray_address, db):
     """Ingest traces: Kineto (.json, .json.gz), Nsight Systems (.sqlite, .sqlite.gz, .nsys-rep, or a
     `nsys export --type parquetdir` folder), Nsight Compute CSVs (.csv, .csv.gz: matched to the stored
     trace of the same workload), or directories of traces (recursive).
@@ -53,12 +59,15 @@ def ingest(paths, labels, name, no_python, salvage, db):
     Prints one line per file (ingested or skipped, with the trace id); failures go to stderr as
     `kernelscope: <path>: <reason>` and make the exit code non-zero. A file that fails leaves no rows.
     """
+    from ..storage import engine as engines
     from ..storage.ingest import ingest_paths
 
     label_map = label_pairs(labels)
+    where = engines.Engine(engine, ray_address)
+    engines.check(where)  # Ray missing: one line before any work
     with open_db(db, read_only=False) as store:
         results = ingest_paths(store, paths, labels=label_map, name=name, python_functions=not no_python,
-                               salvage=salvage)
+                               salvage=salvage, engine=where)
     failed = 0
     for r in results:
         if r.status == "failed":
@@ -491,4 +500,5 @@ def export(parquet_dir, run, db):
                f"{info.bytes / BYTES_PER_MB:.2f} MB  {info.path}")
 
 
-from . import collect  # noqa: E402,F401 - registers `profile` and `sweep` (cli/collect.py)
+# registers `check` and `mcp` (cli/check.py), `profile` and `sweep` (cli/collect.py)
+from . import check, collect  # noqa: E402,F401

@@ -35,6 +35,7 @@ from .discovery import (
     path_problem,
     trace_suffixes,
 )
+from .engine import LOCAL
 from .labels import label_number
 from .onetrace import IngestResult, ingest_file, ingest_reader
 from .rankrun import ingest_rank_run
@@ -100,14 +101,15 @@ class _Progress:
 
 
 def ingest_paths(
-    store, paths, *, labels=None, name=None, python_functions=True, progress=None, salvage=False
+    store, paths, *, labels=None, name=None, python_functions=True, progress=None, salvage=False, engine=None
 ) -> list[IngestResult]:
     """Ingest files, run directories and directories (recursive; see ``collect_paths``), each trace in
     its own transaction; a run directory with ``ingest_run`` (telemetry, provenance, timings, labels).
 
     A file that fails leaves no rows and the rest still land; content already stored (same sha256 of
     the decompressed bytes) is 'skipped'. ``progress``: None = a progress line on a terminal only,
-    after one second; True/False force it on/off.
+    after one second; True/False force it on/off. ``engine``: where the rank files of a multi-rank run are
+    parsed (``storage.engine.Engine``: the local process pool by default, or Ray).
     """
     items = []
     results: list[IngestResult] = []
@@ -151,8 +153,8 @@ def ingest_paths(
             results.extend(logdir.ingest_handler_files(store, handler_files, labels=labels,
                                                        python_functions=python_functions, salvage=salvage))
         for folder, members in runs:
-            results.extend(ingest_rank_run(store, folder, members, labels=labels,
-                                           python_functions=python_functions, salvage=salvage))
+            results.extend(ingest_rank_run(store, folder, members, labels=labels, python_functions=python_functions,
+                                           salvage=salvage, engine=engine or LOCAL))
         for i, (kind, p) in enumerate(items):
             on_batch = lambda n, i=i, p=p: bar.update(i, p, n)  # noqa: E731
             if kind == "run":  # every pass of the run: its Kineto trace, nsys export, ncu CSV (storage/rundir.py)

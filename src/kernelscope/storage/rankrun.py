@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from ..errors import KernelscopeError, ParseError, StoreError, UsageError
 from ..parsers.schema import TraceMeta
 from . import derivations, ranks, rawfacts, sizing, staging
+from .engine import LOCAL, Engine, run_ray
 from .onetrace import IngestResult, failed
 from .rundir import run_dir_parts
 from .tracerow import (
@@ -104,43 +105,41 @@ def _parse_and_derive(path: str, out: str, python_functions: bool, res: sizing.R
     return Parsed(meta, rows, staged, filled, retried)
 
 
-def _parse_all(jobs, python_functions: bool, workers: int, salvage: bool = False) -> list[Parsed]:
-    """Parse and derive (path, folder) jobs, in ``workers`` spawned processes when > 1; results in job order."""
-    def named(path, exc) -> ParseError:  # which rank file failed, in the one line
-        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return ParseError(msg if msg.startswith(str(path)) else f"{path}: {msg}")
+def _parse_all(jobs, python_functions: bool, workers: int, salvage: bool = False,
+               engine: Engine = LOCAL) -> list[Parsed]:
+    """Parse and derive (path, folder) jobs, in ``workers`` spawned processes when > 1, or as Ray tasks
+    (``engine``, storage/engine.py); results in job order. The first failed job's error is raised, naming its
+    rank file in one line."""
+    def result(path, get) -> Parsed:
+        try:
+            return get()
+        except KernelscopeError as exc:  # which rank file failed, in the one line
+            msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ParseError(msg if msg.startswith(str(path)) else f"{path}: {msg}") from None
+        except Exception as exc:
+            if type(exc).__module__.split(".")[0] not in ("duckdb", "_duckdb"):
+                raise
+            raise sizing.db_error(path, exc, rank_files=True) from None
 
     res = sizing.ingest_resources(workers)  # threads and memory of each worker's connection, sized together
+    calls = [(str(p), str(o), python_functions, res, i, salvage) for i, (p, o) in enumerate(jobs)]
+    if engine.kind == "ray":
+        outcomes = run_ray(_parse_and_derive, calls, engine.address)
+
+        def get(o):
+            if isinstance(o, BaseException):
+                raise o
+            return o
+        return [result(p, lambda o=o: get(o)) for (p, _o), o in zip(jobs, outcomes)]
     if workers <= 1:
-        out = []
-        for i, (p, o) in enumerate(jobs):
-            try:
-                out.append(_parse_and_derive(str(p), str(o), python_functions, res, i, salvage))
-            except KernelscopeError as exc:
-                raise named(p, exc) from None
-            except Exception as exc:
-                if type(exc).__module__.split(".")[0] not in ("duckdb", "_duckdb"):
-                    raise
-                raise sizing.db_error(p, exc, rank_files=True) from None
-        return out
+        return [result(p, lambda c=c: _parse_and_derive(*c)) for (p, _o), c in zip(jobs, calls)]
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
     ctx = multiprocessing.get_context("spawn")  # the parent holds DuckDB threads: never fork it
     with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-        futures = [pool.submit(_parse_and_derive, str(p), str(o), python_functions, res, i, salvage)
-                   for i, (p, o) in enumerate(jobs)]
-        out = []
-        for (p, _o), f in zip(jobs, futures):
-            try:
-                out.append(f.result())
-            except KernelscopeError as exc:
-                raise named(p, exc) from None
-            except Exception as exc:
-                if type(exc).__module__.split(".")[0] not in ("duckdb", "_duckdb"):
-                    raise
-                raise sizing.db_error(p, exc, rank_files=True) from None
-        return out
+        futures = [pool.submit(_parse_and_derive, *c) for c in calls]
+        return [result(p, f.result) for (p, _o), f in zip(jobs, futures)]
 
 
 def _insert_rank_tables(con, folders, tables, mapping) -> None:
@@ -167,7 +166,7 @@ def _insert_rank_tables(con, folders, tables, mapping) -> None:
 
 
 def ingest_rank_run(store, folder, members, *, labels=None, python_functions=True,
-                    salvage=False) -> list[IngestResult]:
+                    salvage=False, engine: Engine = LOCAL) -> list[IngestResult]:
     """Ingest the rank traces ``members`` (``ranks.Member``) of ``folder`` as ONE run in ONE transaction.
 
     Rank files are parsed, linked and turned into derived tables in parallel processes
@@ -200,7 +199,7 @@ def ingest_rank_run(store, folder, members, *, labels=None, python_functions=Tru
             folder_i.mkdir()
         t_parse = time.perf_counter()
         try:
-            parsed = _parse_all(jobs, python_functions, workers, salvage)
+            parsed = _parse_all(jobs, python_functions, workers, salvage, engine)
         except KernelscopeError as exc:
             return [failed(folder, exc, t0)]
         except OSError as exc:
@@ -279,6 +278,8 @@ def ingest_rank_run(store, folder, members, *, labels=None, python_functions=Tru
     t_insert = time.perf_counter() - t_insert
     for r in results:
         r.seconds = seconds / max(1, len(results))
-        r.message += (f"; {len(members)} ranks parsed by {workers} process{'es' if workers > 1 else ''} in "
-                      f"{t_parse:.1f} s, derived and inserted in {t_insert:.1f} s")
+        by = (f"{len(members)} Ray tasks" if engine.kind == "ray"
+              else f"{workers} process{'es' if workers > 1 else ''}")
+        r.message += (f"; {len(members)} ranks parsed by {by} in {t_parse:.1f} s, derived and inserted in "
+                      f"{t_insert:.1f} s")
     return results
