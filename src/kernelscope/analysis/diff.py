@@ -128,6 +128,9 @@ def _headline_values(store, trace_id: str) -> dict:
     return {m: out.get(m) for m in METRICS}
 
 
+headline_values = _headline_values  # public: `kernelscope check` and the MCP server read the same numbers
+
+
 def _delta_pct(a, b):
     if a is None or b is None or a == 0:
         return None
@@ -224,14 +227,15 @@ class Rule:
 _RULE_RE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*([<>])\s*([+-]?\d+(?:\.\d+)?)\s*(%?)\s*$")
 
 
-def parse_rule(text: str) -> Rule:
-    """Parse ``METRIC OP THRESHOLD`` (e.g. ``latency_ns>+5%``); a bad expression is a UsageError."""
+def parse_rule(text: str, metrics: tuple[str, ...] = METRICS) -> Rule:
+    """Parse ``METRIC OP THRESHOLD`` (e.g. ``latency_ns>+5%``), METRIC one of ``metrics``; a bad expression is a
+    UsageError."""
     m = _RULE_RE.match(text)
     if not m:
         raise UsageError(f"--fail-on '{text}' is not METRIC>THRESHOLD or METRIC<THRESHOLD; write it like "
                          "\"latency_ns>+5%\" or \"busy_ns<-1000\".")
-    if m.group(1) not in METRICS:
-        raise UsageError(f"--fail-on '{text}': unknown metric '{m.group(1)}'; known: {', '.join(METRICS)}.")
+    if m.group(1) not in metrics:
+        raise UsageError(f"--fail-on '{text}': unknown metric '{m.group(1)}'; known: {', '.join(metrics)}.")
     return Rule(text.strip(), m.group(1), m.group(2), float(m.group(3)), m.group(4) == "%")
 
 

@@ -500,4 +500,5 @@ def export(parquet_dir, run, db):
                f"{info.bytes / BYTES_PER_MB:.2f} MB  {info.path}")
 
 
-from . import collect  # noqa: E402,F401 - registers `profile` and `sweep` (cli/collect.py)
+# registers `check` and `mcp` (cli/check.py), `profile` and `sweep` (cli/collect.py)
+from . import check, collect  # noqa: E402,F401
