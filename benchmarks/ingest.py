@@ -20,9 +20,15 @@ What it does, in one run:
 Bar (issue 2, point 4): >= 5x faster than HTA and <= 0.5x its peak RSS on the 1x
 .json and .json.gz; our peak RSS grows <= 15% from the 1x to the 4x file.
 
+Workers (issue 15): ``--workers 1,2,4`` runs kernelscope once per count with KERNELSCOPE_PARSE_WORKERS set
+(one trace decoded by that many processes) and adds a table: time, MB/s, MB/s per core (MB/s / workers),
+peak RSS of the process tree and the speed-up over the first count. ``--scales 1`` builds only the 1x file,
+``--fmt json`` keeps only the .json, ``--hta off`` skips HTA (a scaling run), ``--out`` names the results file.
+
 Usage:
     python3 benchmarks/ingest.py            # full run (about 15-30 min on 2 cores)
     python3 benchmarks/ingest.py --quick    # 5 MiB / 20 MiB files, 1 run, nothing written
+    python3 benchmarks/ingest.py --mb 1024 --scales 1 --fmt json --hta off --workers 1,2,4,8,16   # scaling
 Only the standard library is needed to run this script.
 """
 
@@ -259,8 +265,8 @@ def build_traces(sample: str, out_dir: str, megabytes: float, scales: list) -> l
         else:
             say(f"[build] x{scale}: reusing {base}")
         for fmt, path in (("json", jpath), ("json.gz", gpath)):
-            files.append({"scale": scale, "fmt": fmt, "path": path,
-                          "bytes": os.path.getsize(path), "counts": meta["counts"]})
+            files.append({"scale": scale, "fmt": fmt, "path": path, "bytes": os.path.getsize(path),
+                          "json_bytes": os.path.getsize(jpath), "counts": meta["counts"]})
     return files
 
 
@@ -279,10 +285,12 @@ def store_counts(db: str) -> dict:
     return json.loads(r.stdout)
 
 
-def ours_once(ks: tuple, f: dict, work: str, timeout_s: float, count: bool) -> dict:
+def ours_once(ks: tuple, f: dict, work: str, timeout_s: float, count: bool, workers: int | None = None) -> dict:
+    """One `kernelscope ingest` into a fresh store (KERNELSCOPE_PARSE_WORKERS=workers when given); the store's
+    row counts when count is set."""
     ks, env = ks[0], ks[1]
-
-    """One `kernelscope ingest` into a fresh store; the store's row counts when count is set."""
+    if workers is not None:
+        env = dict(env if env is not None else os.environ, KERNELSCOPE_PARSE_WORKERS=str(workers))
     store_dir = tempfile.mkdtemp(prefix="store-", dir=work)
     db = os.path.join(store_dir, "bench.duckdb")
     r = measure(ks + ["ingest", f["path"], "--db", db], os.path.join(work, "ours.log"), timeout_s, env)
@@ -365,6 +373,45 @@ def warm(path: str) -> None:
     with open(path, "rb") as fh:
         while fh.read(1 << 24):
             pass
+
+
+def run_workers(ks, f, counts: list, runs: int, work: str, timeout_s: float) -> dict:
+    """kernelscope alone at each worker count, the counts alternating run by run (same machine load)."""
+    out: dict = {w: [] for w in counts}
+    for i in range(runs):
+        for w in counts:
+            if any("error" in r for r in out[w]):
+                continue
+            load = load_avg()
+            r = ours_once(ks, f, work, timeout_s, count=(i == 0), workers=w)
+            r["load"] = load
+            out[w].append(r)
+            show(f"kernelscope workers={w}", i + 1, runs, r)
+            got = (r.get("counts") or {}).get("kernels")
+            if "counts" in r and got != f["counts"]["kernels"]:
+                say(f"  WARNING: kernelscope stored {got} kernels, the file has {f['counts']['kernels']}")
+    return {w: summarise(rs) for w, rs in out.items()}
+
+
+def workers_table(rows: list) -> list:
+    """Markdown lines: one row per (file, worker count)."""
+    out = ["| file | size | workers | kernelscope time | MB/s (of the .json) | MB/s per core | peak RSS (tree) "
+           "| vs first count |",
+           "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        f = r["file"]
+        first = None
+        for w, o in r["workers"].items():
+            name = f"x{f['scale']} .{f['fmt']}"
+            if "error" in o:
+                out.append(f"| {name} | {_mib(f['bytes'])} | {w} | FAILED: {o['error']} | - | - | - | - |")
+                continue
+            mbs = f["json_bytes"] / 1e6 / o["time"]  # decompressed MB: a .json.gz is read as its .json
+            first = first or o["time"]
+            out.append(f"| {name} | {_mib(f['bytes'])} | {w} | {o['time']:.2f} s"
+                       + (f" (n={o['n']})" if o["n"] != 3 else "")
+                       + f" | {mbs:.1f} | {mbs / w:.1f} | {_mib(o['rss'])} | {first / o['time']:.2f}x |")
+    return out
 
 
 # ---------------------------------------------------------------- report
@@ -454,14 +501,14 @@ def machine() -> str:
     return f"{os.cpu_count()} cores ({cpu or platform.machine()}), {mem:.0f} GiB RAM, {platform.system()} {platform.release()}"
 
 
-def versions(ks: tuple, hta_py: str) -> str:
+def versions(ks: tuple, hta_py: str | None) -> str:
     def out(cmd, env=None):
         try:
             return subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env).stdout.strip()
         except OSError:
             return "?"
     ours = out(ks[0] + ["--version"], ks[1])
-    hta = out([hta_py, "-c", "import importlib.metadata as m, pandas, numpy, sys; "
+    hta = "HTA not run" if hta_py is None else out([hta_py, "-c", "import importlib.metadata as m, pandas, numpy, sys; "
                "print(f'HTA {m.version(\"holistictraceanalysis\")}, pandas {pandas.__version__}, numpy {numpy.__version__}, "
                "python {sys.version.split()[0]}')"])
     ks_py = os.path.join(ROOT, ".venv", "bin", "python")
@@ -487,7 +534,15 @@ def main(argv=None) -> int:
     ap.add_argument("--hta-venv", default=os.path.join(ROOT, ".bench", "hta-venv"))
     ap.add_argument("--work", default=os.path.join(ROOT, ".bench"))
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per run before it is killed")
+    ap.add_argument("--workers", help="comma-separated KERNELSCOPE_PARSE_WORKERS counts to run kernelscope at "
+                    "(e.g. 1,2): adds the workers table (MB/s, MB/s per core)")
+    ap.add_argument("--scales", default="1,4", help="file sizes to build, in multiples of --mb (default 1,4)")
+    ap.add_argument("--fmt", choices=("both", "json", "json.gz"), default="both", help="which files to run")
+    ap.add_argument("--hta", choices=("on", "off"), default="on", help="off: kernelscope only (scaling runs)")
+    ap.add_argument("--out", help="results file (default benchmarks/results/ingest-<date>.md)")
     a = ap.parse_args(argv)
+    counts = [int(w) for w in a.workers.split(",")] if a.workers else []
+    scales = [int(x) for x in a.scales.split(",")]
     mb = a.mb or (5.0 if a.quick else 250.0)
     runs = a.runs or (1 if a.quick else 3)
 
@@ -498,7 +553,7 @@ def main(argv=None) -> int:
     else:
         cmd, env, sha = snapshot(a.ref, a.work)
         ks = (cmd, env, f"git {sha}")
-    hta_py = ensure_hta(a.hta_venv)
+    hta_py = ensure_hta(a.hta_venv) if a.hta == "on" else None
     ver = versions(ks, hta_py)
     say(f"[setup] {ver}")
     say(f"[setup] machine: {machine()}")
@@ -506,8 +561,8 @@ def main(argv=None) -> int:
     work = tempfile.mkdtemp(prefix="ingest-bench-", dir=a.work)
 
     trace_dir = os.path.join(a.work, "traces-quick" if a.quick else "traces")
-    files = build_traces(sample, trace_dir, mb, [1, 4])
-    rows = []
+    files = [f for f in build_traces(sample, trace_dir, mb, scales) if a.fmt in ("both", f["fmt"])]
+    rows, wrows = [], []
     hta_1x = {}
     for f in files:
         label = f"x{f['scale']} .{f['fmt']}"
@@ -515,8 +570,15 @@ def main(argv=None) -> int:
         say(f"[run] {label}: {os.path.relpath(f['path'], ROOT)}, {_mib(f['bytes'])}, "
             f"{c['events']:,} events, {c['kernels']:,} kernels")
         warm(f["path"])
+        if counts:
+            say(f"[run] {label}: kernelscope ingest x{runs} at workers {counts}")
+            wrows.append({"file": f, "workers": run_workers(ks, f, counts, runs, work, a.timeout)})
+            if a.hta == "off":
+                continue
         hta_runs, skip = 0, None
-        if f["scale"] == 1:
+        if a.hta == "off":
+            skip = "--hta off"
+        elif f["scale"] == 1:
             hta_runs = runs
         elif f["fmt"] == "json" and a.hta_4x != "off":
             ref = hta_1x.get("json", {})
@@ -543,8 +605,10 @@ def main(argv=None) -> int:
             say(f"  WARNING: HTA parsed {hta['parsed']} events, the file has {c['hta_events']} it should keep")
         rows.append({"file": f, "ours": ours, "hta": hta})
 
-    summary = verdicts(rows)
-    lines = table(rows)
+    summary = verdicts(rows) if rows else []
+    lines = table(rows) if rows else []
+    if wrows:
+        lines = (lines + [""] if lines else []) + workers_table(wrows)
     say("")
     for ln in lines + [""] + summary:
         say(ln)
@@ -554,7 +618,7 @@ def main(argv=None) -> int:
         say("\n(--quick: results not written)")
         return 0
     date = _dt.date.today().isoformat()
-    path = os.path.join(HERE, "results", f"ingest-{date}.md")
+    path = a.out or os.path.join(HERE, "results", f"ingest-{date}.md")
     os.makedirs(os.path.dirname(path), exist_ok=True)
     rel_sample = os.path.relpath(sample, ROOT)
     with open(path, "w") as fh:
@@ -563,10 +627,17 @@ def main(argv=None) -> int:
         fh.write(f"- sample tiled: `{rel_sample}`; 1x = {mb:.0f} MiB, 4x = {4 * mb:.0f} MiB\n")
         fh.write(f"- median of {runs} runs; wall time of the whole command; peak RSS = max over time of "
                  f"the summed RSS of the process tree (polled every {POLL_S * 1000:.0f} ms)\n")
-        fh.write(f"- command: `python3 benchmarks/ingest.py --sample {rel_sample}"
-                 + (f" --kernelscope {a.kernelscope}" if a.kernelscope else f" --ref {ks[2].split()[-1]}") + "`\n\n")
+        fh.write(f"- command: `python3 benchmarks/ingest.py {' '.join(argv if argv is not None else sys.argv[1:])}`"
+                 + (f" (kernelscope: {ks[2]})" if not a.kernelscope else "") + "\n\n")
         fh.write("\n".join(lines + [""] + summary) + "\n\n")
         fh.write("Per-run numbers (seconds; MiB):\n\n")
+        for r in wrows:
+            for w, x in r["workers"].items():
+                if "times" in x:
+                    fh.write(f"- x{r['file']['scale']} .{r['file']['fmt']} workers={w}: "
+                             f"{', '.join(f'{t:.2f}' for t in x['times'])}; "
+                             f"{', '.join(f'{b / 2**20:.0f}' for b in x['rsses'])}; load avg at start "
+                             f"{', '.join(f'{v:.1f}' for v in x['loads'])}\n")
         for r in rows:
             for who in ("ours", "hta"):
                 x = r[who] or {}

@@ -30,6 +30,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 
 from kernelscope.parsers import source
@@ -93,6 +94,28 @@ class _Chunk:
     sep: bytes
 
 
+class _Gather:
+    """The runs of whole events gathered into the next chunk: where it starts, how long it is, the separator
+    after its last run and, for a gzip file, its text (a plain file's chunk is read by the worker)."""
+
+    def __init__(self):
+        self.reset()
+
+    def reset(self) -> None:
+        self.base, self.length, self.sep = 0, 0, b""
+        self.texts: list[bytes] = []
+
+    def add(self, base: int, buf: bytes, run_end: int, sep_end: int, keep_text: bool) -> None:
+        if not self.length:
+            self.base = base
+        elif keep_text:
+            self.texts.append(self.sep)
+        if keep_text:
+            self.texts.append(buf[:run_end])
+        self.length = base + run_end - self.base
+        self.sep = buf[run_end:sep_end]
+
+
 class ParallelKinetoReader(KinetoReader):
     """``KinetoReader`` whose event array is decoded by ``workers`` processes (rows identical, in file order).
     With ``workers <= 1``, or a file estimated under ``MIN_BYTES``, it is the one-process reader."""
@@ -104,6 +127,7 @@ class ParallelKinetoReader(KinetoReader):
         self._pool: ProcessPoolExecutor | None = None
         self._carry: tuple[bytes, int, bytes] | None = None  # (text, its offset, the separator after it)
         self._warming: list[Future] = []
+        self._hasher: _HashThread | None = None
         self.chunks = 0  # chunks decoded by workers (reported by the benchmark)
         self.fallbacks = 0  # chunks the parent decoded again itself
 
@@ -115,9 +139,17 @@ class ParallelKinetoReader(KinetoReader):
         try:
             yield from super().__iter__()
         finally:
+            if self._hasher is not None:
+                self._hasher.close()
             if own and self._pool is not None:
                 self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
+
+    def _source(self) -> Source:
+        src = super()._source()
+        if self._pool is not None:  # the sha256 of the bytes runs beside the parent's reading (it frees the GIL)
+            src.sha = self._hasher = _HashThread(src.sha)
+        return src
 
     def _events(self, src: Source, buf: bytes, base: int, eof: bool) -> Iterator[pa.RecordBatch]:
         pool = self._pool
@@ -129,6 +161,7 @@ class ParallelKinetoReader(KinetoReader):
             for f in warming:
                 f.exception()
         pending: deque[_Chunk] = deque()
+        acc = _Gather()
         plain = not src.gz
         while True:
             if not eof:
@@ -150,32 +183,41 @@ class ParallelKinetoReader(KinetoReader):
                 if not self._pool_works():
                     yield from super()._events(src, buf, base, eof)
                     return
-            if len(buf) < self.chunk_bytes and len(buf) <= max_event_bytes() + source.BLOCK_BYTES and not eof:
-                continue
-            # like KinetoReader._step, but the run goes to a worker
-            cut = self._last_boundary(buf)
-            if cut is not None:
-                run_end = cut + 1
-                rest = buf[run_end:]
-                rest = rest[rest.index(b"{") :]
-                sep_end = len(buf) - len(rest)
-                run = buf[:run_end]
-                job = (str(src.path), base, run_end, None) if plain else (None, base, run_end, run)
-                fut = pool.submit(_decode_chunk, job, self.python_functions, self.batch_rows)
-                pending.append(_Chunk(fut, base, run_end, None if plain else run, buf[run_end:sep_end]))
-                base += sep_end
-                buf = rest
-            if eof:  # the one-process reader's end: the text after the last boundary, then _finish
+            if len(buf) > max_event_bytes() + source.BLOCK_BYTES:  # refused where the reader refuses it
+                self._flush(acc, pending)
+                yield from self._drain(pending, 0)
+                buf, base = self._take_carry(buf, base)
+                self._check_cap(buf, base)
+            if eof:  # the reader's end: the text after the last boundary, then _finish
+                self._flush(acc, pending)
                 yield from self._drain(pending, 0)
                 buf, base = self._take_carry(buf, base)
                 self._check_cap(buf, base)
                 yield from self._finish(buf, base, src)
                 return
-            if len(buf) > max_event_bytes() + source.BLOCK_BYTES:  # the cap, checked where the reader does
-                yield from self._drain(pending, 0)
-                buf, base = self._take_carry(buf, base)
-                self._check_cap(buf, base)
+            # KinetoReader._step, the run added to the chunk being gathered instead of decoded here
+            cut = self._last_boundary(buf)
+            if cut is None:
+                continue
+            run_end = cut + 1
+            rest = buf[run_end:]
+            rest = rest[rest.index(b"{") :]
+            sep_end = len(buf) - len(rest)
+            acc.add(base, buf, run_end, sep_end, keep_text=not plain)
+            base += sep_end
+            buf = rest
+            if acc.length >= self.chunk_bytes:
+                self._flush(acc, pending)
             yield from self._drain(pending, 2 * self.workers)
+
+    def _flush(self, acc: _Gather, pending: deque[_Chunk]) -> None:
+        """Hand the gathered chunk to a worker (nothing when empty)."""
+        if acc.length:
+            data = b"".join(acc.texts) if acc.texts else None
+            job = (str(self.path), acc.base, acc.length, data)
+            fut = self._pool.submit(_decode_chunk, job, self.python_functions, self.batch_rows)
+            pending.append(_Chunk(fut, acc.base, acc.length, data, acc.sep))
+            acc.reset()
 
     def _take_carry(self, buf: bytes, base: int) -> tuple[bytes, int]:
         """``(buf, base)`` with the piece a chunk's tolerant decode carried put back in front."""
@@ -240,10 +282,40 @@ class ParallelKinetoReader(KinetoReader):
             return
         for batch in pa.ipc.open_stream(stream):
             n = batch.num_rows
-            seq = pa.array(range(b.seq, b.seq + n), pa.int64())
+            seq = pa.array(np.arange(b.seq, b.seq + n, dtype=np.int64))
             b.seq += n
             self.meta.events += n
             yield batch.set_column(_SEQ, RAW_EVENTS.field(_SEQ), seq)
+
+
+class _HashThread:
+    """A hashlib object updated by a thread, in order (``update`` queues the block, at most a few wait);
+    ``hexdigest`` waits for the last one."""
+
+    def __init__(self, sha):
+        import queue
+        import threading
+
+        self._sha = sha
+        self._queue: queue.Queue = queue.Queue(maxsize=4)
+        self._thread = threading.Thread(target=self._run, name="kernelscope-sha256", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while (block := self._queue.get()) is not None:
+            self._sha.update(block)
+
+    def update(self, block: bytes) -> None:
+        self._queue.put(block)
+
+    def close(self) -> None:
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join()
+
+    def hexdigest(self) -> str:
+        self.close()
+        return self._sha.hexdigest()
 
 
 @contextmanager

@@ -105,7 +105,7 @@ class KinetoReader:
         if self._started:
             raise RuntimeError("a KinetoReader can be iterated once")
         self._started = True
-        src = Source(self.path, salvage=self.salvage)
+        src = self._source()
         try:
             yield from self._read(src)
         except RecursionError:  # msgspec's depth guard: JSON nested past Python's recursion limit
@@ -115,6 +115,10 @@ class KinetoReader:
             ) from None
         finally:
             src.close()
+
+    def _source(self) -> Source:
+        """The file's decompressed bytes (``parallel.ParallelKinetoReader`` hashes them in a thread)."""
+        return Source(self.path, salvage=self.salvage)
 
     # -- the stream: head, event array, tail
 
