@@ -92,7 +92,7 @@ def size(path: pathlib.Path) -> int:
     return path.stat().st_size if path.is_file() else sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
-def ingest(folder: pathlib.Path, db: pathlib.Path, workers: str | None) -> tuple[float, str]:
+def ingest(folder: pathlib.Path, db: pathlib.Path, workers: str | None, engine: str = "local") -> tuple[float, str]:
     for p in (db, pathlib.Path(str(db) + ".wal")):
         if p.exists():
             p.unlink()
@@ -102,12 +102,14 @@ def ingest(folder: pathlib.Path, db: pathlib.Path, workers: str | None) -> tuple
     if workers:
         env["KERNELSCOPE_INGEST_WORKERS"] = workers
     t0 = time.perf_counter()
-    proc = subprocess.run(KS + ["ingest", str(folder), "--db", str(db)], capture_output=True, text=True, env=env)
+    proc = subprocess.run(KS + ["ingest", str(folder), "--engine", engine, "--db", str(db)], capture_output=True,
+                          text=True, env=env)
     dt = time.perf_counter() - t0
     if proc.returncode:
         sys.exit(f"ingest failed: {proc.stderr.strip()}")
-    m = re.search(r"parsed by (\d+) process\S* in ([0-9.]+) s, derived and inserted in ([0-9.]+) s", proc.stdout)
-    return dt, (f"{m.group(1)} process(es): parse {m.group(2)} s, derive+insert {m.group(3)} s" if m else "?")
+    m = re.search(r"parsed by (\d+ process\S*|\d+ Ray tasks) in ([0-9.]+) s, derived and inserted in ([0-9.]+) s",
+                  proc.stdout)
+    return dt, (f"{m.group(1)}: parse {m.group(2)} s, derive+insert {m.group(3)} s" if m else "?")
 
 
 def main(argv=None) -> int:
@@ -117,6 +119,9 @@ def main(argv=None) -> int:
     ap.add_argument("--tiles", type=int, default=1,
                     help="tile each rank trace this many times along time (e.g. --ranks 2 --tiles 683: 1M kernels)")
     ap.add_argument("--once", action="store_true", help="ingest once (default worker bound), not three ways")
+    ap.add_argument("--ray", action="store_true",
+                    help="also ingest with --engine ray (a local Ray instance, started by the ingest: its start is "
+                         "in the time) and check it stores the same rows")
     ap.add_argument("--write", action="store_true", help="write benchmarks/results/ranks-<date><suffix>.md")
     ap.add_argument("--suffix", default="", help="appended to the results file name (e.g. -16core)")
     a = ap.parse_args(argv)
@@ -134,9 +139,19 @@ def main(argv=None) -> int:
         t_par, w_par = ingest(traces, db, str(cores))
         rows.append(("ingest, parse in-process", f"{t_ser:.1f} s", w_ser))
         rows.append((f"ingest, parse in {cores} processes", f"{t_par:.1f} s", w_par))
+    if a.ray:
+        ray_db = a.out / "ray.duckdb"
+        t_ray, w_ray = ingest(traces, ray_db, None, engine="ray")
+        with open_store(ray_db, read_only=True) as store:
+            ray_rows = store.con.execute("SELECT count(*), sum(dur_ns) FROM gpu_activities").fetchone()
+        rows.append(("ingest --engine ray (local instance)", f"{t_ray:.1f} s", w_ray))
     t_def, w_def = ingest(traces, db, None)
     rows.append(("ingest, default bound", f"{t_def:.1f} s", w_def + " (bound: free cores, memory, in-process "
                  "below 8 MiB of files)"))
+    if a.ray:
+        with open_store(db, read_only=True) as store:
+            same = store.con.execute("SELECT count(*), sum(dur_ns) FROM gpu_activities").fetchone() == ray_rows
+        rows.append(("Ray rows = local rows", str(same), "count and total duration of gpu_activities"))
     with open_store(db, read_only=True) as store:
         kernels = store.con.execute("SELECT count(*) FROM gpu_activities WHERE kind = 'kernel'").fetchone()[0]
         colls = store.con.execute("SELECT count(*) FROM collectives").fetchone()[0]
@@ -186,6 +201,7 @@ def main(argv=None) -> int:
                 f"{duckdb.__version__}, pyarrow {pyarrow.__version__}, python {sys.version.split()[0]}.\n"
                 f"Command: `python benchmarks/ranks.py --ranks {a.ranks}"
                 + (f" --tiles {a.tiles}" if a.tiles > 1 else "") + (" --once" if a.once else "")
+                + (" --ray" if a.ray else "")
                 + f" --write{' --suffix ' + a.suffix if a.suffix else ''}`. Ranks made from "
                 "sample_traces/ddp2 (rank k = ddp_rank{k % 2} with its rank set rewritten"
                 + (f", tiled {a.tiles} times along time" if a.tiles > 1 else "") + ").\n\n"
