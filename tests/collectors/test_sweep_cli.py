@@ -65,7 +65,7 @@ def test_sweep_exits_non_zero_only_when_every_point_fails(tmp_path):
     r = warm_cli.run(["sweep", "--grid", "s=a,b", "--db", tmp_path / "ks.duckdb", "--name", "none", "--",
                       "python", str(tmp_path / "{s}.py")], cwd=tmp_path, timeout=60)
     assert r.returncode == 1
-    assert f"kernelscope: point s=a failed: kernelscope profile: script {str(tmp_path / 'a.py')!r} not found." \
+    assert f"kernelscope: point s=a failed: script {str(tmp_path / 'a.py')!r} not found." \
         in r.stderr.splitlines()
     assert "kernelscope: sweep none: 0 of 2 points profiled" in r.stderr and "Traceback" not in r.stderr
 

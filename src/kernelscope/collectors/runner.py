@@ -34,23 +34,23 @@ TIMING_FILE = ".timing.json"
 def _split(argv: list[str]) -> tuple[list[str], str]:
     """(script argv, how to run it: 'path' | 'module') from ``python s.py args`` or ``s.py args``."""
     if not argv:
-        raise UsageError("kernelscope profile: no command given; write `kernelscope profile -- python script.py`.")
+        raise UsageError("no command given; write `kernelscope profile -- python script.py`.")
     args = list(argv)
     if Path(args[0]).name.startswith("python"):
         args = args[1:]
         while args and args[0].startswith("-") and args[0] != "-m":
             args = args[1:]  # interpreter flags (-u, -O) are not kept
     if not args:
-        raise UsageError("kernelscope profile: no script given after python; write `-- python script.py`.")
+        raise UsageError("no script given after python; write `-- python script.py`.")
     if args[0] == "-m":
         if len(args) < 2:
-            raise UsageError("kernelscope profile: `-m` needs a module name.")
+            raise UsageError("`-m` needs a module name.")
         return args[1:], "module"
     if not args[0].endswith(".py") and not Path(args[0]).is_file():
-        raise UsageError(f"kernelscope profile: {args[0]!r} is not a Python script; "
+        raise UsageError(f"{args[0]!r} is not a Python script; "
                          "write `kernelscope profile -- python script.py args`.")
     if not Path(args[0]).is_file():
-        raise UsageError(f"kernelscope profile: script {args[0]!r} not found.")
+        raise UsageError(f"script {args[0]!r} not found.")
     return args, "path"
 
 
