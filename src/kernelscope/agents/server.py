@@ -39,7 +39,8 @@ def build_server(db: str, allow_ingest: bool = False):
     from mcp.server.mcpserver import MCPServer
     from mcp.types import ToolAnnotations
 
-    server = MCPServer("kernelscope", instructions=INSTRUCTIONS, version=__version__)
+    # WARNING: the SDK logs each failed call at INFO on stderr; the client gets the error itself
+    server = MCPServer("kernelscope", instructions=INSTRUCTIONS, version=__version__, log_level="WARNING")
     ro = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 
     def add(fn, read_only: bool = True):

@@ -115,7 +115,7 @@ def analyses() -> dict[str, Any]:
         params = list(inspect.signature(a.fn).parameters.values())[2:]  # after (store, trace_id[s])
         options = [{"name": p.name, "default": json_safe(p.default)} for p in params
                    if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
-                   and not (a.multi and p.name in ("by", "sweep"))]
+                   and not p.name.startswith("_") and not (a.multi and p.name in ("by", "sweep"))]
         doc = inspect.getmodule(a.fn).__doc__ or ""
         rows.append({"name": a.name, "description": a.description, "multi_trace": a.multi,
                      "options": options, "definition": (getattr(inspect.getmodule(a.fn), "DEFINITION", None)
