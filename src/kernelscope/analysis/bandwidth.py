@@ -378,10 +378,19 @@ def _model_groups(groups: pd.DataFrame, *, tf32_matmul: bool, tf32_conv: bool) -
     """``flops``, ``bytes``, ``dtype``, ``tensor_core``, ``rule``, ``reason`` and ``dtype_source`` of one call
     of each group (``opmodel.model_op``)."""
     types, sources = _dtype_sources(groups)
-    costs = [model_op(r.name, r.input_dims, ty, r.input_strides, r.concrete_inputs,
-                      elem_size_hint=int(r.hint) if isinstance(r.hint, str) else None,
-                      tf32_matmul=tf32_matmul, tf32_conv=tf32_conv)
-             for r, ty in zip(groups.itertuples(index=False), types)]
+    memo: dict = {}  # model_op is a function of its arguments: groups with equal ones (the _foreach_ instances
+    costs = []       # of one optimizer step in every recorded step) are modelled once
+    for r, ty in zip(groups.itertuples(index=False), types):
+        hint = int(r.hint) if isinstance(r.hint, str) else None
+        args = (r.name, r.input_dims, ty, r.input_strides, r.concrete_inputs)
+        try:
+            cost = memo[args + (hint,)]
+        except KeyError:
+            cost = memo[args + (hint,)] = model_op(*args, elem_size_hint=hint, tf32_matmul=tf32_matmul,
+                                                   tf32_conv=tf32_conv)
+        except TypeError:  # an unhashable argument: modelled alone
+            cost = model_op(*args, elem_size_hint=hint, tf32_matmul=tf32_matmul, tf32_conv=tf32_conv)
+        costs.append(cost)
     groups["flops"] = pd.array([c.flops for c in costs], dtype="Int64")
     groups["bytes"] = pd.array([c.bytes for c in costs], dtype="Int64")
     groups["dtype"] = pd.Series([c.dtype for c in costs], dtype="object")

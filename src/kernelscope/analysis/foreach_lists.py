@@ -73,13 +73,25 @@ def foreach_lists(store, trace_id: str) -> dict[int, ForeachList]:
     grads = store.query(_SQL_GRADS, {"t": trace_id})
     g_start = grads["start_ns"].to_numpy("int64")
     g_shape, g_type = [], []
-    for d, ty in zip(grads["input_dims"], grads["input_types"]):
-        d, ty = json_value(d) or [], json_value(ty) or []
-        ok = bool(d) and isinstance(d[0], list) and all(isinstance(i, int) for i in d[0])
-        g_shape.append(d[0] if ok else None)
-        g_type.append(ty[0] if ty and isinstance(ty[0], str) else None)
+    parsed: dict = {}  # a training run repeats its gradients' shapes every step: parse each text once
+    for d_text, ty_text in zip(grads["input_dims"], grads["input_types"]):
+        try:
+            shape, dt = parsed[(d_text, ty_text)]
+        except (KeyError, TypeError):
+            d, ty = json_value(d_text) or [], json_value(ty_text) or []
+            ok = bool(d) and isinstance(d[0], list) and all(isinstance(i, int) for i in d[0])
+            shape, dt = d[0] if ok else None, ty[0] if ty and isinstance(ty[0], str) else None
+            try:
+                parsed[(d_text, ty_text)] = (shape, dt)
+            except TypeError:
+                pass
+        g_shape.append(shape)
+        g_type.append(dt)
+    g_text = list(grads["input_dims"])
     f_start = fe["start_ns"].to_numpy("int64")
     out: dict[int, ForeachList] = {}
+    lists_at: dict = {}
+    by_text: dict = {}
     for r in fe.itertuples(index=False):
         names = list(r.kernels) if isinstance(r.kernels, (list, tuple, np.ndarray)) else []
         if not names:
@@ -97,8 +109,14 @@ def foreach_lists(store, trace_id: str) -> dict[int, ForeachList]:
             out[int(r.op_id)] = _none("tensor-list shapes not recorded, and its kernels do not name one element "
                                       "dtype (or include other kernels)")
             continue
-        shapes = [g_shape[k] for k in range(lo, i) if g_type[k] == dtype and g_shape[k] is not None]
-        blocks = foreach_chunks(shapes)
+        if (lo, i, dtype) not in lists_at:  # the _foreach_ calls of one optimizer step share their list,
+            ks = [k for k in range(lo, i) if g_type[k] == dtype and g_shape[k] is not None]
+            text = tuple(g_text[k] for k in ks)  # and every step of a run has one of equal content: one object
+            if text not in by_text:
+                got = [g_shape[k] for k in ks]
+                by_text[text] = (got, foreach_chunks(got))
+            lists_at[(lo, i, dtype)] = by_text[text]
+        shapes, blocks = lists_at[(lo, i, dtype)]
         if not shapes or blocks != int(r.blocks):
             out[int(r.op_id)] = _none(f"tensor-list shapes not recorded; the {len(shapes)} gradients "
                                       f"accumulated before it need {blocks} thread blocks, its kernels ran "
@@ -119,15 +137,23 @@ def explode_foreach(store, t: str, g: pd.DataFrame, gi: np.ndarray, op_ids: np.n
     lists = foreach_lists(store, t)
     pos = np.flatnonzero(is_fe[gi])
     rows = []
+    base: dict[int, dict] = {}  # group -> its row (instances of one group share it)
+    dims_text: dict = {}  # (group, list, dtype) -> input_dims text (the instances of one step share their list)
     for k, p in enumerate(pos):
-        row = g.iloc[int(gi[p])].to_dict()
+        grp = int(gi[p])
+        if grp not in base:
+            base[grp] = g.iloc[grp].to_dict()
+        row = dict(base[grp])
         shapes, dtype, reason = lists.get(int(op_ids[p]), NO_LIST)
         if shapes is not None:
-            types = json_value(row["input_types"]) or []
-            dims = json_value(row["input_dims"]) or [[] for _ in types]
-            dims = [shapes if ty == "TensorList" else (dims[x] if x < len(dims) else [])
-                    for x, ty in enumerate(types)]
-            row.update(input_dims=json.dumps(dims), hint=str(DTYPES[dtype][0]), shapes_source="accumulate_grad")
+            at = (grp, id(shapes), dtype)  # the lists live in ``lists`` while this runs: ids stay unique
+            if at not in dims_text:
+                types = json_value(row["input_types"]) or []
+                dims = json_value(row["input_dims"]) or [[] for _ in types]
+                dims = [shapes if ty == "TensorList" else (dims[x] if x < len(dims) else [])
+                        for x, ty in enumerate(types)]
+                dims_text[at] = json.dumps(dims)
+            row.update(input_dims=dims_text[at], hint=str(DTYPES[dtype][0]), shapes_source="accumulate_grad")
         else:
             row["list_reason"] = reason
         rows.append(row)
