@@ -145,9 +145,10 @@ def measure(cmd: list, log_path: str, timeout_s: float, env: dict | None = None)
                                 stdin=subprocess.DEVNULL, start_new_session=True, env=env)
         peak, killed = 0, ""
         while True:
-            pid, status, _ = os.wait4(proc.pid, os.WNOHANG)
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
             if pid:
                 wall = time.perf_counter() - t0
+                cpu = usage.ru_utime + usage.ru_stime  # the process and the children it waited for
                 break
             peak = max(peak, tree_rss(proc.pid))
             if not killed and mem_available() < MEM_GUARD_BYTES:
@@ -160,7 +161,7 @@ def measure(cmd: list, log_path: str, timeout_s: float, env: dict | None = None)
         proc.returncode = os.waitstatus_to_exitcode(status)
     with open(log_path, "rb") as fh:
         output = fh.read().decode("utf-8", "replace")
-    return {"wall": wall, "rss": peak, "rc": proc.returncode, "killed": killed, "output": output}
+    return {"wall": wall, "cpu": cpu, "rss": peak, "rc": proc.returncode, "killed": killed, "output": output}
 
 
 # ---------------------------------------------------------------- set-up
@@ -328,7 +329,8 @@ def show(who: str, i: int, runs: int, r: dict) -> None:
     if "parsed" in r:
         extra = (f" (import {r['import_s']} s, load {r['load_s']} s; parsed {r['parsed']:,} events, "
                  f"kept {r['kept']:,}, {r['kernels']:,} kernels)")
-    say(f"  {who} run {i}/{runs}: {r['wall']:.2f} s, peak RSS {r['rss'] / 2**20:.0f} MiB, "
+    say(f"  {who} run {i}/{runs}: {r['wall']:.2f} s (CPU {r.get('cpu', 0):.2f} s), "
+        f"peak RSS {r['rss'] / 2**20:.0f} MiB, "
         f"load avg {r['load']:.1f}{extra}")
 
 
@@ -338,6 +340,7 @@ def summarise(results: list) -> dict:
     if bad is not None:
         return {"error": bad["error"], "wall": bad["wall"], "rss_at_kill": bad["rss"]}
     out = {"time": statistics.median(r["wall"] for r in results),
+           "cpu": statistics.median(r.get("cpu", 0.0) for r in results),
            "rss": statistics.median(r["rss"] for r in results), "n": len(results),
            "times": [r["wall"] for r in results], "rsses": [r["rss"] for r in results],
            "loads": [r["load"] for r in results]}
@@ -395,22 +398,23 @@ def run_workers(ks, f, counts: list, runs: int, work: str, timeout_s: float) -> 
 
 def workers_table(rows: list) -> list:
     """Markdown lines: one row per (file, worker count)."""
-    out = ["| file | size | workers | kernelscope time | MB/s (of the .json) | MB/s per core | peak RSS (tree) "
-           "| vs first count |",
-           "|---|---|---|---|---|---|---|---|"]
+    out = ["| file | size | workers | kernelscope time | CPU time (tree) | MB/s (of the .json) | MB/s per core "
+           "| peak RSS (tree) | vs first count |",
+           "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         f = r["file"]
         first = None
         for w, o in r["workers"].items():
             name = f"x{f['scale']} .{f['fmt']}"
             if "error" in o:
-                out.append(f"| {name} | {_mib(f['bytes'])} | {w} | FAILED: {o['error']} | - | - | - | - |")
+                out.append(f"| {name} | {_mib(f['bytes'])} | {w} | FAILED: {o['error']} | - | - | - | - | - |")
                 continue
             mbs = f["json_bytes"] / 1e6 / o["time"]  # decompressed MB: a .json.gz is read as its .json
             first = first or o["time"]
             out.append(f"| {name} | {_mib(f['bytes'])} | {w} | {o['time']:.2f} s"
                        + (f" (n={o['n']})" if o["n"] != 3 else "")
-                       + f" | {mbs:.1f} | {mbs / w:.1f} | {_mib(o['rss'])} | {first / o['time']:.2f}x |")
+                       + f" | {o['cpu']:.2f} s | {mbs:.1f} | {mbs / w:.1f} | {_mib(o['rss'])} "
+                       f"| {first / o['time']:.2f}x |")
     return out
 
 
@@ -635,7 +639,7 @@ def main(argv=None) -> int:
             for w, x in r["workers"].items():
                 if "times" in x:
                     fh.write(f"- x{r['file']['scale']} .{r['file']['fmt']} workers={w}: "
-                             f"{', '.join(f'{t:.2f}' for t in x['times'])}; "
+                             f"{', '.join(f'{t:.2f}' for t in x['times'])} (CPU {x['cpu']:.2f} median); "
                              f"{', '.join(f'{b / 2**20:.0f}' for b in x['rsses'])}; load avg at start "
                              f"{', '.join(f'{v:.1f}' for v in x['loads'])}\n")
         for r in rows:

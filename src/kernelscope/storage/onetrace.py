@@ -203,9 +203,9 @@ def ingest_file(
 
 
 def trace_reader(path: pathlib.Path, *, python_functions: bool = True, salvage: bool = False):
-    """The reader of one trace (``parsers.open_trace``); a Kineto trace is decoded by one worker process per
-    usable core (``$KERNELSCOPE_PARSE_WORKERS`` forces the count; 1 is the one-process reader), rows identical
-    (parsers/kineto/parallel.py)."""
+    """The reader of one trace (``parsers.open_trace``); a Kineto trace is decoded by worker processes, one per
+    usable core but one (``$KERNELSCOPE_PARSE_WORKERS`` forces the count; 1 is the one-process reader), rows
+    identical (parsers/kineto/parallel.py)."""
     from ..parsers import open_trace
     from ..parsers.kineto import KinetoReader
     from ..parsers.kineto.parallel import ParallelKinetoReader, parse_workers

@@ -7,7 +7,7 @@ parent holds DuckDB threads: never fork it). A worker decodes its chunk with the
 ``BatchBuilder`` -- a plain file's chunk it reads itself (``os.pread`` of its byte range), a gzip file's chunk
 comes as the parent decompressed it -- and sends its ``RAW_EVENTS`` batches back as one Arrow IPC stream with
 its counts. The parent yields them in file order, renumbering ``seq`` and adding up the counts, so every row,
-id and warning is what the one-process reader gives. At most ``2 x workers`` chunks are in flight, so memory
+id and warning is what the one-process reader gives. At most ``workers + 2`` chunks are in flight, so memory
 stays flat in the file's size.
 
 Anything off the fast path is the one-process reader's: a chunk whose decode fails in the worker (invalid
@@ -21,7 +21,6 @@ process; files estimated under ``MIN_BYTES`` never start a pool.
 from __future__ import annotations
 
 import os
-import signal
 import struct
 from collections import deque
 from collections.abc import Iterator
@@ -33,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from kernelscope.parsers import source
+from kernelscope.parsers import parse_worker, source
 from kernelscope.parsers.kineto.batch import BatchBuilder
 from kernelscope.parsers.kineto.fields import RUN_DEC
 from kernelscope.parsers.kineto.reader import KinetoReader, max_event_bytes
@@ -41,8 +40,9 @@ from kernelscope.parsers.kineto.repair import count_null_numbers
 from kernelscope.parsers.schema import RAW_EVENTS, TraceMeta
 from kernelscope.parsers.source import Source
 
-#: Decompressed bytes per chunk handed to a worker (cut at the last event boundary past it).
-CHUNK_BYTES = 8 << 20
+#: Decompressed bytes per chunk handed to a worker (cut at the last event boundary past it). A worker holds
+#: ~10x its chunk while decoding it (Python objects of every event); per-chunk costs are ~1 ms.
+CHUNK_BYTES = 4 << 20
 #: Files estimated smaller than this (decompressed) are read in process: starting workers costs ~1 s of CPU.
 MIN_BYTES = 48 << 20
 #: Whether the parent decodes in process while the pool starts (False: it waits for the pool; tests).
@@ -54,8 +54,10 @@ _SHARED: dict[int, ProcessPoolExecutor] = {}  # workers -> the pool of ``shared_
 
 
 def parse_workers(cores: int) -> int:
-    """Worker processes for one trace: ``$KERNELSCOPE_PARSE_WORKERS`` when set to a positive integer, else
-    ``cores`` (the usable cores, storage/sizing.py)."""
+    """Worker processes for one trace: ``$KERNELSCOPE_PARSE_WORKERS`` when set to a positive integer, else one
+    less than ``cores`` (the usable cores, storage/sizing.py): the parent keeps a core to read, hash and stage
+    what they decode. So 2 cores read in process (1 worker): two workers there were no faster and put ~300 MB
+    more in memory (benchmarks/results/ingest-2026-11-27-parallel.md)."""
     env = os.environ.get(ENV_WORKERS, "").strip()
     if env:
         try:
@@ -64,7 +66,7 @@ def parse_workers(cores: int) -> int:
             n = 0
         if n > 0:
             return n
-    return max(1, int(cores))
+    return max(1, int(cores) - 1)
 
 
 def estimated_bytes(path: Path) -> int:
@@ -208,7 +210,7 @@ class ParallelKinetoReader(KinetoReader):
             buf = rest
             if acc.length >= self.chunk_bytes:
                 self._flush(acc, pending)
-            yield from self._drain(pending, 2 * self.workers)
+            yield from self._drain(pending, self.workers + 2)
 
     def _flush(self, acc: _Gather, pending: deque[_Chunk]) -> None:
         """Hand the gathered chunk to a worker (nothing when empty)."""
@@ -335,11 +337,7 @@ def _start_pool(workers: int) -> ProcessPoolExecutor:
     import multiprocessing
 
     ctx = multiprocessing.get_context("spawn")  # the parent holds DuckDB threads: never fork it
-    return ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init_worker)
-
-
-def _init_worker() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle (it shuts the pool down)
+    return ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=parse_worker.init)
 
 
 def _ready() -> bool:
