@@ -225,25 +225,19 @@ FROM isl GROUP BY device, regime, island ORDER BY device, start_ns
 
 # --------------------------------------------------------------------------------- idle causes
 
-_PIECES_SUB = "SELECT * FROM idle_pieces WHERE trace_id = $trace"
 
-_CAUSES_SQL = """WITH p AS (""" + _PIECES_SUB + """)
-SELECT category, CAST(sum(ns) AS BIGINT) AS idle_ns, count(DISTINCT (device, gap_start_ns)) AS gaps
-FROM p GROUP BY category ORDER BY idle_ns DESC, category
+# idle_rollup (schema 011) holds these sums and distinct-gap counts over idle_pieces, computed at ingest
+# (storage/idle.py): operator NULL rows are the cause categories, category NULL rows the operators.
+_CAUSES_SQL = """
+SELECT category, idle_ns, gaps FROM idle_rollup WHERE trace_id = $trace AND operator IS NULL
+ORDER BY idle_ns DESC, category
 """
 
-_OPERATORS_SQL = """WITH p AS (""" + _PIECES_SUB + """),
-by_cat AS (
-    SELECT operator, category, sum(ns) AS ns, count(DISTINCT (device, gap_start_ns)) AS gaps
-    FROM p WHERE operator IS NOT NULL GROUP BY operator, category
-),
-by_op AS (
-    SELECT operator, CAST(sum(ns) AS BIGINT) AS idle_ns, count(DISTINCT (device, gap_start_ns)) AS gaps
-    FROM p WHERE operator IS NOT NULL GROUP BY operator
-)
-SELECT b.operator, b.idle_ns, (SELECT arg_max(c.category, c.ns) FROM by_cat c WHERE c.operator = b.operator)
-       AS main_category, b.gaps
-FROM by_op b ORDER BY b.idle_ns DESC, b.operator LIMIT $top
+_OPERATORS_SQL = """
+WITH r AS (SELECT operator, category, idle_ns, gaps FROM idle_rollup WHERE trace_id = $trace AND operator IS NOT NULL)
+SELECT b.operator, b.idle_ns, (SELECT arg_max(c.category, c.idle_ns) FROM r c
+                               WHERE c.operator = b.operator AND c.category IS NOT NULL) AS main_category, b.gaps
+FROM r b WHERE b.category IS NULL ORDER BY b.idle_ns DESC, b.operator LIMIT $top
 """
 
 

@@ -51,6 +51,7 @@ _STEPS = (
          splits.insert_launch_splits),
     Step("idle", ("idle_gaps", "idle_pieces", "queued_intervals"), ("events", "launch_splits"), "stored", 5,
          idle.insert_idle),
+    Step("idle_rollup", ("idle_rollup",), ("idle",), "stored", 11, idle.insert_idle_rollup),
     Step("signatures", ("op_signatures", "gpu_activities.leaf_sig_id"), ("events",), "stored", 6,
          signatures.insert_signatures),
     Step("collectives", ("collectives",), (), "staged", 4, collectives.insert_collectives),

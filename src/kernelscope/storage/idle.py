@@ -245,3 +245,27 @@ def insert_idle(con, trace_id: str) -> None:
                 con.execute(f"DROP TABLE IF EXISTS {name}")
             except Exception:
                 pass
+
+
+# The host-wait idle rolled up (schema 011, idle_rollup): per cause category over every piece, per operator, and
+# per (operator, category); ``gaps`` counts the distinct (device, gap start) each group's pieces lie in.
+_ROLLUP_INSERT = """
+INSERT INTO idle_rollup
+WITH g AS (  -- one row per gap, operator and category: the distinct gaps of any group are rows of it
+    SELECT device, gap_start_ns, operator, category, sum(ns) AS ns
+    FROM idle_pieces WHERE trace_id = $trace GROUP BY ALL
+)
+SELECT $trace, NULL, category, CAST(sum(ns) AS BIGINT), count(DISTINCT (device, gap_start_ns))
+FROM g GROUP BY category
+UNION ALL
+SELECT $trace, operator, NULL, CAST(sum(ns) AS BIGINT), count(DISTINCT (device, gap_start_ns))
+FROM g WHERE operator IS NOT NULL GROUP BY operator
+UNION ALL
+SELECT $trace, operator, category, CAST(sum(ns) AS BIGINT), count(*)
+FROM g WHERE operator IS NOT NULL GROUP BY operator, category
+"""
+
+
+def insert_idle_rollup(con, trace_id: str) -> None:
+    """Fill idle_rollup for one trace whose idle_pieces are stored."""
+    con.execute(_ROLLUP_INSERT, {"trace": trace_id})
