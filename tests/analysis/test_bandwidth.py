@@ -135,6 +135,11 @@ def test_cat_and_embedding():
     c = cost("aten::gather", [[128256, 2048], [], [1024, 2048], [], [1024, 2048]],
              [BF16, '"Scalar"', I64, '"Scalar"', BF16], [[2048, 1], [], [1, 0], [], [2048, 1]])
     assert c.bytes == 8_396_800
+    # gathering more rows than the table holds (qwen2_sweep batch 32: 16,384 rows of a [4096,1024] bf16 table):
+    # the table is read at most once: 16384*8 (indices) + 4096*1024*2 (table) + 16384*1024*2 (out) = 42,074,112
+    c = cost("aten::gather", [[4096, 1024], [], [16384, 1024], [], [16384, 1024]],
+             [BF16, '"Scalar"', I64, '"Scalar"', BF16], [[1024, 1], [], [1, 0], [], [1024, 1]])
+    assert c.bytes == 42_074_112
 
 
 def test_casts_reductions_and_unmodelled():

@@ -217,20 +217,26 @@ def _norm(base: str, args: list[Arg]) -> Cost:
 
 
 
+def _gathered(table: Arg, idx: Arg, out_n: int, rule: str) -> Cost:
+    """Read the indices and the gathered elements, write them: the table's elements are read at most once
+    (gathering more elements than the table holds repeats some, served from cache), so the reads are bounded
+    by the table's size."""
+    return Cost(0, idx.read_bytes + min(out_n, table.numel) * table.size + out_n * table.size, "fp32", False, rule)
+
+
 def _gather(base: str, args: list[Arg]) -> Cost:
     if base == "embedding":
         w, idx = need_tensors(args, 0, 1)
-        rows = idx.numel
         row = w.numel // w.shape[0] if w.shape else 0
-        return Cost(0, idx.read_bytes + 2 * rows * row * w.size, "fp32", False, "embedding")
+        return _gathered(w, idx, idx.numel * row, "embedding")
     if base == "index_select":
         x, idx = need_tensors(args, 0, 2)
         dim = int(as_float(arg_value(args, 1), 0)) % max(len(x.shape), 1)
         out_n = (x.numel // x.shape[dim] if x.shape and x.shape[dim] else 0) * idx.numel
-        return Cost(0, idx.read_bytes + 2 * out_n * x.size, "fp32", False, "embedding")
+        return _gathered(x, idx, out_n, "embedding")
     if base == "gather":
         x, idx = need_tensors(args, 0, 2)
-        return Cost(0, idx.read_bytes + 2 * idx.numel * x.size, "fp32", False, "gather")
+        return _gathered(x, idx, idx.numel, "gather")
     if base == "embedding_dense_backward":
         g, idx = need_tensors(args, 0, 1)
         num = int(as_float(arg_value(args, 2), -1))
