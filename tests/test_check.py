@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from kernelscope.analysis import get_analysis
 from kernelscope.cli import cli
 from kernelscope.errors import UsageError
-from kernelscope.storage.queries import resolve_trace
+from kernelscope.storage.queries import list_traces, resolve_trace
 from kernelscope.storage.store import open_store
 
 
@@ -133,3 +133,19 @@ def test_level_rule_baseline_file_and_markdown(db, facts, tmp_path):
 def test_bad_usage_is_one_line(db, args, said):
     res = CliRunner().invoke(cli, ["check", *args, "--db", db])
     assert res.exit_code == UsageError.exit_code and said in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.output
+
+
+def test_baseline_sweep_is_repeated_runs(db):
+    """--baseline-sweep NAME: the traces labelled sweep=NAME form the baseline side; its value is their
+    median and its band their spread (or a step spread, whichever is larger), each read here from summary."""
+    with open_store(db, read_only=True) as store:
+        df = list_traces(store)
+        ids = [t for t, lab in zip(df["trace_id"], df["labels"]) if lab.get("sweep") == "llama_prefill"]
+        lat = sorted(get_analysis("summary").fn(store, t).scalars["latency_ns"] for t in ids)
+    assert len(ids) == 8
+    med = (lat[3] + lat[4]) / 2
+    code, out = check(db, "llama_prefill_b8", "--baseline-sweep", "llama_prefill", "--rule", "latency_ns>+5%")
+    assert [t["id"] for t in out["baseline"]["traces"]] == ids
+    assert out["baseline"]["values"]["latency_ns"] == round(med)
+    assert out["baseline"]["noise_pct"]["latency_ns"] >= 100.0 * (lat[-1] - lat[0]) / med - 1e-9
+    assert code == 0 and out["rules"][0]["status"] == "pass"  # b8 is below the sweep's median
