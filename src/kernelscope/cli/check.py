@@ -126,7 +126,9 @@ def evaluate(rules, base: dict, new: dict) -> tuple[list[dict], list[dict]]:
 def _change(change, percent: bool) -> str:
     if change is None:
         return "n/a"
-    return f"{change:+.2f}%" if percent else f"{change:+,}"
+    if percent:
+        return f"{change:+.2f}%"
+    return f"{change:+,}" if isinstance(change, int) else f"{change:+.4g}"
 
 
 # ------------------------------------------------------------------------------------------ Markdown
