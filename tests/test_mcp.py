@@ -200,6 +200,8 @@ def test_worked_question_in_docs(served):
     doc = (ROOT / "docs" / "agents.md").read_text(encoding="utf-8")
     s = out["summary"]
     rec = {f["rule"]: f for f in out["recommend"]["findings"]["rows"]}
+    assert set(rec) == {"host_bound_launch", "short_kernels"}, (out["recommend"]["trust"],
+                                                              out["recommend"]["warnings"])
     ops = out["bound"]["idle_operators"]["rows"]
     quoted = {
         "latency_ns": (s["latency_ns"], 11_052_291),
