@@ -628,7 +628,7 @@ def main(argv=None) -> int:
     with open(path, "w") as fh:
         fh.write(f"# kernelscope ingest vs HTA TraceAnalysis load ({date})\n\n")
         fh.write(f"- machine: {machine()}\n- versions: {ver}\n")
-        fh.write(f"- sample tiled: `{rel_sample}`; 1x = {mb:.0f} MiB, 4x = {4 * mb:.0f} MiB\n")
+        fh.write(f"- sample tiled: `{rel_sample}`; " + ", ".join(f"{x}x = {x * mb:.0f} MiB" for x in scales) + "\n")
         fh.write(f"- median of {runs} runs; wall time of the whole command; peak RSS = max over time of "
                  f"the summed RSS of the process tree (polled every {POLL_S * 1000:.0f} ms)\n")
         fh.write(f"- command: `python3 benchmarks/ingest.py {' '.join(argv if argv is not None else sys.argv[1:])}`"

@@ -74,6 +74,10 @@ def assert_same_store(tmp_path: Path, trace: Path, monkeypatch, **opts) -> dict:
 
 
 def test_workers_chosen(monkeypatch, small_chunks):
+    monkeypatch.delenv(parallel.ENV_WORKERS, raising=False)
+    assert [parallel.parse_workers(c) for c in (1, 2, 16)] == [1, 1, 15]  # the parent keeps a core
+    monkeypatch.setenv(parallel.ENV_WORKERS, "x")
+    assert parallel.parse_workers(16) == 15
     monkeypatch.setenv(parallel.ENV_WORKERS, "2")
     assert type(trace_reader(SAMPLE)) is parallel.ParallelKinetoReader
     monkeypatch.setenv(parallel.ENV_WORKERS, "1")
