@@ -127,6 +127,7 @@ def test_level_rule_baseline_file_and_markdown(db, facts, tmp_path):
     (["train_step", "--baseline", "train_step", "--rule", "latency>+5%"], "unknown metric"),
     (["train_step", "--baseline", "train_step", "--rule", "host_wait_share>+5%"], "share"),
     (["train_step", "--rule", "latency_ns>+5%"], "give one baseline"),
+    (["train_step", "--baseline-sweep", "llama_prefill", "--rule", "latency_ns>+5%"], "--sweep NEW"),
     (["train_step", "--baseline", "train_step"], "--rule"),
     (["train_step", "--baseline-file", "/nonexistent.json", "--rule", "latency_ns>+5%"], "cannot read"),
 ])
@@ -135,17 +136,25 @@ def test_bad_usage_is_one_line(db, args, said):
     assert res.exit_code == UsageError.exit_code and said in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.output
 
 
-def test_baseline_sweep_is_repeated_runs(db):
-    """--baseline-sweep NAME: the traces labelled sweep=NAME form the baseline side; its value is their
-    median and its band their spread (or a step spread, whichever is larger), each read here from summary."""
+def test_sweep_against_a_baseline_sweep_point_by_point(db):
+    """--sweep NEW --baseline-sweep OLD: points paired by batch as `diff --sweeps` pairs them; each point's
+    verdict follows its own latency change (read from summary), the unpaired points named in a warning."""
     with open_store(db, read_only=True) as store:
         df = list_traces(store)
-        ids = [t for t, lab in zip(df["trace_id"], df["labels"]) if lab.get("sweep") == "llama_prefill"]
-        lat = sorted(get_analysis("summary").fn(store, t).scalars["latency_ns"] for t in ids)
-    assert len(ids) == 8
-    med = (lat[3] + lat[4]) / 2
-    code, out = check(db, "llama_prefill_b8", "--baseline-sweep", "llama_prefill", "--rule", "latency_ns>+5%")
-    assert [t["id"] for t in out["baseline"]["traces"]] == ids
-    assert out["baseline"]["values"]["latency_ns"] == round(med)
-    assert out["baseline"]["noise_pct"]["latency_ns"] >= 100.0 * (lat[-1] - lat[0]) / med - 1e-9
-    assert code == 0 and out["rules"][0]["status"] == "pass"  # b8 is below the sweep's median
+        lat = {}
+        for t, lab in zip(df["trace_id"], df["labels"]):
+            if lab.get("sweep") in ("llama_prefill", "qwen2_sweep"):
+                lat[(lab["sweep"], int(lab["batch"]))] = get_analysis("summary").fn(store, t).scalars["latency_ns"]
+    common = sorted({b for s_, b in lat if s_ == "llama_prefill"} & {b for s_, b in lat if s_ == "qwen2_sweep"})
+    assert common == [1, 2, 4, 8, 16, 32]
+    res = CliRunner().invoke(cli, ["check", "--sweep", "qwen2_sweep", "--baseline-sweep", "llama_prefill",
+                                   "--rule", "latency_ns>+5%", "--db", db, "--json"])
+    out = json.loads(res.stdout)
+    want = {b: "fail" if pct(lat[("llama_prefill", b)], lat[("qwen2_sweep", b)]) > 5 else "pass" for b in common}
+    assert {v["label"]: v["status"] for v in out["rules"]} == want
+    assert res.exit_code == (1 if "fail" in want.values() else 0) and "64, 128" in res.stderr
+    assert [(r["label"], r["a"], r["b"]) for r in out["headline"] if r["metric"] == "latency_ns"] == \
+        [(b, lat[("llama_prefill", b)], lat[("qwen2_sweep", b)]) for b in common]
+    res = CliRunner().invoke(cli, ["check", "--sweep", "llama_prefill", "--baseline-sweep", "llama_prefill",
+                                   "--rule", "latency_ns>+0%", "--db", db])
+    assert res.exit_code == 0 and res.stdout.count("PASS") == 8

@@ -137,18 +137,26 @@ def _change(change, percent: bool) -> str:
 def markdown(report: dict) -> str:
     """The check as Markdown for a pull-request comment."""
     ok = report["passed"]
-    names = lambda s: ", ".join(f"`{t['name']}`" for t in s["traces"])  # noqa: E731
+    def names(side_: dict) -> str:
+        if "sweep" in side_:
+            return f"sweep `{side_['sweep']}` ({len(side_['traces'])} points)"
+        return ", ".join(f"`{t['name']}`" for t in side_["traces"])
+
     lines = [f"### kernelscope check: {'passed' if ok else 'FAILED'}", "",
              f"Baseline {names(report['baseline'])} vs new {names(report['new'])}.", "",
              "| rule | status | detail |", "| --- | --- | --- |"]
     mark = {"pass": "✅ pass", "fail": "❌ fail", "inside_noise": "〰️ inside the noise"}
     for v in report["rules"]:
         lines.append(f"| `{v['rule']}` | {mark[v['status']]} | {v['message'].replace('|', '/')} |")
-    lines += ["", "| metric | baseline | new | change | noise band |", "| --- | ---: | ---: | ---: | ---: |"]
+    by = report["baseline"].get("by")
+    point = f"{by} | " if by else ""
+    lines += ["", f"| {point}metric | baseline | new | change | noise band |",
+              f"| {'--- | ' if by else ''}--- | ---: | ---: | ---: | ---: |"]
     for r in report["headline"]:
         pct = "" if r["delta_pct"] is None else f" ({r['delta_pct']:+.2f}%)"
         noise = "" if r["noise_pct"] is None else f"±{r['noise_pct']:.2f}%"
-        lines.append(f"| {r['metric']} | {_num(r['a'])} | {_num(r['b'])} | {_change(r['delta'], False)}{pct} "
+        label = f"{r['label']} | " if by else ""
+        lines.append(f"| {label}{r['metric']} | {_num(r['a'])} | {_num(r['b'])} | {_change(r['delta'], False)}{pct} "
                      f"| {noise} |")
     lines += ["", "Noise band: the spread of repeated traces and of the steady ProfilerSteps within each trace "
               "(docs/metrics.md, Check); a broken rule whose change lies inside it does not fail."]
@@ -184,7 +192,11 @@ def _load_baseline(path: str) -> list[dict]:
 @click.option("--baseline-file", "baseline_file", default=None, metavar="FILE", type=click.Path(dir_okay=False),
               help="A baseline JSON written by --save-baseline.")
 @click.option("--baseline-sweep", "baseline_sweep", default=None, metavar="NAME",
-              help="The traces labelled sweep=NAME are the baseline's repeated runs.")
+              help="With --sweep: the baseline sweep (traces labelled sweep=NAME), compared point by point.")
+@click.option("--sweep", "sweep", default=None, metavar="NAME",
+              help="The new side is the sweep NAME, paired with --baseline-sweep's points by --by.")
+@click.option("--by", "by", default="batch", show_default=True, metavar="LABEL",
+              help="With --sweep: the numeric label that pairs the points.")
 @click.option("--rule", "--fail-on", "rules", multiple=True, metavar="RULE",
               help="`diff --fail-on` rules (\"latency_ns>+5%\", \"tklqt_ns>+10%\", \"busy_ns<-1000\") and level "
                    "rules on the new trace (\"host_wait_share>0.5\"); repeatable.")
@@ -194,64 +206,83 @@ def _load_baseline(path: str) -> list[dict]:
               help="Also write the result as Markdown (for a pull-request comment).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @db_option
-def check(traces_, baseline, baseline_file, baseline_sweep, rules, save, md, as_json, db):
+def check(traces_, baseline, baseline_file, baseline_sweep, sweep, by, rules, save, md, as_json, db):
     """Check new TRACE(s) against a baseline under RULEs, for CI: exit 1 when a rule is violated by more
     than the noise.
 
-    The baseline is stored traces (--baseline, repeatable), a sweep's traces (--baseline-sweep) or a file
-    (--baseline-file, written by `kernelscope check TRACE... --save-baseline FILE`). Several TRACEs are
-    repeated runs of the new code. Each side's number is the median over its traces; its noise band is the
-    spread of those traces and of each trace's steady ProfilerStep times (docs/metrics.md, Check). A rule
-    broken by a change inside the noise band passes, marked "inside the noise".
+    The baseline is stored traces (--baseline, repeatable: repeated runs) or a file (--baseline-file, written
+    by `kernelscope check TRACE... --save-baseline FILE`). Several TRACEs are repeated runs of the new code.
+    A sweep is checked against a baseline sweep point by point: `--sweep NEW --baseline-sweep OLD --by batch`.
+    Each side's number is the median over its traces; its noise band is the spread of those traces and of
+    each trace's steady ProfilerStep times (docs/metrics.md, Check). A rule broken by a change inside the
+    noise band passes, marked "inside the noise".
     """
     from ..analysis.diff import METRICS, parse_rule
 
-    if not traces_:
-        raise UsageError("give the new TRACE(s) to check (or to save with --save-baseline FILE).")
+    if not (traces_ or sweep):
+        raise UsageError("give the new TRACE(s) to check (or to save with --save-baseline FILE), or --sweep NAME.")
     parsed = [parse_rule(r, METRICS + LEVEL_METRICS) for r in rules]
     for r in parsed:
         if r.metric in LEVEL_METRICS and r.percent:
             raise UsageError(f"--rule '{r.text}': {r.metric} is a share of the GPU span; bound its value "
                              f"(e.g. \"{r.metric}>0.5\"), not a % change.")
     levels = any(r.metric in LEVEL_METRICS for r in parsed)
-    with open_db(db, read_only=True) as store:
-        new_t = [trace_numbers(store, t, levels) for t in resolve(store, traces_)]
-        if save:
-            _write(save, json.dumps({BASELINE_KEY: 1, "traces": new_t}, indent=2, allow_nan=False) + "\n")
-            click.echo(f"wrote baseline {save} ({len(new_t)} trace(s))")
-            return
-        if sum(bool(x) for x in (baseline, baseline_file, baseline_sweep)) != 1:
-            raise UsageError("give one baseline: --baseline TRACE, --baseline-sweep NAME or --baseline-file FILE.")
-        if not parsed:
-            raise UsageError("give at least one --rule (e.g. --rule \"latency_ns>+5%\").")
-        if baseline_file:
-            base_t = _load_baseline(baseline_file)
-        else:
-            if baseline_sweep:
-                from ..storage.queries import list_traces
-
-                df = list_traces(store)
-                ids = [t for t, lab in zip(df["trace_id"], df["labels"]) if lab.get("sweep") == baseline_sweep]
-                if not ids:
-                    raise UsageError(f"no trace is labelled sweep={baseline_sweep}; label the baseline's runs "
-                                     f"with `kernelscope label TRACE sweep={baseline_sweep}`.")
-            else:
-                ids = resolve(store, baseline)
-            base_t = [trace_numbers(store, t, False) for t in ids]
-    metrics = METRICS + LEVEL_METRICS
-    base, new = side(base_t, metrics), side(new_t, metrics)
-    head, verdicts = evaluate(parsed, base, new)
-    report = {"passed": all(v["status"] != "fail" for v in verdicts), "rules": verdicts, "headline": head,
-              "baseline": base, "new": new}
+    if not save and not parsed:
+        raise UsageError("give at least one --rule (e.g. --rule \"latency_ns>+5%\").")
+    if sweep or baseline_sweep:
+        if not (sweep and baseline_sweep) or traces_ or baseline or baseline_file or save:
+            raise UsageError("a sweep check takes --sweep NEW and --baseline-sweep OLD (paired by --by), and no "
+                             "TRACE, --baseline, --baseline-file or --save-baseline.")
+        with open_db(db, read_only=True) as store:
+            report = sweep_report(store, parsed, baseline_sweep, sweep, by, levels)
+    else:
+        with open_db(db, read_only=True) as store:
+            new_t = [trace_numbers(store, t, levels) for t in resolve(store, traces_)]
+            if save:
+                _write(save, json.dumps({BASELINE_KEY: 1, "traces": new_t}, indent=2, allow_nan=False) + "\n")
+                click.echo(f"wrote baseline {save} ({len(new_t)} trace(s))")
+                return
+            if bool(baseline) == bool(baseline_file):
+                raise UsageError("give one baseline: --baseline TRACE (repeatable) or --baseline-file FILE.")
+            base_t = _load_baseline(baseline_file) if baseline_file else \
+                [trace_numbers(store, t, False) for t in resolve(store, baseline)]
+        metrics = METRICS + LEVEL_METRICS
+        base, new = side(base_t, metrics), side(new_t, metrics)
+        head, verdicts = evaluate(parsed, base, new)
+        report = {"passed": all(v["status"] != "fail" for v in verdicts), "rules": verdicts, "headline": head,
+                  "baseline": base, "new": new, "warnings": []}
     if md:
         _write(md, markdown(report))
     if as_json:
         click.echo(json.dumps(report, indent=2, allow_nan=False))
     else:
-        for v in verdicts:
+        for v in report["rules"]:
             click.echo(f"{v['status'].upper():<12}  {v['message']}")
+    for w in report["warnings"]:  # e.g. sweep points in one sweep only
+        click.echo(f"kernelscope: {w}", err=True)
     if not report["passed"]:
         sys.exit(1)
+
+
+def sweep_report(store, rules, base_sweep: str, new_sweep: str, by: str, levels: bool) -> dict[str, Any]:
+    """Sweep vs baseline sweep: the points paired by ``by`` as `diff --sweeps` pairs them, each pair checked as
+    one baseline trace against one new trace (its step spread the band); rows and verdicts carry ``label``."""
+    from ..analysis.diff import METRICS
+    from ..analysis.diff import diff as diff_fn
+
+    result = diff_fn(store, None, by=by, sweep=base_sweep, sweep_b=new_sweep)
+    metrics = METRICS + LEVEL_METRICS
+    heads, verdicts, bt, nt = [], [], [], []
+    for p in result.scalars["pairs"]:
+        ta, tb = trace_numbers(store, p["trace_a"], False), trace_numbers(store, p["trace_b"], levels)
+        bt.append({"id": ta["id"], "name": ta["name"], "label": p["label"]})
+        nt.append({"id": tb["id"], "name": tb["name"], "label": p["label"]})
+        rows, vs = evaluate(rules, side([ta], metrics), side([tb], metrics))
+        heads += [{"label": p["label"], **r} for r in rows]
+        verdicts += [{"label": p["label"], **v, "message": f"{by}={p['label']}: {v['message']}"} for v in vs]
+    return {"passed": all(v["status"] != "fail" for v in verdicts), "rules": verdicts, "headline": heads,
+            "baseline": {"sweep": base_sweep, "by": by, "traces": bt},
+            "new": {"sweep": new_sweep, "by": by, "traces": nt}, "warnings": list(result.warnings)}
 
 
 def _write(path: str, text: str) -> None:
