@@ -126,3 +126,24 @@ def test_chunks_off_the_fast_path(tmp_path, pool, small_chunks):
     assert one.meta.warnings and any("repaired" in w for w in one.meta.warnings)
     assert two_rows.equals(one_rows)
     assert two.meta == one.meta
+
+
+def test_decoding_in_process_while_the_pool_starts(tmp_path, monkeypatch, pool, small_chunks):
+    """The default path: the parent decodes the first blocks itself until the workers answer, then hands the
+    rest to them; rows and meta equal the one-process reader's (here the pool 'starts' after 8 blocks)."""
+    monkeypatch.setattr(parallel, "DECODE_WHILE_STARTING", True)
+    started = parallel.ParallelKinetoReader._pool_started
+    calls = []
+
+    def slow_start(self, warming):
+        calls.append(1)
+        return len(calls) > 8 and started(self, warming)
+
+    monkeypatch.setattr(parallel.ParallelKinetoReader, "_pool_started", slow_start)
+    one = KinetoReader(SAMPLE)
+    one_rows = pa.Table.from_batches(list(one))
+    two = parallel.ParallelKinetoReader(SAMPLE, workers=2)
+    two_rows = pa.Table.from_batches(list(two))
+    assert len(calls) > 8 and two.chunks >= 5
+    assert two_rows.equals(one_rows)
+    assert two.meta == one.meta

@@ -171,7 +171,7 @@ class ParallelKinetoReader(KinetoReader):
                 if not block:
                     eof = True
                 buf += block
-            if warming and not all(f.done() for f in warming):  # the pool is starting: decode in process
+            if warming and not self._pool_started(warming):  # the pool is starting: decode in process
                 self._check_cap(buf, base)
                 if eof:
                     yield from self._finish(buf, base, src)
@@ -220,6 +220,10 @@ class ParallelKinetoReader(KinetoReader):
             fut = self._pool.submit(_decode_chunk, job, self.python_functions, self.batch_rows)
             pending.append(_Chunk(fut, acc.base, acc.length, data, acc.sep))
             acc.reset()
+
+    def _pool_started(self, warming: list[Future]) -> bool:
+        """Whether every worker answered its first call (until then the parent decodes in process)."""
+        return all(f.done() for f in warming)
 
     def _take_carry(self, buf: bytes, base: int) -> tuple[bytes, int]:
         """``(buf, base)`` with the piece a chunk's tolerant decode carried put back in front."""
