@@ -147,3 +147,13 @@ def test_decoding_in_process_while_the_pool_starts(tmp_path, monkeypatch, pool, 
     assert len(calls) > 8 and two.chunks >= 5
     assert two_rows.equals(one_rows)
     assert two.meta == one.meta
+
+
+def test_a_pool_that_does_not_answer(monkeypatch, pool, small_chunks):
+    """Workers that cannot run (here their first call cannot be sent to them) leave the file to the parent."""
+    monkeypatch.setattr(parallel, "_ready", lambda: True)  # a lambda cannot be pickled to a worker
+    one = KinetoReader(SAMPLE)
+    one_rows = pa.Table.from_batches(list(one))
+    two = parallel.ParallelKinetoReader(SAMPLE, workers=2)
+    two_rows = pa.Table.from_batches(list(two))
+    assert two.chunks == 0 and two_rows.equals(one_rows) and two.meta == one.meta

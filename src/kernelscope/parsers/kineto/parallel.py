@@ -137,7 +137,10 @@ class ParallelKinetoReader(KinetoReader):
         own = False
         if self.workers > 1 and estimated_bytes(self.path) >= MIN_BYTES:
             own = _SHARED.get(self.workers) is None
-            self._pool = _start_pool(self.workers) if own else _SHARED[self.workers]
+            try:
+                self._pool = _start_pool(self.workers) if own else _SHARED[self.workers]
+            except OSError:  # no processes to be had (limits): read in process
+                self._pool = None
         try:
             yield from super().__iter__()
         finally:
@@ -172,18 +175,17 @@ class ParallelKinetoReader(KinetoReader):
                     eof = True
                 buf += block
             if warming and not self._pool_started(warming):  # the pool is starting: decode in process
-                self._check_cap(buf, base)
-                if eof:
-                    yield from self._finish(buf, base, src)
+                state = yield from self._block_in_process(src, buf, base, eof)
+                if state is None:
                     return
-                step = yield from self._step(buf, base)
-                if step is not None:
-                    buf, base = step
+                buf, base = state
                 continue
             if warming:
                 warming = []
-                if not self._pool_works():
-                    yield from super()._events(src, buf, base, eof)
+                if not self._pool_works():  # this block as the reader would, then the reader's loop
+                    state = yield from self._block_in_process(src, buf, base, eof)
+                    if state is not None:
+                        yield from super()._events(src, *state, eof)
                     return
             if len(buf) > max_event_bytes() + source.BLOCK_BYTES:  # refused where the reader refuses it
                 self._flush(acc, pending)
@@ -211,6 +213,16 @@ class ParallelKinetoReader(KinetoReader):
             if acc.length >= self.chunk_bytes:
                 self._flush(acc, pending)
             yield from self._drain(pending, self.workers + 2)
+
+    def _block_in_process(self, src: Source, buf: bytes, base: int, eof: bool) -> Iterator[pa.RecordBatch]:
+        """The one-process reader's loop body for the block just read: returns the new ``(buf, base)``, or None
+        when the file is done."""
+        self._check_cap(buf, base)
+        if eof:
+            yield from self._finish(buf, base, src)
+            return None
+        step = yield from self._step(buf, base)
+        return (buf, base) if step is None else step
 
     def _flush(self, acc: _Gather, pending: deque[_Chunk]) -> None:
         """Hand the gathered chunk to a worker (nothing when empty)."""
