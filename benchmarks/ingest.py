@@ -391,6 +391,8 @@ def run_workers(ks, f, counts: list, runs: int, work: str, timeout_s: float) -> 
             out[w].append(r)
             show(f"kernelscope workers={w}", i + 1, runs, r)
             got = (r.get("counts") or {}).get("kernels")
+            if "counts" in r:
+                say(f"  kernelscope stored: {r['counts']}")
             if "counts" in r and got != f["counts"]["kernels"]:
                 say(f"  WARNING: kernelscope stored {got} kernels, the file has {f['counts']['kernels']}")
     return {w: summarise(rs) for w, rs in out.items()}
