@@ -1,9 +1,10 @@
 """One Kineto trace decoded on every core: ``ParallelKinetoReader`` (``KinetoReader`` with worker processes).
 
 The parent reads the file as ``KinetoReader`` does (its head, the sha256 of the decompressed bytes, gzip
-decompressed as a stream, the event array's boundaries, the tail, salvage), but cuts the array into chunks of
-about ``CHUNK_BYTES`` at event boundaries and hands each chunk to a pool of spawned worker processes (the
-parent holds DuckDB threads: never fork it). A worker decodes its chunk with the reader's own typed decoder and
+decompressed as a stream, the tail, salvage) and cuts the event array where it does (the last event boundary
+of each block, so its buffers, limits and end are the same), but gathers the runs of whole events into chunks
+of about ``CHUNK_BYTES`` and hands each chunk to a pool of spawned worker processes (the parent holds DuckDB
+threads: never fork it). A worker decodes its chunk with the reader's own typed decoder and
 ``BatchBuilder`` -- a plain file's chunk it reads itself (``os.pread`` of its byte range), a gzip file's chunk
 comes as the parent decompressed it -- and sends its ``RAW_EVENTS`` batches back as one Arrow IPC stream with
 its counts. The parent yields them in file order, renumbering ``seq`` and adding up the counts, so every row,
@@ -13,8 +14,8 @@ stays flat in the file's size.
 Anything off the fast path is the one-process reader's: a chunk whose decode fails in the worker (invalid
 JSON to repair, a boundary cut inside a string, a bad time) is decoded again in the parent with
 ``KinetoReader._decode_run`` at its true byte offset and event number (so repairs, carries and error messages
-are the same), and the end of the file (the last chunk, the tail, a truncated file's salvage) is
-``KinetoReader._finish``. While the workers start (~1 s: a Python with pyarrow), the parent decodes on in
+are the same), and the end of the file (the text after the last boundary, the tail, a truncated file's
+salvage) is ``KinetoReader._finish``. While the workers start (~1 s: a Python with pyarrow), the parent decodes on in
 process; files estimated under ``MIN_BYTES`` never start a pool.
 """
 
