@@ -352,7 +352,7 @@ def time_timeline(client, dep, label, trace_id, span_ms, rng, db, args) -> list[
     drawn event by event, and (when the page has its search box) name searches from such a window."""
     from kernelscope.storage.store import open_store
 
-    wins = timeline_windows(span_ms, rng, args.requests + 1)
+    wins = timeline_windows(span_ms, rng, max(args.requests, 5) + 1)  # the click and search series take >= 5
     with open_store(db, read_only=True) as store:
         cpu_ops = store.query("SELECT op_id FROM cpu_ops WHERE trace_id = $t USING SAMPLE 64 ROWS",
                               {"t": trace_id})["op_id"].astype(int).tolist()
