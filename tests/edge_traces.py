@@ -50,6 +50,17 @@ def base_time_after_events(tmp_path):
     return _write(tmp_path, "base_after", _trace([_OP, _LAUNCH, _KERNEL], tail=_base_tail()))
 
 
+def device_properties_after_events(tmp_path):
+    """A writer that puts keys holding arrays of objects after traceEvents (json.dump of a dict built with
+    traceEvents first): eight GPUs' ``deviceProperties`` after the array, their ``}, {`` looking like event
+    boundaries and their ']' like its end. Same rows as base_time_after_events."""
+    gpus = ", ".join(f'{{"id": {i}, "name": "NVIDIA H100 80GB HBM3", "totalGlobalMem": 85029158912}}'
+                     for i in range(8))
+    tail = f',\n  "deviceProperties": [{gpus}],\n  "distributedInfo": {{"rank": 0, "world_size": 1}}' + _base_tail()
+    return _write(tmp_path, "props_after", _trace([_OP, _LAUNCH, _KERNEL], head='{\n  "schemaVersion": 1,\n',
+                                                  tail=tail))
+
+
 def base_time_before_events(tmp_path):
     """torch >= 2.7: baseTimeNanoseconds in the head. Same rows as base_time_after_events."""
     head = HEAD + f'  "baseTimeNanoseconds": {BASE},\n  "displayTimeUnit": "ms",\n'
@@ -390,8 +401,8 @@ def gzip_twin(tmp_path):
 EDGE_CASES = {
     f.__name__: f
     for f in (
-        base_time_after_events, base_time_before_events, epoch_float_ts, int_us_ts, distributed_info,
-        no_distributed_info, cpu_only, cuda_driver_triton, cuda_graph, rocm_hip, pre_1_12_categories,
+        base_time_after_events, device_properties_after_events, base_time_before_events, epoch_float_ts,
+        int_us_ts, distributed_info, no_distributed_info, cpu_only, cuda_driver_triton, cuda_graph, rocm_hip, pre_1_12_categories,
         flows_variants, python_functions, multi_stream_multi_device, same_stream_overlap, inf_na_null_args,
         unescaped_quote_name, raw_newline_name, windows_backslash, non_utf8_name, comma_decimal, string_pids,
         meta_events, collectives, profiler_steps, zero_dur_and_missing_dur, dropped_records, tricky_strings,

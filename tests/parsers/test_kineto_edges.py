@@ -44,7 +44,8 @@ def test_every_edge_case_parses_with_seq_in_file_order(tmp_path, name):
     assert len(meta.content_hash) == 64
 
 
-@pytest.mark.parametrize("builder", ["base_time_after_events", "base_time_before_events"])
+@pytest.mark.parametrize("builder", ["base_time_after_events", "base_time_before_events",
+                                     "device_properties_after_events"])
 def test_base_time_before_or_after_events(tmp_path, builder):
     rows, meta = read(et.EDGE_CASES[builder](tmp_path))
     assert meta.base_time_ns == et.BASE
@@ -64,8 +65,12 @@ def test_base_time_before_or_after_events(tmp_path, builder):
     assert (op["seq_number"], op["fwd_thread_id"], op["ev_idx"]) == (3, 0, 0)
     assert op["device"] is None and op["stream"] is None
     assert meta.extra["displayTimeUnit"] == "ms" and meta.extra["schemaVersion"] == 1
-    assert meta.extra.get("traceName") == ("t.json" if builder == "base_time_after_events" else None)
-    assert meta.device_properties == [{"id": 0, "name": "NVIDIA H200", "numSms": 132}]
+    assert meta.extra.get("traceName") == (None if builder == "base_time_before_events" else "t.json")
+    if builder == "device_properties_after_events":  # read from after the array: the writer put them there
+        assert [(d["id"], d["name"]) for d in meta.device_properties] == [(i, "NVIDIA H100 80GB HBM3") for i in range(8)]
+        assert meta.distributed_info == {"rank": 0, "world_size": 1}
+    else:
+        assert meta.device_properties == [{"id": 0, "name": "NVIDIA H200", "numSms": 132}]
     assert meta.warnings == []
 
 

@@ -56,6 +56,9 @@ from kernelscope.units import BYTES_PER_MIB
 HEAD_LIMIT = 64 << 20
 #: How many boundary pieces one event may span before the tolerant path gives up on it.
 MAX_MERGE = 64
+#: How far from the end of the file the closing ']' of traceEvents is looked for first (the keys after the array
+#: are short; a longer tail falls to the slow path).
+TAIL_SCAN_BYTES = 1 << 20
 #: The largest one event (or the text after the last event) may be, in decompressed bytes: a trace whose
 #: text runs past it without an event boundary is refused, so memory stays a small multiple of this cap
 #: (plus BLOCK_BYTES) whatever the file holds (a 1 GiB name grew the reader to 8 GB before). Real events are
@@ -314,8 +317,12 @@ class KinetoReader:
         # Fast path: the array's closing ']' is the last one whose right side is a valid tail ('}' or
         # ', "key": ...}') and whose left side decodes. Scan candidates from the end: the tail is short,
         # while the events before it hold thousands of ']' (shapes), so a forward scan is quadratic.
-        k = len(buf)
-        while True:
+        # A key after the array may hold an array of objects itself (``"deviceProperties": [{..}, {..}]`` written
+        # after traceEvents): its ']' also has a valid tail and a left side whose last piece is an object, so
+        # the candidate whose left side decodes strictly wins; the tolerant check (repairs of the last pieces)
+        # only decides for the last candidate when none does.
+        k, candidates, chosen = len(buf), [], None
+        while len(candidates) < 8 and len(buf) - k < TAIL_SCAN_BYTES:
             k = buf.rfind(b"]", 0, k)
             if k < 0:
                 break
@@ -329,8 +336,14 @@ class KinetoReader:
             left = buf[:k].rstrip()
             if left and not left.endswith(b"}"):
                 continue
-            if not self._events_ok(left):
-                break  # the slow path below finds the precise error
+            if self._events_ok(left, tolerant=False):
+                chosen = (left, tail)
+                break
+            candidates.append((left, tail))
+        if chosen is None and candidates and self._events_ok(candidates[0][0]):
+            chosen = candidates[0]
+        if chosen is not None:  # else the slow path below finds the precise error
+            left, tail = chosen
             yield from self._decode_run(left, base, final=True)
             self._top.apply(tail, "after traceEvents")
             return
@@ -419,8 +432,9 @@ class KinetoReader:
             "base_time_lost": "baseTimeNanoseconds" not in self._top.seen,
         }
 
-    def _events_ok(self, left: bytes) -> bool:
-        """Whether ``[left]`` decodes (perhaps after repairs): then the ']' candidate closes the array."""
+    def _events_ok(self, left: bytes, tolerant: bool = True) -> bool:
+        """Whether ``[left]`` decodes (perhaps after repairs): then the ']' candidate closes the array.
+        ``tolerant``: also when only its last pieces decode (the rest is checked when decoded for real)."""
         if not left:
             return True
         try:
@@ -435,6 +449,8 @@ class KinetoReader:
                 return True
             except DECODE_ERRORS:
                 pass
+        if not tolerant:
+            return False
         # tolerant: some suffix of whole pieces must decode as one (repaired) event, and the rest
         # is checked when it is decoded for real
         starts = [0] + [m.end() - 1 for m in _BOUNDARY.finditer(left)]
