@@ -108,6 +108,16 @@ def label_pairs(values) -> dict[str, Any]:
     return labels
 
 
+def number_or_text(text: str) -> Any:
+    """An int, else a float, else the text itself (`-o key=value` options, `--grid` values)."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
 def db_path(db: str | None) -> str:
     from ..storage.store import default_db_path
 

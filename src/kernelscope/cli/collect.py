@@ -9,7 +9,7 @@ import sys
 import click
 
 from ..errors import UsageError
-from .app import cli, db_option, db_path, label_pairs, open_db
+from .app import cli, db_option, db_path, label_pairs, number_or_text, open_db
 from .render import emit_result
 
 _CMD = {"ignore_unknown_options": True, "allow_interspersed_args": False}
@@ -103,14 +103,6 @@ def profile(name, labels, run_dir, memory, stack, modules, no_shapes, schedule, 
 
 def _grid(texts) -> dict:
     """``--grid key=v1,v2`` texts as {key: [values]} (numbers as numbers)."""
-    def _number(text: str):
-        for kind in (int, float):
-            try:
-                return kind(text)
-            except ValueError:
-                pass
-        return text
-
     grid: dict = {}
     for text in texts:
         key, sep, values = text.partition("=")
@@ -120,7 +112,7 @@ def _grid(texts) -> dict:
             raise UsageError(f"--grid {text!r}: write KEY=V1,V2,... e.g. --grid batch=1,2,4")
         if key in grid:
             raise UsageError(f"--grid {key} is given twice; list all its values in one --grid {key}=...")
-        grid[key] = [_number(v) for v in vals]
+        grid[key] = [number_or_text(v) for v in vals]
     return grid
 
 

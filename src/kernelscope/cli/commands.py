@@ -5,13 +5,23 @@ fast."""
 from __future__ import annotations
 
 import sys
-from typing import Any
 
 import click
 
 from ..errors import UsageError
 from ..units import BYTES_PER_MB
-from .app import cli, db_option, db_path, format_options, label_pairs, one_line, open_db, output_format, resolve
+from .app import (
+    cli,
+    db_option,
+    db_path,
+    format_options,
+    label_pairs,
+    number_or_text,
+    one_line,
+    open_db,
+    output_format,
+    resolve,
+)
 from .render import emit_frame, emit_result, emit_sql, typed_label
 
 
@@ -283,7 +293,7 @@ def analyze(name, traces_, list_, options, by, sweep, fmt, as_json, table, db):
     if not name:
         raise UsageError("give an analysis name and at least one TRACE, or --list to see the analyses.")
     analysis = get_analysis(name)
-    kwargs = {k: _number(v) for k, v in (_split_option(o) for o in options)}
+    kwargs = {k: number_or_text(v) for k, v in (_split_option(o) for o in options)}
     if analysis.multi:
         if traces_ and sweep:
             raise UsageError(f"give either TRACEs or --sweep to `analyze {name}`, not both.")
@@ -315,13 +325,6 @@ def _split_option(text: str) -> tuple[str, str]:
     return key.strip(), value
 
 
-def _number(text: str) -> Any:
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text
 
 
 @cli.command()
