@@ -1,5 +1,6 @@
 """The layer contracts in pyproject.toml ([tool.importlinter]) hold: import-linter's `lint-imports` passes; ruff
-passes; and reports/ and dashboard/ hold no SQL (a source scan: import-linter sees imports, not SQL text)."""
+passes; reports/ and dashboard/ hold no SQL (a source scan: import-linter sees imports, not SQL text); no module
+under src/ is over 600 lines."""
 
 from __future__ import annotations
 
@@ -151,3 +152,14 @@ def test_no_sql_in_reports_or_dashboard(package):
     assert files, root
     found = [f for p in files for f in sql_findings(p.read_text(encoding="utf-8"), str(p.relative_to(ROOT)))]
     assert found == [], "\n".join(found)
+
+
+#: Issue 12: one concern per module, none over this many lines (split a module that grows past it).
+MAX_LINES = 600
+
+
+def test_no_module_under_src_is_over_the_line_limit():
+    sizes = {p.relative_to(ROOT).as_posix(): len(p.read_text().splitlines())
+             for p in (ROOT / "src").rglob("*.py")}
+    assert len(sizes) > 50  # the scan found the package
+    assert {p: n for p, n in sizes.items() if n > MAX_LINES} == {}

@@ -470,7 +470,7 @@ def dashboard(host, port, token, logdir, db):
         return
     import signal
 
-    from ..storage import logdir as watch
+    from ..storage import logdir_process as watch
 
     folder = os.path.abspath(logdir)
     click.echo(f"kernelscope: watching {folder} for torch.profiler traces; each is ingested once complete",
