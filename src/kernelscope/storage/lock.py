@@ -1,8 +1,9 @@
 """Taking turns on a store between one writer and many readers (separate processes).
 
 DuckDB lets one process write a database file *or* many read it, through POSIX locks on the file, and a
-connection that meets a conflicting lock fails at once. The dashboard reads through short connections (one
-per page drawn), so an ingest started while it is open only needs a moment with no reader. Under load there
+connection that meets a conflicting lock fails at once. The dashboard reads through short-lived cursors (one
+per page drawn) of a read-only instance it gives up as soon as a writer waits at the turnstile below
+(storage/readers.py), so an ingest started while it is open only needs a moment with no reader. Under load there
 is none: four clients browsing keep the store open for reading ~99% of the time, and an ingest polling for a
 gap gave up after 2 s (issue 11). Two rules make the writer's turn come:
 

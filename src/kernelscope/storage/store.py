@@ -2,6 +2,9 @@
 
 This module (with ``ingest`` and ``queries``) is the only code that calls ``duckdb.connect``.
 
+Read-only opens share one DuckDB instance per store file per process (``readers.py``: a cursor each, the
+instance given up when a writer waits or after ``readers.IDLE_S`` idle).
+
 One process may write *or* many may read. A writer waits for readers (up to 30 s; new readers hold back
 meanwhile: ``lock.py``); a second writer fails within a few seconds with ``StoreLockedError`` naming the
 process that holds the lock (DuckDB's own lock message carries it).
@@ -19,7 +22,7 @@ import time
 from importlib import resources
 
 from ..errors import StoreError, StoreLockedError
-from . import derivations
+from . import derivations, readers
 from . import lock as store_lock
 
 #: Seconds a writer keeps retrying while another writer holds the lock (readers: storage/lock.py, 30 s).
@@ -150,6 +153,8 @@ def _connect(path: pathlib.Path, read_only: bool, config: dict | None = None):
 
     if str(path) != ":memory:":
         _check_store_path(path)
+        if not read_only or config:
+            readers.release(path)  # DuckDB refuses a second instance of one file with other settings
     # Taking turns with other processes (storage/lock.py): a writer waits for readers (short-lived) up to
     # 30 s, for another writer 2 s. The file's magic bytes are read only after DuckDB refused it: closing
     # any descriptor of the store file would drop the read locks of this process's open connections.
@@ -195,10 +200,11 @@ def _connect(path: pathlib.Path, read_only: bool, config: dict | None = None):
 class Store:
     """An open store. Use as a context manager; ``.con`` is the DuckDB connection."""
 
-    def __init__(self, path: pathlib.Path, con, read_only: bool):
+    def __init__(self, path: pathlib.Path, con, read_only: bool, give_back=None):
         self.path = path
         self.con = con
         self.read_only = read_only
+        self._give_back = give_back  # a cursor of a shared read-only instance (storage/readers.py)
 
     def cursor(self) -> Store:
         """Another connection to the same open database (DuckDB's cursor: its own transaction and temp tables,
@@ -221,6 +227,8 @@ class Store:
         if self.con is not None:
             self.con.close()
             self.con = None
+            if self._give_back is not None:
+                self._give_back()
 
     def __enter__(self) -> Store:
         return self
@@ -296,6 +304,14 @@ def open_store(path=None, read_only: bool = False) -> Store:
         raise StoreError(f"no store at {path}; run `kernelscope ingest` first")
     if not read_only and not path.parent.exists():
         raise StoreError(f"cannot create store {path}: folder {path.parent} does not exist")
+    shared = read_only and readers.enabled()
+    if shared:
+        with store_lock.turn(path, writer=False):  # a writer waiting goes first, as for a new connection
+            got = readers.cursor(path)
+        if got is not None:
+            _OPENED.append(path)
+            del _OPENED[:-8]
+            return Store(path, got[0], True, got[1])
     con = _connect(path, read_only)
     _OPENED.append(path)
     del _OPENED[:-8]
@@ -322,4 +338,7 @@ def open_store(path=None, read_only: bool = False) -> Store:
         if damaged is not None:
             raise damaged from None
         raise
+    if shared:
+        cur, give_back = readers.adopt(path, con)
+        return Store(path, cur, True, give_back)
     return Store(path, con, read_only)
