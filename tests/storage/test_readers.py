@@ -72,6 +72,11 @@ def test_a_writer_in_another_process_gets_in_while_this_one_keeps_the_instance(d
     rc, _, err, took = _in_a_process(db, code, readers_wait_s=8.0)
     assert rc == 0, err  # the writer took the turnstile, the reaper saw it and closed the idle instance
     assert took < 8.0
+    assert not readers._OPEN
+    deadline = time.monotonic() + 5
+    while readers._REAPER is not None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert readers._REAPER is None  # with nothing open the reaper thread ends
     with open_store(db, read_only=True) as s:  # a new instance: the other process's write is there
         assert s.con.execute("SELECT v FROM written_by_other").fetchone() == (42,)
 

@@ -168,6 +168,8 @@ def release_all() -> None:
 
 
 def _reap() -> None:
+    """Close idle instances a writer waits for or that were idle IDLE_S; ends when none is open."""
+    global _REAPER
     while True:
         time.sleep(POLL_S)
         with _GUARD:
@@ -175,11 +177,14 @@ def _reap() -> None:
             for inst in list(_OPEN.values()):
                 if inst.users == 0 and (now - inst.idle_since >= IDLE_S or _writer_waits(inst.key)):
                     _close(inst)
+            if not _OPEN:
+                _REAPER = None
+                return
 
 
 def _start_reaper() -> None:
     global _REAPER
-    if _REAPER is None or not _REAPER.is_alive():
+    if _REAPER is None:  # (called under _GUARD, as _reap clears it)
         _REAPER = threading.Thread(target=_reap, name="kernelscope-store-reaper", daemon=True)
         _REAPER.start()
 
