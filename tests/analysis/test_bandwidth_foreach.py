@@ -127,6 +127,23 @@ def test_foreach_lists_from_accumulate_grad(hand):
         "aten::_foreach_mul_", "aten::_foreach_lerp_", "aten::_foreach_add_"}
 
 
+def test_foreach_without_any_gradient_in_the_trace_says_so(tmp_path):
+    """An inference-only trace (no AccumulateGrad at all) with a _foreach_ operator on the GPU: unmodelled, and
+    the reason names the missing gradients (the lookup must not index an empty list of them)."""
+    scal, tl = ["TensorList", "Scalar"], [[], []]
+    events = [_op("aten::_foreach_mul_", 20, 5, 1, tl, scal), rt("cudaLaunchKernel", 21, 1, 1, 1),
+              _kern(MTA.format(d=1, f="BinaryOpScalarFunctor"), 30, 10, 1, 1, 3)]
+    path = write_trace(tmp_path / "nograd.json", events, deviceProperties=[{"id": 0, "name": "NVIDIA H200"}])
+    with open_store(tmp_path / "s.duckdb") as s:
+        res = ingest_file(s, path)
+        assert res.status == "ingested", res.message
+        r = bandwidth(s, res.trace_id)
+    un = r.table("unmodelled")
+    assert list(un["name"]) == ["aten::_foreach_mul_"] and int(un["gpu_ns"].iloc[0]) == 10_000
+    assert "no AccumulateGrad before it" in un["reason"].iloc[0]
+    assert r.scalars["modelled_gpu_ns"] == 0
+
+
 def _sample(session_store, name):
     with open_store(session_store.db, read_only=True) as s:
         row = s.query("SELECT trace_id FROM traces WHERE name = $n", {"n": name})

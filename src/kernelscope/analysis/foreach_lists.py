@@ -72,9 +72,10 @@ def foreach_lists(store, trace_id: str) -> dict[int, ForeachList]:
         return {}
     grads = store.query(_SQL_GRADS, {"t": trace_id})
     g_start = grads["start_ns"].to_numpy("int64")
+    g_text = grads["input_dims"].tolist()  # plain lists: iterating Arrow-backed columns costs ~2 us a value
     g_shape, g_type = [], []
     parsed: dict = {}  # a training run repeats its gradients' shapes every step: parse each text once
-    for d_text, ty_text in zip(grads["input_dims"], grads["input_types"]):
+    for d_text, ty_text in zip(g_text, grads["input_types"].tolist()):
         try:
             shape, dt = parsed[(d_text, ty_text)]
         except (KeyError, TypeError):
@@ -87,27 +88,36 @@ def foreach_lists(store, trace_id: str) -> dict[int, ForeachList]:
                 pass
         g_shape.append(shape)
         g_type.append(dt)
-    g_text = list(grads["input_dims"])
     f_start = fe["start_ns"].to_numpy("int64")
+    # For every operator at once: AccumulateGrad calls before it are [0, i); the _foreach_ operators before the
+    # last of those are [0, j); the gradients after the last of those start at lo.
+    i_all = np.searchsorted(g_start, f_start, side="left")
+    if len(g_start):
+        j_all = np.searchsorted(f_start, g_start[np.maximum(i_all - 1, 0)], side="left")
+        lo_all = np.where(j_all > 0, np.searchsorted(g_start, f_start[np.maximum(j_all - 1, 0)], side="right"), 0)
+    else:  # no gradient at all: every operator with kernels says so (i = 0)
+        lo_all = np.zeros(len(f_start), "int64")
     out: dict[int, ForeachList] = {}
     lists_at: dict = {}
     by_text: dict = {}
-    for r in fe.itertuples(index=False):
-        names = list(r.kernels) if isinstance(r.kernels, (list, tuple, np.ndarray)) else []
+    dtype_of: dict = {}  # kernel names -> the one dtype their functors name (every step repeats its kernels)
+    for op_id, kernels, other, n_blocks, i, lo in zip(fe["op_id"].tolist(), fe["kernels"].tolist(),
+                                                       fe["other"].tolist(), fe["blocks"].tolist(),
+                                                       i_all.tolist(), lo_all.tolist()):
+        names = tuple(kernels) if isinstance(kernels, (list, tuple, np.ndarray)) else ()
         if not names:
             continue  # no multi_tensor_apply kernel: nothing to model (CPU work, or other kernels)
-        i = int(np.searchsorted(g_start, r.start_ns, side="left"))  # AccumulateGrad calls before it: [0, i)
         if not i:
-            out[int(r.op_id)] = _none("tensor-list shapes not recorded, and no AccumulateGrad before it in the "
-                                      "trace to infer them from")
+            out[int(op_id)] = _none("tensor-list shapes not recorded, and no AccumulateGrad before it in the "
+                                    "trace to infer them from")
             continue
-        j = int(np.searchsorted(f_start, g_start[i - 1], side="left"))  # _foreach_ ops before the last one
-        lo = int(np.searchsorted(g_start, f_start[j - 1], side="right")) if j else 0
-        dtypes = {kernel_name_dtype(m.group(1)) if (m := _FUNCTOR_DTYPE.search(n)) else None for n in names}
-        dtype = dtypes.pop() if len(dtypes) == 1 else None
-        if int(r.other) or dtype is None or dtype == MIXED or dtype not in DTYPES:
-            out[int(r.op_id)] = _none("tensor-list shapes not recorded, and its kernels do not name one element "
-                                      "dtype (or include other kernels)")
+        if names not in dtype_of:
+            dtypes = {kernel_name_dtype(m.group(1)) if (m := _FUNCTOR_DTYPE.search(n)) else None for n in names}
+            dtype_of[names] = dtypes.pop() if len(dtypes) == 1 else None
+        dtype = dtype_of[names]
+        if int(other) or dtype is None or dtype == MIXED or dtype not in DTYPES:
+            out[int(op_id)] = _none("tensor-list shapes not recorded, and its kernels do not name one element "
+                                    "dtype (or include other kernels)")
             continue
         if (lo, i, dtype) not in lists_at:  # the _foreach_ calls of one optimizer step share their list,
             ks = [k for k in range(lo, i) if g_type[k] == dtype and g_shape[k] is not None]
@@ -117,47 +127,46 @@ def foreach_lists(store, trace_id: str) -> dict[int, ForeachList]:
                 by_text[text] = (got, foreach_chunks(got))
             lists_at[(lo, i, dtype)] = by_text[text]
         shapes, blocks = lists_at[(lo, i, dtype)]
-        if not shapes or blocks != int(r.blocks):
-            out[int(r.op_id)] = _none(f"tensor-list shapes not recorded; the {len(shapes)} gradients "
-                                      f"accumulated before it need {blocks} thread blocks, its kernels ran "
-                                      f"{int(r.blocks)}")
+        if not shapes or blocks != int(n_blocks):
+            out[int(op_id)] = _none(f"tensor-list shapes not recorded; the {len(shapes)} gradients "
+                                    f"accumulated before it need {blocks} thread blocks, its kernels ran "
+                                    f"{int(n_blocks)}")
             continue
-        out[int(r.op_id)] = ForeachList(shapes, dtype, None)
+        out[int(op_id)] = ForeachList(shapes, dtype, None)
     return out
 
 
 def explode_foreach(store, t: str, g: pd.DataFrame, gi: np.ndarray, op_ids: np.ndarray) -> pd.DataFrame:
-    """Give every ``_foreach_*`` instance its own group row with the inferred tensor lists in
-    ``input_dims`` (``shapes_source = 'accumulate_grad'``, ``hint`` = element size) or the reason none was
-    inferred (``list_reason``). ``gi`` (group of each instance) is updated in place; emptied groups are
-    dropped and the rest renumbered."""
+    """Move every ``_foreach_*`` instance to a group row of its own group and what it got: the inferred tensor
+    lists in ``input_dims`` (``shapes_source = 'accumulate_grad'``, ``hint`` = element size) or the reason none
+    was inferred (``list_reason``); instances of one group that got the same (every step of a run: the same
+    list) share that row. ``gi`` (group of each instance) is updated in place; emptied groups are dropped and
+    the rest renumbered."""
     is_fe = g["name"].map(lambda n: isinstance(n, str) and n.startswith("aten::_foreach_")).to_numpy(bool)
     if not is_fe.any():
         return g
     lists = foreach_lists(store, t)
     pos = np.flatnonzero(is_fe[gi])
     rows = []
-    base: dict[int, dict] = {}  # group -> its row (instances of one group share it)
-    dims_text: dict = {}  # (group, list, dtype) -> input_dims text (the instances of one step share their list)
-    for k, p in enumerate(pos):
+    row_of: dict = {}  # (group, what its instance got) -> the new row's number
+    for p in pos:
         grp = int(gi[p])
-        if grp not in base:
-            base[grp] = g.iloc[grp].to_dict()
-        row = dict(base[grp])
         shapes, dtype, reason = lists.get(int(op_ids[p]), NO_LIST)
-        if shapes is not None:
-            at = (grp, id(shapes), dtype)  # the lists live in ``lists`` while this runs: ids stay unique
-            if at not in dims_text:
+        # the lists live in ``lists`` while this runs, and lists of equal content are one object: ids stay unique
+        got = (grp, id(shapes), dtype) if shapes is not None else (grp, None, reason)
+        if got not in row_of:
+            row = g.iloc[grp].to_dict()
+            if shapes is not None:
                 types = json_value(row["input_types"]) or []
                 dims = json_value(row["input_dims"]) or [[] for _ in types]
                 dims = [shapes if ty == "TensorList" else (dims[x] if x < len(dims) else [])
                         for x, ty in enumerate(types)]
-                dims_text[at] = json.dumps(dims)
-            row.update(input_dims=dims_text[at], hint=str(DTYPES[dtype][0]), shapes_source="accumulate_grad")
-        else:
-            row["list_reason"] = reason
-        rows.append(row)
-        gi[p] = len(g) + k
+                row.update(input_dims=json.dumps(dims), hint=str(DTYPES[dtype][0]), shapes_source="accumulate_grad")
+            else:
+                row["list_reason"] = reason
+            row_of[got] = len(g) + len(rows)
+            rows.append(row)
+        gi[p] = row_of[got]
     g = pd.concat([g, pd.DataFrame(rows)], ignore_index=True)
     keep = np.bincount(gi, minlength=len(g)) > 0
     new_no = np.cumsum(keep) - 1
