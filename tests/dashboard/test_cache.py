@@ -208,3 +208,35 @@ def test_overview_recommendations_reuse_cached_analyses(small, monkeypatch):
     names = [k[2] for k in list(cache._CACHE)]
     for n in ("bound", "launch", "whatif", "kernels", "bandwidth", "power"):
         assert names.count("analysis:" + n) == 1, n
+
+
+def test_prefetch_computes_the_overview_analyses_at_once_on_their_own_cursors(small, monkeypatch):
+    """cache.prefetch (the Overview calls it first): every named analysis ends up cached, each computed once,
+    on cursors other than the page's connection, and equal to computing it directly; the page then misses
+    nothing it prefetched. A second prefetch computes nothing."""
+    from kernelscope.dashboard.pages import overview
+
+    db, _, tid = small
+    monkeypatch.setattr("os.cpu_count", lambda: 2)  # the one-core shortcut must not hide the mechanism
+    seen = []
+    real = cache.analysis
+
+    def spy(store, name, trace_ids, **opts):
+        seen.append((name, threading.current_thread().name))
+        return real(store, name, trace_ids, **opts)
+    monkeypatch.setattr(cache, "analysis", spy)
+    with open_store(db, read_only=True) as store:
+        cache.prefetch(store, tid, overview.PREFETCH)
+        assert sorted(n for n, _ in seen) == sorted(overview.PREFETCH)
+        assert all(t.startswith("ks-prefetch") for _, t in seen)  # in the pool's threads
+        assert cache.stats()["entries"] == len(overview.PREFETCH)
+        for n in overview.PREFETCH:
+            assert real(store, n, tid).to_json() == get_analysis(n).fn(store, tid).to_json(), n
+        before = cache.stats()
+        seen.clear()
+        cache.prefetch(store, tid, overview.PREFETCH)
+        assert seen == [] and cache.stats()["misses"] == before["misses"]
+        overview.layout(store, tid, {})
+    names = [k[2] for k in list(cache._CACHE)]
+    for n in overview.PREFETCH:
+        assert names.count("analysis:" + n) == 1, n

@@ -12,7 +12,9 @@ An entry's key names what was computed and from what: ``(store identity, trace s
 
 Bounded by count: at most ``MAX_ENTRIES`` entries, the least recently used dropped first. Values are
 shared between callers and must be treated as read-only (copy a table before changing it).
-Concurrent requests for the same missing key build it once (the others wait for it).
+Concurrent requests for the same missing key build it once (the others wait for it). ``prefetch`` computes
+the analyses a page is about to ask for at once, one per core, so the page waits about as long as the
+longest of them.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import inspect
 import os
 import threading
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 
 import pandas as pd
 
@@ -142,3 +145,27 @@ def analysis(store, name: str, trace_ids, **opts):
     """The registered analysis ``name`` on ``trace_ids`` with ``opts``, run once per process while cached."""
     fn = get_analysis(name).fn
     return call(store, trace_ids, "analysis:" + name, fn, **opts)
+
+
+def prefetch(store, trace_id: str, names) -> None:
+    """Compute the registered analyses ``names`` of ``trace_id`` into the cache at once, each in a thread on
+    its own cursor (DuckDB runs queries outside the GIL, so the SQL of one overlaps the Python of another),
+    longest first as given. A page then reads them with ``analysis``; one that failed here runs again there
+    and says why. Nothing happens with one core, one analysis to compute, or a store without cursors."""
+    cores = os.cpu_count() or 1
+    keys = {n: key(store, trace_id, "analysis:" + n, **_with_defaults(get_analysis(n).fn, {})) for n in names}
+    with _LOCK:
+        todo = [n for n in names if keys[n] not in _CACHE]
+    if len(todo) < 2 or cores < 2 or not hasattr(store, "cursor"):
+        return
+
+    def run(name: str) -> None:
+        sub = store.cursor()
+        try:
+            analysis(sub, name, trace_id)
+        except Exception:  # the page's own call runs it again and reports it
+            pass
+        finally:
+            sub.close()
+    with ThreadPoolExecutor(max_workers=min(len(todo), cores), thread_name_prefix="ks-prefetch") as pool:
+        list(pool.map(run, todo))

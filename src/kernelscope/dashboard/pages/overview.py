@@ -48,7 +48,12 @@ NO_GPU_WHY = "no GPU activity"
 ENERGY_KIND = {"trace_energy_mj": "trace window", "energy_per_iteration_mj": "per iteration (un-profiled)"}
 
 
+#: The analyses the Overview reads (its headline, energy, recommendations), longest first at 1M kernels.
+PREFETCH = ("bandwidth", "whatif", "launch", "summary", "bound", "kernels")
+
+
 def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
+    cache.prefetch(store, trace_id, PREFETCH)
     result = cache.analysis(store, "summary", trace_id)
     s, trust = result.scalars, result.trust
     has_gpu = bool(s.get("devices_count"))
