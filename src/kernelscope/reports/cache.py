@@ -117,8 +117,12 @@ def _opts_key(opts: dict) -> tuple:
 
 def key(store, trace_ids, name: str, **opts) -> tuple:
     """The cache key of ``name`` computed on ``trace_ids`` (one id, a list, or None) with ``opts``."""
+    return _key(store_identity(store), trace_stamps(store, trace_ids), name, trace_ids, opts)
+
+
+def _key(identity: tuple, stamps: tuple, name: str, trace_ids, opts: dict) -> tuple:
     tid = trace_ids if trace_ids is None or isinstance(trace_ids, str) else tuple(trace_ids)
-    return (store_identity(store), trace_stamps(store, trace_ids), name, tid, _opts_key(opts))
+    return (identity, stamps, name, tid, _opts_key(opts))
 
 
 def _with_defaults(fn, opts: dict) -> dict:
@@ -153,7 +157,9 @@ def prefetch(store, trace_id: str, names) -> None:
     longest first as given. A page then reads them with ``analysis``; one that failed here runs again there
     and says why. Nothing happens with one core, one analysis to compute, or a store without cursors."""
     cores = os.cpu_count() or 1
-    keys = {n: key(store, trace_id, "analysis:" + n, **_with_defaults(get_analysis(n).fn, {})) for n in names}
+    identity, stamps = store_identity(store), trace_stamps(store, trace_id)  # once: a query each
+    keys = {n: _key(identity, stamps, "analysis:" + n, trace_id, _with_defaults(get_analysis(n).fn, {}))
+            for n in names}
     with _LOCK:
         todo = [n for n in names if keys[n] not in _CACHE]
     if len(todo) < 2 or cores < 2 or not hasattr(store, "cursor"):
