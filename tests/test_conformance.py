@@ -325,3 +325,19 @@ def test_bandwidth_says_how_to_get_numbers_from_a_trace_without_shapes(conf):
         yes = bandwidth(store, _first(conf, "qwen2_full"))
     assert no.scalars["modelled_gpu_ns"] == 0 and any("record_shapes=True" in w for w in no.warnings)
     assert yes.scalars["modelled_gpu_ns"] > 0 and not any("without shapes" in w for w in yes.warnings)
+    assert no.scalars["shapes_recorded"] is False and yes.scalars["shapes_recorded"] is True
+
+
+def test_bandwidth_page_and_report_say_first_that_the_trace_has_no_shapes(conf, client, tmp_path):
+    """The page's one message above the (empty) roofline and the report's modelled sentence name the cause
+    and the fix, not only a warning at the bottom (a newcomer's trace of torch.profiler's defaults)."""
+    from dashboard.tree import find_json, text_json
+
+    no, yes = _first(conf, "qwen2_defaults"), _first(conf, "qwen2_full")
+    msg = find_json(_page(client, f"/trace/{no}/bandwidth"), "msg-bw-nothing-modelled")
+    assert msg is not None and "record_shapes=True" in text_json(msg)
+    assert find_json(_page(client, f"/trace/{yes}/bandwidth"), "msg-bw-nothing-modelled") is None
+    out = tmp_path / "r.md"
+    assert _run(conf, "report", no, "-o", str(out), "--format", "md").exit_code == 0
+    sentence = next(ln for ln in out.read_text().splitlines() if "of leaf-operator GPU time" in ln)
+    assert "record_shapes=True" in sentence

@@ -276,6 +276,7 @@ def bandwidth(store, trace_id: str, *, peaks: str | Path | None = None, device: 
         "above_peak_unexplained": above.unexplained,
         "device_peaks": {str(d): peak_row_summary(r) for d, r in dev_rows.items()},
         "tf32_matmul": bool(prov.get("tf32_matmul", False)),
+        "shapes_recorded": shapes_recorded(groups),
     }
     tables = {"per_instance": per_instance, "per_signature": sig, "unmodelled": unmodelled}
     if measured is not None:
@@ -304,6 +305,17 @@ def bandwidth(store, trace_id: str, *, peaks: str | Path | None = None, device: 
 
 
 # ---------------------------------------------------------------- the steps
+
+
+#: Why nothing is modelled in a trace torch.profiler recorded with its defaults (a warning, and the pages' sentence).
+NO_SHAPES = ("the trace was recorded without shapes (torch.profiler's default, record_shapes=False): no operator's "
+             "FLOPs or bytes can be modelled; profile with record_shapes=True (or `kernelscope profile`) for "
+             "bandwidth and roofline numbers.")
+
+
+def shapes_recorded(groups: pd.DataFrame) -> bool:
+    """False when the trace has operators with GPU time and none of them carries input shapes."""
+    return not (len(groups) and groups["input_dims"].isna().all())
 
 
 def _top_option(instances: int | str) -> int | None:
@@ -560,10 +572,8 @@ def _model_warnings(groups: pd.DataFrame, above: AbovePeak, unattributed: pd.Ser
                         f"({int(groups.loc[from_grads, 'gpu_ns'].sum())} ns) were given the tensor lists of the "
                         "gradients accumulated before them (shapes_source = 'accumulate_grad'; the "
                         "profiler records no tensor-list shapes), checked against their kernels' thread blocks.")
-    if len(groups) and groups["input_dims"].isna().all():
-        warnings.append("the trace was recorded without shapes (torch.profiler's default, record_shapes=False): "
-                        "no operator's FLOPs or bytes can be modelled; profile with record_shapes=True (or "
-                        "`kernelscope profile`) for bandwidth and roofline numbers.")
+    if not shapes_recorded(groups):
+        warnings.append(NO_SHAPES)
     if int(unattributed["ns"]):
         warnings.append(f"{int(unattributed['n'])} GPU activities ({int(unattributed['ns'])} ns) have no leaf "
                         "operator (CUDA-graph replays or launches outside the trace) and are not modelled.")

@@ -19,6 +19,7 @@ import math
 import pandas as pd
 import plotly.graph_objects as go
 
+from ..analysis.bandwidth import NO_SHAPES
 from ..storage import catalog
 from ..storage.ncu import measured_dram_bytes
 from ..units import GFLOP_PER_TFLOP, NS_PER_MS
@@ -258,6 +259,8 @@ def modelled_sentence(scalars: dict) -> str:
     if un:
         text += (f" {un / NS_PER_MS:,.3f} ms of GPU activity has no leaf operator (CUDA-graph replays or launches "
                  "outside the trace) and is not modelled.")
+    if scalars.get("shapes_recorded") is False:
+        text += " " + NO_SHAPES[0].upper() + NO_SHAPES[1:]
     return text
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dash
 from dash import Input, Output, State, html
 
+from ...analysis.bandwidth import NO_SHAPES
 from ...analysis.summary import no_gpu_reason
 from ...reports.roofline import (
     SIGNATURE_COLUMNS,
@@ -112,7 +113,10 @@ def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
         body.append(message("No GPU time is attributed to an operator signature, so there is no roofline to "
                             "draw (see the sentence above).", "msg-bw-nothing-modelled"))
     else:
-        if not s.get("modelled_gpu_ns"):
+        if s.get("shapes_recorded") is False:
+            body.append(message("No operator has input shapes, so the roofline has no points: " + NO_SHAPES
+                                + " The operators' GPU time is listed below.", "msg-bw-nothing-modelled"))
+        elif not s.get("modelled_gpu_ns"):
             body.append(message("No operator with GPU time has a FLOP/byte rule (nothing modelled): the roofline "
                                 "has no points; the unmodelled operators are listed below.",
                                 "msg-bw-nothing-modelled"))
