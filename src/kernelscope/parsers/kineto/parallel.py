@@ -36,7 +36,7 @@ import pyarrow as pa
 from kernelscope.parsers import parse_worker, source
 from kernelscope.parsers.kineto.batch import BatchBuilder
 from kernelscope.parsers.kineto.fields import RUN_DEC
-from kernelscope.parsers.kineto.reader import KinetoReader, max_event_bytes
+from kernelscope.parsers.kineto.reader import KinetoReader, max_event_bytes, more
 from kernelscope.parsers.kineto.repair import count_null_numbers
 from kernelscope.parsers.schema import RAW_EVENTS, TraceMeta
 from kernelscope.parsers.source import Source
@@ -171,10 +171,7 @@ class ParallelKinetoReader(KinetoReader):
         plain = not src.gz
         while True:
             if not eof:
-                block = src.read()
-                if not block:
-                    eof = True
-                buf += block
+                buf, eof = more(src, buf)
             if warming and not self._pool_started(warming):  # the pool is starting: decode in process
                 state = yield from self._block_in_process(src, buf, base, eof)
                 if state is None:

@@ -80,6 +80,12 @@ def max_event_bytes() -> int:
     return int(mb * BYTES_PER_MIB) if mb > 0 and math.isfinite(mb) else MAX_EVENT_BYTES
 
 
+def more(src: Source, buf: bytes) -> tuple[bytes, bool]:
+    """``buf`` with the source's next block appended, and whether the source has ended (no block came)."""
+    block = src.read()
+    return buf + block, not block
+
+
 class KinetoReader:
     """Iterate a Kineto trace as ``RAW_EVENTS`` record batches; ``meta`` is complete after iteration.
 
@@ -131,10 +137,7 @@ class KinetoReader:
         first_checked = False
         while True:
             if not eof:
-                block = src.read()
-                if not block:
-                    eof = True
-                buf += block
+                buf, eof = more(src, buf)
             if not first_checked:
                 stripped = buf.lstrip()
                 if stripped.startswith(b"\xef\xbb\xbf"):  # UTF-8 BOM
@@ -193,10 +196,7 @@ class KinetoReader:
         file, one block at a time (``parallel.ParallelKinetoReader`` overrides it)."""
         while True:
             if not eof:
-                block = src.read()
-                if not block:
-                    eof = True
-                buf += block
+                buf, eof = more(src, buf)
             self._check_cap(buf, base)
             if eof:
                 yield from self._finish(buf, base, src)
