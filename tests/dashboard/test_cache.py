@@ -228,7 +228,7 @@ def test_prefetch_computes_the_overview_analyses_at_once_on_their_own_cursors(sm
     with open_store(db, read_only=True) as store:
         cache.prefetch(store, tid, overview.PREFETCH)
         assert sorted(n for n, _ in seen) == sorted(overview.PREFETCH)
-        assert all(t.startswith("ks-prefetch") for _, t in seen)  # in the pool's threads
+        assert all(t.startswith("ks-cursor") for _, t in seen)  # in the pool's threads
         assert cache.stats()["entries"] == len(overview.PREFETCH)
         for n in overview.PREFETCH:
             assert real(store, n, tid).to_json() == get_analysis(n).fn(store, tid).to_json(), n

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pandas as pd
@@ -100,19 +99,15 @@ class _Results(dict):
         """Run the named analyses that every evaluation needs at once, each in a thread on its own connection
         (DuckDB runs queries outside the GIL, so the SQL of one overlaps the Python of another)."""
         todo = [n for n in names if n in self._fns and n not in self._failed and not dict.__contains__(self, n)]
-        if len(todo) < 2 or (os.cpu_count() or 1) < 2 or not hasattr(self._store, "cursor"):
+        if len(todo) < 2 or (os.cpu_count() or 1) < 2 or not hasattr(self._store, "map_cursors"):
             return
 
-        def run(name):
-            sub = self._store.cursor()
+        def run(sub, name):
             try:
                 return self._fns[name](sub, self._trace), None
             except KernelscopeError as e:
                 return None, e
-            finally:
-                sub.close()
-        with ThreadPoolExecutor(max_workers=min(len(todo), os.cpu_count() or 1)) as pool:
-            done = list(pool.map(run, todo))
+        done = self._store.map_cursors(run, todo)
         for name, (res, err) in zip(todo, done):  # in name order: warnings do not depend on timing
             if err is None:
                 self[name] = res

@@ -23,7 +23,6 @@ import inspect
 import os
 import threading
 from collections import OrderedDict
-from concurrent.futures import ThreadPoolExecutor
 
 import pandas as pd
 
@@ -162,16 +161,12 @@ def prefetch(store, trace_id: str, names) -> None:
             for n in names}
     with _LOCK:
         todo = [n for n in names if keys[n] not in _CACHE]
-    if len(todo) < 2 or cores < 2 or not hasattr(store, "cursor"):
+    if len(todo) < 2 or cores < 2 or not hasattr(store, "map_cursors"):
         return
 
-    def run(name: str) -> None:
-        sub = store.cursor()
+    def run(sub, name: str) -> None:
         try:
             analysis(sub, name, trace_id)
         except Exception:  # the page's own call runs it again and reports it
             pass
-        finally:
-            sub.close()
-    with ThreadPoolExecutor(max_workers=min(len(todo), cores), thread_name_prefix="ks-prefetch") as pool:
-        list(pool.map(run, todo))
+    store.map_cursors(run, todo)

@@ -19,6 +19,7 @@ import os
 import pathlib
 import re
 import time
+from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 
 from ..errors import StoreError, StoreLockedError
@@ -211,6 +212,22 @@ class Store:
         the same settings), for running queries in another thread; close it when done."""
         return Store(self.path, self.con.cursor(), self.read_only)
 
+    def map_cursors(self, fn, items) -> list:
+        """``[fn(cursor, item) for item in items]``, the items at once in threads (one per core), each on its own
+        cursor of this store: DuckDB runs queries outside the GIL, so the SQL of one overlaps the Python of
+        another. In item order; ``fn`` handles its own errors (one that escapes is raised here)."""
+        items = list(items)
+
+        def run(item):
+            sub = self.cursor()
+            try:
+                return fn(sub, item)
+            finally:
+                sub.close()
+        with ThreadPoolExecutor(max_workers=max(1, min(len(items), os.cpu_count() or 1)),
+                                thread_name_prefix="ks-cursor") as pool:
+            return list(pool.map(run, items))
+
     def query(self, sql: str, params=None):
         """Run SQL and return a pandas DataFrame."""
         return self.con.execute(sql, params or []).df()
@@ -291,6 +308,11 @@ def _migrate(con, path, applied: set[int] | None) -> None:
             raise StoreError(f"cannot migrate store {path} to schema {fname}: {exc}") from None
 
 
+def _opened(path: pathlib.Path) -> None:
+    _OPENED.append(path)
+    del _OPENED[:-8]
+
+
 def open_store(path=None, read_only: bool = False) -> Store:
     """Open (and, when writable, create and migrate) the store at ``path`` (default: default_db_path()).
 
@@ -309,12 +331,10 @@ def open_store(path=None, read_only: bool = False) -> Store:
         with store_lock.turn(path, writer=False):  # a writer waiting goes first, as for a new connection
             got = readers.cursor(path)
         if got is not None:
-            _OPENED.append(path)
-            del _OPENED[:-8]
+            _opened(path)
             return Store(path, got[0], True, got[1])
     con = _connect(path, read_only)
-    _OPENED.append(path)
-    del _OPENED[:-8]
+    _opened(path)
     try:
         applied = _applied_versions(con, path)
         current = max(applied, default=0) if applied is not None else None
