@@ -87,13 +87,13 @@ def traces(db: str, headline: bool = False, offset: int = 0, limit: int = DEFAUL
     """Stored traces as ``kernelscope traces --json`` lists them (paged); with ``headline``, each row of the
     page also carries ``headline``: the metrics ``kernelscope diff`` compares."""
     from ..analysis.diff import headline_values
-    from ..storage.labels import label_number, label_value
+    from ..storage.labels import typed_label
     from ..storage.queries import list_traces
 
     offset, limit = _limit(offset, limit)
     with _open(db) as store:
         df = list_traces(store).rename(columns={"trace_id": "id"})
-        df["labels"] = [{k: label_value(v, label_number(v)) for k, v in lab.items()} for lab in df["labels"]]
+        df["labels"] = [{k: typed_label(v) for k, v in lab.items()} for lab in df["labels"]]
         df["devices"] = [[int(d) for d in devs] for devs in df["devices"]]
         rows = table_records(df)
         out = page(rows, [str(c) for c in df.columns], offset, limit)

@@ -75,17 +75,12 @@ def foreach_lists(store, trace_id: str) -> dict[int, ForeachList]:
     g_text = grads["input_dims"].tolist()  # plain lists: iterating Arrow-backed columns costs ~2 us a value
     g_shape, g_type = [], []
     parsed: dict = {}  # a training run repeats its gradients' shapes every step: parse each text once
-    for d_text, ty_text in zip(g_text, grads["input_types"].tolist()):
-        try:
-            shape, dt = parsed[(d_text, ty_text)]
-        except (KeyError, TypeError):
-            d, ty = json_value(d_text) or [], json_value(ty_text) or []
+    for texts in zip(g_text, grads["input_types"].tolist()):  # VARCHAR columns: str or None, hashable
+        if texts not in parsed:
+            d, ty = json_value(texts[0]) or [], json_value(texts[1]) or []
             ok = bool(d) and isinstance(d[0], list) and all(isinstance(i, int) for i in d[0])
-            shape, dt = d[0] if ok else None, ty[0] if ty and isinstance(ty[0], str) else None
-            try:
-                parsed[(d_text, ty_text)] = (shape, dt)
-            except TypeError:
-                pass
+            parsed[texts] = (d[0] if ok else None, ty[0] if ty and isinstance(ty[0], str) else None)
+        shape, dt = parsed[texts]
         g_shape.append(shape)
         g_type.append(dt)
     f_start = fe["start_ns"].to_numpy("int64")

@@ -54,7 +54,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import UsageError
-from ..storage.intervals import islands
+from ..storage.intervals import covered_before, islands
 from .result import Result
 from .rows import query_row, query_rows
 
@@ -187,10 +187,7 @@ def _coverage(store, trace_id: str, spans, phase: str | None) -> dict[tuple[int,
     for lvl in raw:
         mine = lv == lvl
         starts, ends = islands(np.concatenate((starts, rs[mine])), np.concatenate((ends, re_[mine])))
-        before = np.concatenate(([0], np.cumsum(ends - starts)[:-1])).astype(np.int64)
-        k = np.searchsorted(starts, xs, side="right") - 1  # the island starting last at or before x
-        kk = np.maximum(k, 0)
-        c = np.where(k >= 0, before[kk] + np.minimum(xs, ends[kk]) - starts[kk], 0) if len(starts) else 0 * xs
+        c = covered_before(starts, ends, xs)
         for i, (s0, e0) in enumerate(spans):
             out[(i, lvl)] = int(c[at[e0]] - c[at[s0]])
     return out

@@ -16,6 +16,7 @@ from typing import Any
 import click
 
 from ..errors import UsageError
+from ..storage import catalog
 from .app import cli, db_option, db_path, open_db, resolve
 
 LEVEL_METRICS = ("host_wait_share", "dependency_wait_share")  # bound's shares: a bound on the new value
@@ -25,16 +26,16 @@ BASELINE_KEY = "kernelscope_check_baseline"
 # ------------------------------------------------------------------------------------------- numbers
 
 
-def trace_numbers(store, trace_id: str, levels: bool, names: dict[str, str]) -> dict[str, Any]:
+def trace_numbers(store, trace_id: str, levels: bool) -> dict[str, Any]:
     """One trace's headline numbers (diff's), its steady steps' time spread (steps analysis) and, with
-    ``levels``, bound's shares; ``names``: trace id -> name (``trace_names``)."""
+    ``levels``, bound's shares."""
     from ..analysis import get_analysis
     from ..analysis.diff import headline_values
     from ..analysis.result import json_safe
 
     steps = get_analysis("steps").fn(store, trace_id)
     st = steps.scalars
-    out = {"id": trace_id, "name": names.get(trace_id, trace_id),
+    out = {"id": trace_id, "name": catalog.trace_names(store, [trace_id]).get(trace_id, trace_id),
            "headline": json_safe(headline_values(store, trace_id)),
            "steps": {k: json_safe(st.get(k)) for k in ("steady_steps", "step_time_median_ns", "step_time_min_ns",
                                                         "step_time_max_ns")}}
@@ -42,14 +43,6 @@ def trace_numbers(store, trace_id: str, levels: bool, names: dict[str, str]) -> 
         b = get_analysis("bound").fn(store, trace_id).scalars
         out["levels"] = {m: json_safe(b.get(m)) for m in LEVEL_METRICS}
     return out
-
-
-def trace_names(store) -> dict[str, str]:
-    """Trace id -> name of every stored trace."""
-    from ..storage.queries import list_traces
-
-    df = list_traces(store)
-    return dict(zip(df["trace_id"], df["name"]))
 
 
 def step_noise_pct(t: dict) -> float | None:
@@ -245,8 +238,7 @@ def check(traces_, baseline, baseline_file, baseline_sweep, sweep, by, rules, sa
             report = sweep_report(store, parsed, baseline_sweep, sweep, by, levels)
     else:
         with open_db(db, read_only=True) as store:
-            names = trace_names(store)
-            new_t = [trace_numbers(store, t, levels, names) for t in resolve(store, traces_)]
+            new_t = [trace_numbers(store, t, levels) for t in resolve(store, traces_)]
             if save:
                 _write(save, json.dumps({BASELINE_KEY: 1, "traces": new_t}, indent=2, allow_nan=False) + "\n")
                 click.echo(f"wrote baseline {save} ({len(new_t)} trace(s))")
@@ -254,7 +246,7 @@ def check(traces_, baseline, baseline_file, baseline_sweep, sweep, by, rules, sa
             if bool(baseline) == bool(baseline_file):
                 raise UsageError("give one baseline: --baseline TRACE (repeatable) or --baseline-file FILE.")
             base_t = _load_baseline(baseline_file) if baseline_file else \
-                [trace_numbers(store, t, False, names) for t in resolve(store, baseline)]
+                [trace_numbers(store, t, False) for t in resolve(store, baseline)]
         metrics = METRICS + LEVEL_METRICS
         base, new = side(base_t, metrics), side(new_t, metrics)
         head, verdicts = evaluate(parsed, base, new)
@@ -280,11 +272,10 @@ def sweep_report(store, rules, base_sweep: str, new_sweep: str, by: str, levels:
     from ..analysis.diff import diff as diff_fn
 
     result = diff_fn(store, None, by=by, sweep=base_sweep, sweep_b=new_sweep)
-    names = trace_names(store)
     metrics = METRICS + LEVEL_METRICS
     heads, verdicts, bt, nt = [], [], [], []
     for p in result.scalars["pairs"]:
-        ta, tb = trace_numbers(store, p["trace_a"], False, names), trace_numbers(store, p["trace_b"], levels, names)
+        ta, tb = trace_numbers(store, p["trace_a"], False), trace_numbers(store, p["trace_b"], levels)
         bt.append({"id": ta["id"], "name": ta["name"], "label": p["label"]})
         nt.append({"id": tb["id"], "name": tb["name"], "label": p["label"]})
         rows, vs = evaluate(rules, side([ta], metrics), side([tb], metrics))

@@ -22,7 +22,7 @@ from .app import (
     output_format,
     resolve,
 )
-from .render import emit_frame, emit_result, emit_sql, typed_label
+from .render import emit_frame, emit_result, emit_sql
 
 
 @cli.command()
@@ -116,6 +116,8 @@ def traces(fmt, as_json, db):
         df["notes"] = ["; ".join(n) for n in df["notes"]]
         df = df.drop(columns=["ingested_ns"])
     else:
+        from ..storage.labels import typed_label
+
         df["labels"] = [{k: typed_label(v) for k, v in lab.items()} for lab in df["labels"]]
         df["devices"] = [[int(d) for d in devs] for devs in df["devices"]]
         if fmt == "csv":  # one JSON text per cell (never a Python repr): {"batch": 8}, [0, 1]

@@ -27,14 +27,6 @@ def human_ns(ns: Any) -> str:
     return f"{ns} ns"
 
 
-def typed_label(text: str) -> Any:
-    """A label's text as JSON shows it (``storage.labels.label_value`` of its stored number): an integer or a
-    finite float when it reads as one, else the text."""
-    from ..storage.labels import label_number, label_value
-
-    return label_value(text, label_number(text))
-
-
 def _flatten(prefix: str, value: Any, out: list[tuple[str, Any]]) -> None:
     if isinstance(value, dict):
         for k, v in value.items():

@@ -41,3 +41,9 @@ def label_value(text: str, num: float | None) -> Any:
         return int(text)
     except (TypeError, ValueError):
         return float(num)
+
+
+def typed_label(text: str) -> Any:
+    """A label's text as JSON shows it (``label_value`` of the number it stores): an integer or a finite float
+    when it reads as one, else the text (``kernelscope traces --json`` and the MCP ``traces`` tool)."""
+    return label_value(text, label_number(text))

@@ -9,7 +9,8 @@ comment block just above its ``CREATE TABLE``. Columns the files do not comment 
 from __future__ import annotations
 
 import re
-from importlib import resources
+
+from .store import migrations
 
 _CREATE = re.compile(r"^\s*CREATE TABLE\s+(?:IF NOT EXISTS\s+)?(\w+)\s*\(", re.IGNORECASE)
 _ALTER = re.compile(r"^\s*ALTER TABLE\s+(\w+)\s+ADD COLUMN\s+(?:IF NOT EXISTS\s+)?(\w+)[^;]*;\s*(?:--\s*(.*))?$",
@@ -22,12 +23,10 @@ def schema_comments() -> tuple[dict[str, str], dict[tuple[str, str], str]]:
     """(table -> definition, (table, column) -> definition) from the schema files, in migration order."""
     tables: dict[str, str] = {}
     columns: dict[tuple[str, str], str] = {}
-    files = sorted((f for f in resources.files("kernelscope.storage").joinpath("schema").iterdir()
-                    if f.name.endswith(".sql")), key=lambda f: f.name)
-    for f in files:
+    for _version, _name, text in migrations():
         block: list[str] = []
         table = None
-        for line in f.read_text(encoding="utf-8").splitlines():
+        for line in text.splitlines():
             stripped = line.strip()
             if table is not None:
                 if stripped.startswith(")"):
