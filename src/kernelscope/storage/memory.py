@@ -233,18 +233,13 @@ _ALLOCATOR_NAMES = f"""allocator_names AS (
 
 _SQL_ALLOCATOR_CALLS_ROWS = f"""
 WITH {_ALLOCATOR_NAMES}
-SELECT start_ns, end_ns FROM launches
-WHERE trace_id = $t AND end_ns > start_ns AND name IN (SELECT name FROM allocator_names)
+SELECT start_ns, end_ns, dur_ns, coalesce(end_ns > start_ns, false) AS has_time FROM launches
+WHERE trace_id = $t AND name IN (SELECT name FROM allocator_names)
 """
 
 _SQL_IDLE_GAPS = ("SELECT device, gap_start_ns, gap_end_ns FROM idle_gaps WHERE trace_id = $t "
                   "ORDER BY device, gap_start_ns")
 
-_SQL_ALLOCATOR_CALLS = f"""
-WITH {_ALLOCATOR_NAMES}
-SELECT count(*) AS calls, CAST(coalesce(sum(dur_ns), 0) AS BIGINT) AS call_ns FROM launches
-WHERE trace_id = $t AND name IN (SELECT name FROM allocator_names)
-"""
 
 
 def allocator_idle(store, trace_id: str) -> tuple[pd.DataFrame, dict[str, int]]:
@@ -255,7 +250,9 @@ def allocator_idle(store, trace_id: str) -> tuple[pd.DataFrame, dict[str, int]]:
     A device's gaps are disjoint, so the overlap is, per island of the calls' union, the gaps' length before its
     end less their length before its start (``intervals.covered_before``): exact integer ns, no range join."""
     p = {"t": trace_id}
-    calls = store.query(_SQL_ALLOCATOR_CALLS_ROWS, p)
+    every = store.query(_SQL_ALLOCATOR_CALLS_ROWS, p)  # every allocator call; the union uses those with time
+    calls_n, call_ns = len(every), int(every["dur_ns"].sum())  # (sum skips a missing dur_ns, as SQL's does)
+    calls = every[every["has_time"].to_numpy(bool)]
     us, ue = islands(calls["start_ns"].to_numpy(np.int64), calls["end_ns"].to_numpy(np.int64))
     gaps = store.query(_SQL_IDLE_GAPS, p)
     rows = []
@@ -270,8 +267,7 @@ def allocator_idle(store, trace_id: str) -> tuple[pd.DataFrame, dict[str, int]]:
                                              "allocator_call_ns"])
     per_device = per_device.astype({"device": gaps["device"].dtype, "idle_ns": "int64", "allocator_idle_ns": "int64",
                                     "allocator_calls": "int64", "allocator_call_ns": "int64"})
-    calls_n, call_ns = store.con.execute(_SQL_ALLOCATOR_CALLS, p).fetchall()[0]
-    return per_device, {"calls": int(calls_n), "call_ns": int(call_ns)}
+    return per_device, {"calls": calls_n, "call_ns": call_ns}
 
 
 # A module range is a python_function named "nn.Module: X_k" (with_modules=True). The innermost holding an event
