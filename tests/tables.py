@@ -1,0 +1,43 @@
+"""Row-for-row comparison of tables in two DuckDB store files, done by DuckDB (EXCEPT ALL both ways: a multiset
+difference, so duplicate rows count and NULLs compare equal to NULLs), not by fetching every row into Python and
+sorting it. Columns are matched by name.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+
+
+def _columns(con, db: str, table: str) -> list[str]:
+    return sorted(c for (c,) in con.execute(
+        "SELECT column_name FROM duckdb_columns() WHERE database_name = ? AND table_name = ?", [db, table]).fetchall())
+
+
+def table_diffs(a: Path, b: Path, tables, traces=None, show: int = 3) -> dict[str, str]:
+    """Per table of ``tables`` whose rows differ between store files ``a`` and ``b`` (optionally only rows of
+    ``traces``, by ``trace_id``): a one-line description with up to ``show`` rows each side lacks. Equal
+    tables are left out, so ``{}`` means every table is equal (same columns, same rows with multiplicity)."""
+    con = duckdb.connect()
+    try:
+        con.execute(f"ATTACH '{a}' AS a (READ_ONLY)")
+        con.execute(f"ATTACH '{b}' AS b (READ_ONLY)")
+        out = {}
+        for table in tables:
+            cols_a, cols_b = _columns(con, "a", table), _columns(con, "b", table)
+            if cols_a != cols_b:
+                out[table] = f"columns differ: {cols_a} vs {cols_b}"
+                continue
+            sel = ", ".join(f'"{c}"' for c in cols_a)
+            where = "" if traces is None else " WHERE list_contains($traces, trace_id)"
+            params = {} if traces is None else {"traces": sorted(traces)}
+            qa, qb = f'SELECT {sel} FROM a."{table}"{where}', f'SELECT {sel} FROM b."{table}"{where}'
+            n_a, n_b = (con.execute(f"SELECT count(*) FROM ({q})", params).fetchone()[0] for q in (qa, qb))
+            only_a = con.execute(f"{qa} EXCEPT ALL {qb} LIMIT {show}", params).fetchall()
+            only_b = con.execute(f"{qb} EXCEPT ALL {qa} LIMIT {show}", params).fetchall()
+            if n_a != n_b or only_a or only_b:
+                out[table] = f"{n_a} vs {n_b} rows; only in {a.name}: {only_a}; only in {b.name}: {only_b}"
+        return out
+    finally:
+        con.close()
