@@ -57,6 +57,7 @@ _STEPS = (
     Step("collectives", ("collectives",), (), "staged", 4, collectives.insert_collectives),
     Step("device_time", ("device_time",), ("events", "collectives"), "stored", 7, collectives.insert_device_time),
     Step("memory", ("memory_events",), ("events",), "staged", 9, memory.insert_memory),
+    Step("memory_pairs", ("memory_events.pair_ns",), ("memory",), "stored", 12, memory.insert_memory_pairs),
     Step("python_context", ("python_stacks", "python_calls.parent_call_id", "python_calls.depth",
                             "python_calls.stack_id", "python_calls.module_call_id", "cpu_ops.fwd_op_id",
                             "cpu_ops.py_call_id", "cpu_ops.module_call_id", "launches.fwd_op_id",

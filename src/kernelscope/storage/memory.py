@@ -10,6 +10,11 @@ the deepest op starting last at or before the event on its thread (an ASOF join)
 that holds every op holding the event (ops nest), so the holder is the first op up that chain (``parent_op_id``)
 whose end lies after the event. Traces stored before schema 009 keep none (their ``[memory]`` instants sit in
 other_events without args): ``memory_state`` tells the two apart.
+
+**memory_pairs** (a stored step, schema 012): ``pair_ns`` of each allocation (the time of the free that ends its
+block) and of each free (the time of the allocation it ends), from one window over the trace's events per device
+and address; so the blocks live at the window's end and the frees of blocks allocated before it are a filtered
+scan (``live_at_end``).
 """
 
 from __future__ import annotations
@@ -37,7 +42,8 @@ def device_label_sql(prefix: str = "") -> str:
 
 
 _INSERT = f"""
-INSERT INTO memory_events
+INSERT INTO memory_events (trace_id, event_id, pid, tid, ts_ns, device_type, device_id, addr, bytes,
+                           total_allocated_bytes, total_reserved_bytes, op_id, top_op_id)
 WITH RECURSIVE m AS (
     SELECT seq, pid, tid, ts_ns + $base AS ts, mem_device_type, mem_device_id, mem_addr, mem_bytes,
            mem_total_allocated_bytes, mem_total_reserved_bytes
@@ -189,39 +195,56 @@ def op_allocations(store, trace_id: str) -> pd.DataFrame:
     return store.query(_SQL_OPS, {"t": trace_id})
 
 
-# One pass over the trace's allocations and frees, in (time, id) order per device and address: an allocation is
-# live at the end when the next event at its address is not a free; a free is unmatched when the previous event
-# at its address is not an allocation (the block was allocated before the window). Only those rows come back.
-_SQL_LIVE = f"""
-WITH x AS (
-    SELECT device_type, device_id, ts_ns, event_id, addr, bytes, tid, op_id, top_op_id,
-           lead(bytes) OVER w AS next_bytes, lag(bytes) OVER w AS prev_bytes
-    FROM memory_events WHERE trace_id = $t AND bytes IS NOT NULL AND bytes <> 0
+# The pairs (schema 012, ``memory_events.pair_ns``): one pass over the trace's allocations and frees, in (time, id)
+# order per device and address. An allocation is paired with the next event at its address when that is a free; a
+# free with the previous one when that is an allocation. Unpaired: an allocation live at the end of the window, a
+# free of a block allocated before it.
+_PAIRS_UPDATE = """
+UPDATE memory_events AS m SET pair_ns = p.pair_ns
+FROM (
+    SELECT event_id,
+           CASE WHEN bytes > 0 AND lead(bytes) OVER w < 0 THEN lead(ts_ns) OVER w
+                WHEN bytes < 0 AND lag(bytes) OVER w > 0 THEN lag(ts_ns) OVER w END AS pair_ns
+    FROM memory_events WHERE trace_id = $tid AND bytes IS NOT NULL AND bytes <> 0
     WINDOW w AS (PARTITION BY device_type, device_id, addr ORDER BY ts_ns, event_id)
-), kept AS (
-    SELECT * FROM x WHERE (bytes > 0 AND (next_bytes IS NULL OR next_bytes > 0))
-                       OR (bytes < 0 AND (prev_bytes IS NULL OR prev_bytes < 0))
-)
+) p
+WHERE m.trace_id = $tid AND m.event_id = p.event_id AND p.pair_ns IS NOT NULL
+"""
+
+
+def insert_memory_pairs(con, trace_id: str) -> None:
+    """Set ``memory_events.pair_ns`` of one trace whose memory_events are stored (the "memory_pairs" step)."""
+    con.execute(_PAIRS_UPDATE, {"tid": trace_id})
+
+
+_LIVE = "trace_id = $t AND bytes > 0 AND pair_ns IS NULL"  # allocated in the window and not freed by its end
+
+_SQL_LIVE_ROWS = f"""
+WITH l AS (SELECT * FROM memory_events WHERE {_LIVE} ORDER BY bytes DESC, ts_ns, event_id LIMIT $limit)
 SELECT {device_label_sql('l.')} AS device, l.ts_ns, l.event_id, l.addr, l.bytes, l.tid,
        l.op_id, o.name AS operator, t.name AS top_operator
-FROM kept l LEFT JOIN cpu_ops o ON o.trace_id = $t AND o.op_id = l.op_id
+FROM l LEFT JOIN cpu_ops o ON o.trace_id = $t AND o.op_id = l.op_id
 LEFT JOIN cpu_ops t ON t.trace_id = $t AND t.op_id = l.top_op_id
 ORDER BY l.bytes DESC, l.ts_ns, l.event_id
 """
 
+_SQL_LIVE_TOTALS = f"""
+SELECT {device_label_sql()} AS device, count(*) AS blocks, CAST(sum(bytes) AS BIGINT) AS bytes
+FROM memory_events WHERE {_LIVE} GROUP BY ALL ORDER BY device
+"""
+
+_SQL_UNMATCHED_FREES = "SELECT count(*) FROM memory_events WHERE trace_id = $t AND bytes < 0 AND pair_ns IS NULL"
+
 
 def live_at_end(store, trace_id: str, limit: int) -> tuple[pd.DataFrame, pd.DataFrame, int]:
     """Blocks allocated inside the window and not freed by its end (an allocation whose next event at the
-    same device and address is not a free): the ``limit`` largest (time, address, bytes, thread, allocating
-    operator and its top-level operator), totals per device (``blocks``, ``bytes``), and the number of frees
-    of blocks allocated before the window."""
-    got = store.query(_SQL_LIVE, {"t": trace_id})
-    is_live = got["bytes"] > 0
-    live = got[is_live]
-    rows = live.head(max(int(limit), 0)).reset_index(drop=True)
-    totals = (live.groupby("device", sort=True).agg(blocks=("bytes", "size"), bytes=("bytes", "sum"))
-              .reset_index().astype({"blocks": "int64", "bytes": "int64"}))
-    return rows, totals, int((~is_live).sum())
+    same device and address is not a free: ``pair_ns`` NULL): the ``limit`` largest (time, address, bytes,
+    thread, allocating operator and its top-level operator), totals per device (``blocks``, ``bytes``), and the
+    number of frees of blocks allocated before the window."""
+    p = {"t": trace_id}
+    rows = store.query(_SQL_LIVE_ROWS, {**p, "limit": max(int(limit), 0)})
+    totals = store.query(_SQL_LIVE_TOTALS, p).astype({"blocks": "int64", "bytes": "int64"})
+    return rows, totals, int(store.con.execute(_SQL_UNMATCHED_FREES, p).fetchone()[0])
 
 
 # The allocator's call names among the trace's launch-call names: the regular expression runs once per distinct
