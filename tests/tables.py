@@ -41,3 +41,31 @@ def table_diffs(a: Path, b: Path, tables, traces=None, show: int = 3) -> dict[st
         return out
     finally:
         con.close()
+
+
+def dataset_diffs(a: Path, b: Path, skip_columns=(), show: int = 3) -> dict[str, str]:
+    """``table_diffs`` for two Parquet datasets of ``kernelscope export --parquet`` (their manifests name the
+    tables; partition columns read from the paths), leaving out the columns ``skip_columns``."""
+    import json
+
+    ma, mb = (json.loads((p / "kernelscope_export.json").read_text())["tables"] for p in (a, b))
+    out = {} if ma.keys() == mb.keys() else {"(tables)": f"{sorted(ma)} vs {sorted(mb)}"}
+    con = duckdb.connect()
+    try:
+        for table in sorted(set(ma) & set(mb)):
+            ia, ib = ma[table], mb[table]
+            if (ia["columns"], ia["partitioned_by"], ia["rows"]) != (ib["columns"], ib["partitioned_by"], ib["rows"]):
+                out[table] = f"manifest differs: {ia} vs {ib}"
+                continue
+            if not ia["rows"]:
+                continue
+            cols = ", ".join(f'"{c}"' for c, _t in ia["columns"] if c not in skip_columns)
+            sel = [f"SELECT {cols} FROM read_parquet('{p / table}/**/*.parquet', hive_partitioning = true)"
+                   for p in (a, b)]
+            only_a = con.execute(f"{sel[0]} EXCEPT ALL {sel[1]} LIMIT {show}").fetchall()
+            only_b = con.execute(f"{sel[1]} EXCEPT ALL {sel[0]} LIMIT {show}").fetchall()
+            if only_a or only_b:
+                out[table] = f"only in {a.name}: {only_a}; only in {b.name}: {only_b}"
+        return out
+    finally:
+        con.close()

@@ -11,8 +11,11 @@ from pathlib import Path
 import duckdb
 from click.testing import CliRunner
 from conftest import SAMPLES, ddp2_copy
+from tables import dataset_diffs
 
 from kernelscope.cli import cli
+from kernelscope.storage.export import export_parquet
+from kernelscope.storage.store import open_store
 
 #: Columns that say when or how long an ingest took, not what it stored.
 VOLATILE = ("ingested_ns", "applied_ns")
@@ -44,10 +47,21 @@ def test_without_ray_the_engine_is_one_line(tmp_path, monkeypatch):
 
 
 def test_ray_stores_the_rows_the_local_pool_stores(tmp_path):
+    """Also ``--parquet``: the Ray tasks write the ranks' partitions of the export dataset themselves."""
+    import ray
+
     local = ddp2_copy(tmp_path / "local.duckdb")  # `ingest_paths` of sample_traces/ddp2: the local pool
     ray_db = tmp_path / "ray.duckdb"
-    res = CliRunner().invoke(cli, ["ingest", str(SAMPLES / "ddp2"), "--engine", "ray", "--db", str(ray_db)])
+    # one local instance for both ingests (an ingest starts and stops its own only when none is running)
+    ray.init(include_dashboard=False, log_to_driver=False, logging_level="ERROR", configure_logging=False)
+    try:
+        res = CliRunner().invoke(cli, ["ingest", str(SAMPLES / "ddp2"), "--engine", "ray", "--db", str(ray_db)])
+        pq = tmp_path / "published"
+        res_pq = CliRunner().invoke(cli, ["ingest", str(SAMPLES / "ddp2"), "--engine", "ray", "--parquet", str(pq)])
+    finally:
+        ray.shutdown()
     assert res.exit_code == 0, res.stderr
+    assert res_pq.exit_code == 0 and "ranks parsed by 2 Ray tasks" in res_pq.stdout, res_pq.stderr
     assert res.stdout.count("ingested  ") == 2 and "ranks parsed by 2 Ray tasks" in res.stdout
     a, b = _tables(local), _tables(ray_db)
     assert a.keys() == b.keys()
@@ -56,3 +70,7 @@ def test_ray_stores_the_rows_the_local_pool_stores(tmp_path):
     assert [t for t in a if a[t] != b[t]] == []
     comm = [CliRunner().invoke(cli, ["analyze", "comm", "ddp_rank0", "--json", "--db", str(db)]) for db in (local, ray_db)]
     assert comm[0].exit_code == 0 and json.loads(comm[0].stdout) == json.loads(comm[1].stdout)
+    exported = tmp_path / "exported"  # last: open_store shares one instance, _tables connects its own
+    with open_store(local, read_only=True) as store:
+        export_parquet(store, exported)
+    assert dataset_diffs(pq, exported, VOLATILE) == {}

@@ -4,6 +4,7 @@ fast."""
 
 from __future__ import annotations
 
+import pathlib
 import sys
 
 import click
@@ -40,8 +41,12 @@ from .render import emit_frame, emit_result, emit_sql
                    "on storage every node sees). Same rows either way.")
 @click.option("--ray-address", default=None, metavar="ADDRESS", envvar="RAY_ADDRESS", show_envvar=True,
               help="The Ray cluster for --engine ray (default: a local Ray instance for this ingest).")
+@click.option("--parquet", "parquet_dir", default=None, metavar="DIR", type=click.Path(path_type=pathlib.Path),
+              help="Write one run of ranks as a Parquet dataset in DIR (new or empty; the layout of "
+                   "`export --parquet`) instead of into the store: each rank's worker or Ray task writes its own "
+                   "partitions, with no single-file insert. Analyse it in place with --db DIR.")
 @db_option
-def ingest(paths, labels, name, no_python, salvage, engine, ray_address, db):
+def ingest(paths, labels, name, no_python, salvage, engine, ray_address, parquet_dir, db):
     """Ingest traces: Kineto (.json, .json.gz), Nsight Systems (.sqlite, .sqlite.gz, .nsys-rep, or a
     `nsys export --type parquetdir` folder), Nsight Compute CSVs (.csv, .csv.gz: matched to the stored
     trace of the same workload), or directories of traces (recursive).
@@ -75,9 +80,17 @@ def ingest(paths, labels, name, no_python, salvage, engine, ray_address, db):
     label_map = label_pairs(labels)
     where = engines.Engine(engine, ray_address)
     engines.check(where)  # Ray missing: one line before any work
-    with open_db(db, read_only=False) as store:
-        results = ingest_paths(store, paths, labels=label_map, name=name, python_functions=not no_python,
-                               salvage=salvage, engine=where)
+    if parquet_dir is not None:
+        from ..storage.ingest import ingest_run_parquet
+
+        if name is not None:
+            raise UsageError("--name applies to one trace; --parquet writes a run of ranks")
+        results = ingest_run_parquet(paths, parquet_dir, labels=label_map, python_functions=not no_python,
+                                     salvage=salvage, engine=where)
+    else:
+        with open_db(db, read_only=False) as store:
+            results = ingest_paths(store, paths, labels=label_map, name=name, python_functions=not no_python,
+                                   salvage=salvage, engine=where)
     failed = 0
     for r in results:
         if r.status == "failed":

@@ -61,11 +61,16 @@ def _dir_size(path: pathlib.Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
-def export_parquet(store, out_dir, run: str | None = None) -> ExportInfo:
+def export_parquet(store, out_dir, run: str | None = None, published=()) -> ExportInfo:
     """Write the store (or only run ``run``: a run id, or a trace id for a trace outside any run) as a
-    Parquet dataset in ``out_dir``, which must be empty or absent. Returns what was written."""
+    Parquet dataset in ``out_dir``, which must be empty or absent. Returns what was written.
+
+    ``published``: tables whose partitions of run ``run`` are in ``out_dir`` already, written there by the rank
+    workers of ``ingest --parquet`` (storage/rankrun.py, ``publish_rank``); their rows are counted from those
+    files, not written again (``out_dir`` then holds them and nothing else)."""
     out = pathlib.Path(out_dir).expanduser()
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+    published = set(published)
+    if out.exists() and (not out.is_dir() or any(p.name not in published for p in out.iterdir())):
         raise UsageError(f"{out} exists and is not an empty folder; choose a new folder for the export")
     con = store.con
     tr_run = "coalesce(tr.run_id, tr.trace_id)"
@@ -92,13 +97,19 @@ def export_parquet(store, out_dir, run: str | None = None) -> ExportInfo:
         else:
             select = f"SELECT * FROM {table}" if run is None else f"SELECT * FROM {table} WHERE false"
             parts = []
-        rows = con.execute(f"SELECT count(*) FROM ({select})").fetchone()[0]
+        dest = out / table
+        if table in published:
+            if "rank" in names or parts != ["run", "rank"]:
+                raise UsageError(f"table {table} is not one a rank worker writes")
+            files = _sql_str(dest / "**" / "*.parquet")
+            rows = con.execute(f"SELECT count(*) FROM read_parquet({files})").fetchone()[0] if dest.exists() else 0
+        else:
+            rows = con.execute(f"SELECT count(*) FROM ({select})").fetchone()[0]
         manifest["tables"][table] = {"columns": [[c, t] for c, t in cols], "partitioned_by": parts,
                                      "rows": int(rows)}
         total_rows += rows
-        if not rows:
+        if not rows or table in published:
             continue
-        dest = out / table
         if parts:
             con.execute(f"COPY ({select}) TO {_sql_str(dest)} (FORMAT parquet, COMPRESSION zstd, "
                         f"PARTITION_BY ({', '.join(parts)}), FILENAME_PATTERN 'data_{{i}}')")
@@ -111,6 +122,11 @@ def export_parquet(store, out_dir, run: str | None = None) -> ExportInfo:
                        ).fetchone()[0]
     (out / MANIFEST).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
     return ExportInfo(str(out), len(manifest["tables"]), int(total_rows), _dir_size(out), int(runs))
+
+
+def partition_path(out_dir, table: str, run: str, rank: int) -> pathlib.Path:
+    """The file of one run's rank of a table partitioned by run and rank, as ``export_parquet`` names it."""
+    return pathlib.Path(out_dir) / table / f"run={run}" / f"rank={int(rank)}" / "data_0.parquet"
 
 
 def is_parquet_export(path) -> bool:

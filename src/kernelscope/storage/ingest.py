@@ -62,8 +62,8 @@ __all__ = [
     "MAX_THREADS", "MEMORY_ENV", "MEMORY_PER_THREAD", "MIN_MEMORY", "RAM_SHARE", "RUN_JSON_MAX_BYTES", "RUN_RECORD",
     "RUN_TRACES", "THREADS_ENV", "IngestResult", "Resources", "apply_resources", "collect_paths", "expand_paths",
     "fallback_resources", "ingest_file", "ingest_paths", "ingest_rank_run", "ingest_reader", "ingest_resources",
-    "ingest_run", "ingest_run_all", "ingest_settings", "insert_labels", "is_run_dir", "label_number", "memory_bytes",
-    "path_problem", "physical_memory_bytes", "usable_cores",
+    "ingest_run", "ingest_run_all", "ingest_run_parquet", "ingest_settings", "insert_labels", "is_run_dir",
+    "label_number", "memory_bytes", "path_problem", "physical_memory_bytes", "usable_cores",
 ]
 
 
@@ -168,3 +168,51 @@ def ingest_paths(
     finally:
         bar.done()
     return results
+
+
+def ingest_run_parquet(paths, out, *, labels=None, python_functions=True, salvage=False,
+                       engine=None) -> list[IngestResult]:
+    """``ingest RUN --parquet OUT``: one run of ranks written as a Parquet dataset (the layout of ``export
+    --parquet``, docs/export.md) at ``out`` instead of into a store. Each rank's worker, or Ray task, writes
+    that rank's partitions of every derived table itself; a scratch store beside ``out`` (``.<out>.ingest``,
+    removed afterwards) holds the run's own rows (traces, labels, runs, rank clocks, telemetry), which are then
+    exported next to them with the manifest. Analyse it in place with ``--db OUT``. ``out`` must be absent or
+    empty; a failed ingest leaves it as it was. ``paths`` must hold exactly one run of ranks."""
+    import shutil
+
+    from .export import export_parquet
+    from .store import open_store
+
+    out = pathlib.Path(out).expanduser()
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise UsageError(f"--parquet {out}: exists and is not an empty folder; choose a new folder")
+    readable = [p for p in map(pathlib.Path, paths) if not path_problem(p)]
+    given_dirs = [p for p in readable if p.is_dir()]
+    items = [(kind, p) for kind, p in collect_paths(readable, []) if not (kind == "file" and p.is_dir())]
+    runs, rest = ranks.plan_runs(items, given_dirs) if given_dirs else ([], items)
+    if len(runs) != 1 or rest or len(readable) != len(list(paths)):
+        raise UsageError(f"--parquet writes one run of ranks: give the folder of its rank traces (found "
+                         f"{len(runs)} run(s) of ranks and {len(rest)} other trace(s) in {len(readable)} "
+                         f"readable path(s))")
+    folder, members = runs[0]
+    created = not out.exists()
+    work = out.parent / f".{out.name}.ingest"
+    shutil.rmtree(work, ignore_errors=True)  # left by a killed ingest into the same folder
+    work.mkdir(parents=True)
+    ok = False
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with open_store(work / "run.duckdb") as store:
+            results = ingest_rank_run(store, folder, members, labels=labels, python_functions=python_functions,
+                                      salvage=salvage, engine=engine or LOCAL, publish=out)
+            if results and all(r.status == "ingested" for r in results):
+                run_id = store.con.execute("SELECT run_id FROM runs").fetchone()[0]
+                export_parquet(store, out, run=run_id, published={p.name for p in out.iterdir()})
+                ok = True
+        return results
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        if not ok:  # nothing half-written is left
+            shutil.rmtree(out, ignore_errors=True)
+            if not created:
+                out.mkdir(exist_ok=True)

@@ -105,41 +105,90 @@ def _parse_and_derive(path: str, out: str, python_functions: bool, res: sizing.R
     return Parsed(meta, rows, staged, filled, retried)
 
 
-def _parse_all(jobs, python_functions: bool, workers: int, salvage: bool = False,
-               engine: Engine = LOCAL) -> list[Parsed]:
-    """Parse and derive (path, folder) jobs, in ``workers`` spawned processes when > 1, or as Ray tasks
-    (``engine``, storage/engine.py); results in job order. The first failed job's error is raised, naming its
-    rank file in one line."""
-    def result(path, get) -> Parsed:
+def _map(fn, calls: list[tuple], workers: int, engine: Engine) -> list:
+    """``fn(*call)`` for each call: as Ray tasks (``engine``, storage/engine.py), in ``workers`` spawned processes
+    when > 1, else here; the outcomes in call order, a call that raised giving its exception."""
+    if engine.kind == "ray":
+        return run_ray(fn, calls, engine.address)
+
+    def outcome(get):
         try:
             return get()
-        except KernelscopeError as exc:  # which rank file failed, in the one line
-            msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise ParseError(msg if msg.startswith(str(path)) else f"{path}: {msg}") from None
         except Exception as exc:
-            if type(exc).__module__.split(".")[0] not in ("duckdb", "_duckdb"):
-                raise
-            raise sizing.db_error(path, exc, rank_files=True) from None
-
-    res = sizing.ingest_resources(workers)  # threads and memory of each worker's connection, sized together
-    calls = [(str(p), str(o), python_functions, res, i, salvage) for i, (p, o) in enumerate(jobs)]
-    if engine.kind == "ray":
-        outcomes = run_ray(_parse_and_derive, calls, engine.address)
-
-        def get(o):
-            if isinstance(o, BaseException):
-                raise o
-            return o
-        return [result(p, lambda o=o: get(o)) for (p, _o), o in zip(jobs, outcomes)]
+            return exc
     if workers <= 1:
-        return [result(p, lambda c=c: _parse_and_derive(*c)) for (p, _o), c in zip(jobs, calls)]
+        return [outcome(lambda c=c: fn(*c)) for c in calls]
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
     ctx = multiprocessing.get_context("spawn")  # the parent holds DuckDB threads: never fork it
-    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-        futures = [pool.submit(_parse_and_derive, *c) for c in calls]
-        return [result(p, f.result) for (p, _o), f in zip(jobs, futures)]
+    with ProcessPoolExecutor(max_workers=min(workers, len(calls)), mp_context=ctx) as pool:
+        futures = [pool.submit(fn, *c) for c in calls]
+        return [outcome(f.result) for f in futures]
+
+
+def _parse_all(jobs, python_functions: bool, workers: int, salvage: bool = False,
+               engine: Engine = LOCAL) -> list[Parsed]:
+    """Parse and derive (path, folder) jobs (``_map``); results in job order. The first failed job's error is
+    raised, naming its rank file in one line."""
+    res = sizing.ingest_resources(workers)  # threads and memory of each worker's connection, sized together
+    calls = [(str(p), str(o), python_functions, res, i, salvage) for i, (p, o) in enumerate(jobs)]
+    out = []
+    for (path, _o), o in zip(jobs, _map(_parse_and_derive, calls, workers, engine)):
+        if isinstance(o, KernelscopeError):  # which rank file failed, in the one line
+            msg = str(o).strip().splitlines()[0] if str(o).strip() else type(o).__name__
+            raise ParseError(msg if msg.startswith(str(path)) else f"{path}: {msg}") from None
+        if isinstance(o, BaseException):
+            if type(o).__module__.split(".")[0] not in ("duckdb", "_duckdb"):
+                raise o
+            raise sizing.db_error(path, o, rank_files=True) from None
+        out.append(o)
+    return out
+
+
+def publish_rank(folder: str, tables: list[str], trace_id: str, run_id: str, rank: int, out: str) -> None:
+    """Worker (or Ray task) of ``ingest --parquet``: one rank's derived tables, read from the files its
+    ``_parse_and_derive`` wrote in ``folder``, written with its trace id as its partitions of the Parquet
+    dataset at ``out`` (the layout of ``kernelscope export --parquet``, storage/export.py), in their order."""
+    import duckdb
+
+    from .export import partition_path
+    from .store import connect_config
+
+    con = duckdb.connect(":memory:", config=connect_config())
+    try:
+        con.execute("SET preserve_insertion_order = true")
+        for table in tables:
+            dest = partition_path(out, table, run_id, rank)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            tid = "'" + trace_id.replace("'", "''") + "'"
+            con.execute(f"COPY (SELECT * REPLACE ({tid} AS trace_id) FROM read_parquet("
+                        f"{staging.sql_path(pathlib.Path(folder) / f't_{table}.parquet')})) TO "
+                        f"{staging.sql_path(dest)} (FORMAT parquet, COMPRESSION zstd)")
+    finally:
+        con.close()
+
+
+def _publish_all(con, out: pathlib.Path, run_id: str, folders, tables, mapping, ranks_of, workers: int,
+                 engine: Engine) -> None:
+    """Every rank's derived tables as its partitions of the dataset at ``out`` (``publish_rank``, one call per
+    rank on the engine); then, for the rank clock offsets (``ranks.estimate_offsets``), the collectives and
+    their kernels read back into ``con``'s tables."""
+    calls = [(str(f), list(ts), tid, run_id, ranks_of[tid], str(out)) for f, ts, (_tmp, tid, _pos)
+             in zip(folders, tables, mapping)]
+    for o in _map(publish_rank, calls, workers, engine):
+        if isinstance(o, BaseException):
+            raise o
+    from .export import partition_path
+
+    def files(table):
+        got = [partition_path(out, table, run_id, ranks_of[tid]) for (_tmp, tid, _pos) in mapping]
+        return "[" + ", ".join(staging.sql_path(f) for f in got if f.exists()) + "]"
+    if files("collectives") != "[]":
+        for table, where in (("collectives", ""), ("gpu_activities", " WHERE (trace_id, activity_id) IN "
+                                                  "(SELECT (trace_id, activity_id) FROM collectives)")):
+            con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM read_parquet({files(table)}, "
+                        f"hive_partitioning = false){where}")
 
 
 def _insert_rank_tables(con, folders, tables, mapping) -> None:
@@ -166,7 +215,7 @@ def _insert_rank_tables(con, folders, tables, mapping) -> None:
 
 
 def ingest_rank_run(store, folder, members, *, labels=None, python_functions=True,
-                    salvage=False, engine: Engine = LOCAL) -> list[IngestResult]:
+                    salvage=False, engine: Engine = LOCAL, publish: pathlib.Path | None = None) -> list[IngestResult]:
     """Ingest the rank traces ``members`` (``ranks.Member``) of ``folder`` as ONE run in ONE transaction.
 
     Rank files are parsed, linked and turned into derived tables in parallel processes
@@ -177,6 +226,10 @@ def ingest_rank_run(store, folder, members, *, labels=None, python_functions=Tru
     the world size without a trace) is ingested, its missing ranks stored (``runs.missing_ranks``) and named on
     every rank's line. Already stored as this run: one 'skipped' result per rank. Results: one per rank, in
     rank order (message names the rank and its source).
+
+    ``publish`` (``ingest --parquet DIR``): the workers (or Ray tasks) write each rank's derived tables as its
+    partitions of the Parquet dataset at ``publish`` instead of the transaction inserting them; ``store`` then
+    holds the run's own rows (traces, labels, runs, rank clocks, telemetry) for ``export_parquet`` to add.
     """
     folder = pathlib.Path(folder)
     t0 = time.perf_counter()
@@ -259,7 +312,12 @@ def ingest_rank_run(store, folder, members, *, labels=None, python_functions=Tru
                 results.append(IngestResult(
                     str(m.path), "ingested", trace_id,
                     f"rank {m.rank} of {world} (rank from {m.rank_source}) in run {run_id}{notes}", p.rows, 0.0))
-            _insert_rank_tables(con, [jobs[i][1] for i in order], [parsed[i].tables for i in order], mapping)
+            folders, tables = [jobs[i][1] for i in order], [parsed[i].tables for i in order]
+            if publish is None:
+                _insert_rank_tables(con, folders, tables, mapping)
+            else:
+                ranks_of = {tid: members[i].rank for i, (_tmp, tid, _pos) in zip(order, mapping)}
+                _publish_all(con, publish, run_id, folders, tables, mapping, ranks_of, workers, engine)
             method = ranks.estimate_offsets(con, run_id, hosts)
             con.execute("""INSERT INTO runs (run_id, name, source, world_size, ranks, rank_source, offset_method,
                                              ingested_ns, missing_ranks) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)""",
@@ -280,6 +338,6 @@ def ingest_rank_run(store, folder, members, *, labels=None, python_functions=Tru
         r.seconds = seconds / max(1, len(results))
         by = (f"{len(members)} Ray tasks" if engine.kind == "ray"
               else f"{workers} process{'es' if workers > 1 else ''}")
-        r.message += (f"; {len(members)} ranks parsed by {by} in {t_parse:.1f} s, derived and inserted in "
-                      f"{t_insert:.1f} s")
+        r.message += (f"; {len(members)} ranks parsed by {by} in {t_parse:.1f} s, derived and "
+                      f"{'inserted' if publish is None else 'written to ' + str(publish)} in {t_insert:.1f} s")
     return results
