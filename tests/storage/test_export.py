@@ -148,3 +148,28 @@ def test_cli_reads_the_dataset_with_db_dir(exported, tmp_path):
     assert sorted(p.name for p in pq.iterdir() if p.is_file()) == [MANIFEST]  # nothing written beside it
     res = run("label", "compiled", "x=1", where=pq)
     assert res.exit_code != 0 and "Parquet dataset" in res.stderr and "read-only" in res.stderr
+
+
+def test_dashboard_serves_the_dataset(exported):
+    """`kernelscope dashboard --db DIR` over an export: the traces list and a trace's pages read the dataset
+    (open_store opens a dataset folder read-only), as they read the store."""
+    from kernelscope.dashboard.app import create_app
+
+    db, pq, _ = exported
+    with open_store(db, read_only=True) as store:
+        tid, name = store.con.execute("SELECT trace_id, name FROM traces WHERE name = 'ddp_rank0'").fetchone()
+
+    def page(client, pathname):
+        body = {"output": "page.children", "outputs": {"id": "page", "property": "children"},
+                "inputs": [{"id": "url", "property": "pathname", "value": pathname}],
+                "changedPropIds": ["url.pathname"], "state": [{"id": "url", "property": "search", "value": ""}]}
+        res = client.post("/_dash-update-component", data=json.dumps(body), content_type="application/json")
+        assert res.status_code == 200, pathname
+        return json.dumps(json.loads(res.get_data(as_text=True)))  # paths unescaped
+
+    over_store, over_pq = (create_app(str(p)).server.test_client() for p in (db, pq))
+    for path in ("/", f"/trace/{tid}/overview", f"/trace/{tid}/operators"):
+        got = page(over_pq, path)
+        assert "Cannot read the store" not in got, got[:500]
+        assert got.replace(str(pq), "DB") == page(over_store, path).replace(str(db), "DB"), path
+    assert name in page(over_pq, "/") and tid in page(over_pq, f"/trace/{tid}/overview")

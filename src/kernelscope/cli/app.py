@@ -126,17 +126,11 @@ def db_path(db: str | None) -> str:
 
 def open_db(db: str | None, read_only: bool):
     """The store at ``--db``: a DuckDB file, or (read-only commands) a Parquet dataset that `kernelscope export
-    --parquet` wrote, which every analysis reads in place (a run too large for one store file)."""
-    from ..storage.export import is_parquet_export, open_parquet_store
+    --parquet` wrote, which every analysis reads in place (a run too large for one store file): ``open_store``
+    tells them apart."""
     from ..storage.store import open_store
 
-    path = db_path(db)
-    if is_parquet_export(path):
-        if not read_only:
-            raise UsageError(f"--db {path} is a Parquet dataset (kernelscope export), which is read-only; "
-                             "give a store file to write to")
-        return open_parquet_store(path)
-    return open_store(path, read_only=read_only)
+    return open_store(db_path(db), read_only=read_only)
 
 
 def resolve(store, refs) -> list[str]:

@@ -66,15 +66,16 @@ def skew_heatmap(arrivals: pd.DataFrame) -> go.Figure:
 
 
 def straggler_table(collectives: pd.DataFrame, top: int = 20) -> pd.DataFrame:
-    """The ``top`` instances by start skew: collective, bytes, skews (ms), straggler, bandwidths."""
+    """The ``top`` instances by start skew: collective, bytes, skews (ms), straggler, bandwidths, rounded for
+    reading (MB to 2 decimals, ms to 3: whole us, GB/s to 1); the comm analysis keeps the exact values."""
     c = collectives.sort_values(["start_skew_ns", "first_start_ns"], ascending=[False, True]).head(top)
     return pd.DataFrame({
         "instance": c["process_group"].astype(str) + ":" + c["pg_seq"].astype(str),
         "collective": c["collective"],
-        "MB": c["bytes"] / BYTES_PER_MB,
-        "start skew ms": c["start_skew_ns"] / NS_PER_MS,
-        "end skew ms": c["end_skew_ns"] / NS_PER_MS,
+        "MB": (c["bytes"] / BYTES_PER_MB).round(2),
+        "start skew ms": (c["start_skew_ns"] / NS_PER_MS).round(3),
+        "end skew ms": (c["end_skew_ns"] / NS_PER_MS).round(3),
         "straggler": c["straggler_rank"],
-        "algbw GB/s": c["algbw_gbps"],
-        "busbw GB/s": c["busbw_gbps"],
+        "algbw GB/s": c["algbw_gbps"].round(1),
+        "busbw GB/s": c["busbw_gbps"].round(1),
     }).reset_index(drop=True)

@@ -22,7 +22,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 
-from ..errors import StoreError, StoreLockedError
+from ..errors import StoreError, StoreLockedError, UsageError
 from . import derivations, readers
 from . import lock as store_lock
 
@@ -315,12 +315,20 @@ def _opened(path: pathlib.Path) -> None:
 
 def open_store(path=None, read_only: bool = False) -> Store:
     """Open (and, when writable, create and migrate) the store at ``path`` (default: default_db_path()).
+    A folder holding a Parquet dataset of ``export --parquet`` opens read-only (``export.open_parquet_store``).
 
     Raises StoreError for a missing store in read-only mode, a file that is not a kernelscope store,
     or a store written by a newer kernelscope; StoreLockedError when another process is writing it.
     """
     path = pathlib.Path(path) if path is not None else default_db_path()
     path = path.expanduser()
+    from .export import is_parquet_export, open_parquet_store
+
+    if path.is_dir() and is_parquet_export(path):  # a dataset `export --parquet` or `ingest --parquet` wrote
+        if not read_only:
+            raise UsageError(f"--db {path} is a Parquet dataset (kernelscope export), which is read-only; "
+                             "give a store file to write to")
+        return open_parquet_store(path)
     _check_store_path(path)
     if read_only and not path.exists():
         raise StoreError(f"no store at {path}; run `kernelscope ingest` first")
