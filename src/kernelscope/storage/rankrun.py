@@ -107,7 +107,8 @@ def _parse_and_derive(path: str, out: str, python_functions: bool, res: sizing.R
 
 def _map(fn, calls: list[tuple], workers: int, engine: Engine) -> list:
     """``fn(*call)`` for each call: as Ray tasks (``engine``, storage/engine.py), in ``workers`` spawned processes
-    when > 1, else here; the outcomes in call order, a call that raised giving its exception."""
+    when > 1, else here (stopping at the first call that raises); the outcomes in call order, a call that raised
+    giving its exception."""
     if engine.kind == "ray":
         return run_ray(fn, calls, engine.address)
 
@@ -117,7 +118,12 @@ def _map(fn, calls: list[tuple], workers: int, engine: Engine) -> list:
         except Exception as exc:
             return exc
     if workers <= 1:
-        return [outcome(lambda c=c: fn(*c)) for c in calls]
+        out = []
+        for c in calls:
+            out.append(outcome(lambda c=c: fn(*c)))
+            if isinstance(out[-1], Exception):
+                break
+        return out
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
