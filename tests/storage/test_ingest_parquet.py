@@ -66,3 +66,25 @@ def test_parquet_refusals_are_one_line_and_leave_the_folder(tmp_path):
     code, out, err = run(bad, "--parquet", empty)
     assert code != 0 and len(err) == 1 and "rank1.json.gz" in err[0], err
     assert empty.is_dir() and not any(empty.iterdir()) and not (tmp_path / ".empty.ingest").exists()
+
+
+def test_a_rank_whose_id_came_out_otherwise_is_written_again(tmp_path, monkeypatch):
+    """Workers write their files with the id a fresh store gives (the hash's first 12 digits) and the driver
+    moves them into place; when the run's id for a rank differs (two ranks sharing those digits get 4 more),
+    that rank's partitions are written again with its id (rankrun.publish_rank), nothing with the old one."""
+    import duckdb
+
+    from kernelscope.storage import rankrun
+
+    monkeypatch.setenv("KERNELSCOPE_INGEST_WORKERS", "1")  # in this process, where the patch holds
+    monkeypatch.setattr(rankrun, "new_trace_id", lambda con, content_hash: content_hash[:16])
+    pq = tmp_path / "published"
+    res = CliRunner().invoke(cli, ["ingest", str(SAMPLES / "ddp2"), "--parquet", str(pq)])
+    assert res.exit_code == 0, res.stderr
+    ids = sorted(line.split()[1] for line in res.stdout.splitlines())
+    assert [len(t) for t in ids] == [16, 16]
+    assert dataset_diffs(pq, _exported_store(tmp_path), (*VOLATILE, "trace_id")) == {}
+    con = duckdb.connect()
+    for table in ("gpu_activities", "cpu_ops", "collectives", "traces"):
+        got = con.execute(f"SELECT DISTINCT trace_id FROM read_parquet('{pq}/{table}/**/*.parquet') ORDER BY 1")
+        assert [t for (t,) in got.fetchall()] == ids, table

@@ -39,23 +39,27 @@ def _placeholder(i: int) -> str:
 @dataclass(frozen=True)
 class Parsed:
     """What a worker returns for one rank file: the parser's meta, the events staged, what the staged trace
-    says (``Staged``), the tables it wrote (``t_<table>.parquet``) and the settings of a retry after DuckDB ran
-    out of memory (None when none was needed)."""
+    says (``Staged``), the tables it wrote (``t_<table>.parquet``), the settings of a retry after DuckDB ran
+    out of memory (None when none was needed) and the trace id in its files (``_placeholder(job)``, or with
+    ``final_ids`` the id a fresh store gives it)."""
 
     meta: TraceMeta
     rows: int
     staged: staging.Staged
     tables: list
     retried: sizing.Resources | None
+    written_id: str
 
 
 def _parse_and_derive(path: str, out: str, python_functions: bool, res: sizing.Resources | None = None,
-                      job: int = 0, salvage: bool = False) -> Parsed:
+                      job: int = 0, salvage: bool = False, final_ids: bool = False) -> Parsed:
     """Worker: parse one trace into ``out``/raw.parquet, derive its links and fill every derived table with the
     registry's steps (``derivations.run_steps``, trace_id = ``_placeholder(job)``) in a DuckDB file of its own in
     ``out`` (it spills: memory stays bounded), then write every table it filled to ``out``/t_<table>.parquet in
     its insert order. ``res``: the connection's threads and memory (``ingest_resources`` of the parent, which
-    knows how many workers share the machine)."""
+    knows how many workers share the machine). ``final_ids`` (``ingest --parquet``): the trace id is the one a
+    fresh store gives the file (its content hash's first 12 digits) and the files are zstd, as the dataset's, so
+    the driver can move them into place (``_publish_all``)."""
     import duckdb
 
     from ..parsers import open_trace
@@ -80,7 +84,8 @@ def _parse_and_derive(path: str, out: str, python_functions: bool, res: sizing.R
             staging.raw_view(con, folder / "raw.parquet")
             facts = rawfacts.raw_facts(con, meta)
             staged = staging.derive_staged(con, folder, meta, path, facts)
-            derivations.run_steps(con, _placeholder(job), staged.base)
+            written_id = (meta.content_hash or hash_file(path))[:12] if final_ids else _placeholder(job)
+            derivations.run_steps(con, written_id, staged.base)
             filled = [t for (t,) in con.execute(
                 """SELECT DISTINCT c.table_name FROM information_schema.columns c
                    JOIN information_schema.tables t ON t.table_name = c.table_name AND t.table_schema = c.table_schema
@@ -90,7 +95,7 @@ def _parse_and_derive(path: str, out: str, python_functions: bool, res: sizing.R
             con.execute("SET preserve_insertion_order = true")  # the files keep each table's stored order
             for table in filled:
                 con.execute(f"COPY \"{table}\" TO {staging.sql_path(folder / f't_{table}.parquet')} "
-                            "(FORMAT parquet, COMPRESSION lz4)")
+                            f"(FORMAT parquet, COMPRESSION {'zstd' if final_ids else 'lz4'})")
             break
         except Exception as exc:
             forced = bool((os.environ.get(sizing.MEMORY_ENV) or "").strip())
@@ -102,7 +107,7 @@ def _parse_and_derive(path: str, out: str, python_functions: bool, res: sizing.R
             con.close()
             for leftover in ("w.duckdb", "w.duckdb.wal"):
                 (folder / leftover).unlink(missing_ok=True)
-    return Parsed(meta, rows, staged, filled, retried)
+    return Parsed(meta, rows, staged, filled, retried, written_id)
 
 
 def _map(fn, calls: list[tuple], workers: int, engine: Engine) -> list:
@@ -134,11 +139,11 @@ def _map(fn, calls: list[tuple], workers: int, engine: Engine) -> list:
 
 
 def _parse_all(jobs, python_functions: bool, workers: int, salvage: bool = False,
-               engine: Engine = LOCAL) -> list[Parsed]:
+               engine: Engine = LOCAL, final_ids: bool = False) -> list[Parsed]:
     """Parse and derive (path, folder) jobs (``_map``); results in job order. The first failed job's error is
     raised, naming its rank file in one line."""
     res = sizing.ingest_resources(workers)  # threads and memory of each worker's connection, sized together
-    calls = [(str(p), str(o), python_functions, res, i, salvage) for i, (p, o) in enumerate(jobs)]
+    calls = [(str(p), str(o), python_functions, res, i, salvage, final_ids) for i, (p, o) in enumerate(jobs)]
     out = []
     for (path, _o), o in zip(jobs, _map(_parse_and_derive, calls, workers, engine)):
         if isinstance(o, KernelscopeError):  # which rank file failed, in the one line
@@ -177,15 +182,25 @@ def publish_rank(folder: str, tables: list[str], trace_id: str, run_id: str, ran
 
 def _publish_all(con, out: pathlib.Path, run_id: str, folders, tables, mapping, ranks_of, workers: int,
                  engine: Engine) -> None:
-    """Every rank's derived tables as its partitions of the dataset at ``out`` (``publish_rank``, one call per
-    rank on the engine); then, for the rank clock offsets (``ranks.estimate_offsets``), the collectives and
-    their kernels read back into ``con``'s tables."""
-    calls = [(str(f), list(ts), tid, run_id, ranks_of[tid], str(out)) for f, ts, (_tmp, tid, _pos)
-             in zip(folders, tables, mapping)]
-    for o in _map(publish_rank, calls, workers, engine):
+    """Every rank's derived tables as its partitions of the dataset at ``out``: the files its worker wrote with
+    the trace id the run got (``final_ids``) are moved into place (the scratch folder is beside ``out``, on
+    its filesystem); a rank whose id came out otherwise (two ranks sharing the hash's first 12 digits) is
+    written again with its id (``publish_rank``, on the engine). Then, for the rank clock offsets
+    (``ranks.estimate_offsets``), the collectives and their kernels are read back into ``con``'s tables."""
+    from .export import partition_path
+
+    again = []
+    for folder, ts, (written, tid, _pos) in zip(folders, tables, mapping):
+        if written != tid:
+            again.append((str(folder), list(ts), tid, run_id, ranks_of[tid], str(out)))
+            continue
+        for table in ts:
+            dest = partition_path(out, table, run_id, ranks_of[tid])
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(pathlib.Path(folder) / f"t_{table}.parquet", dest)
+    for o in _map(publish_rank, again, workers, engine) if again else ():
         if isinstance(o, BaseException):
             raise o
-    from .export import partition_path
 
     def files(table):
         got = [partition_path(out, table, run_id, ranks_of[tid]) for (_tmp, tid, _pos) in mapping]
@@ -258,7 +273,7 @@ def ingest_rank_run(store, folder, members, *, labels=None, python_functions=Tru
             folder_i.mkdir()
         t_parse = time.perf_counter()
         try:
-            parsed = _parse_all(jobs, python_functions, workers, salvage, engine)
+            parsed = _parse_all(jobs, python_functions, workers, salvage, engine, final_ids=publish is not None)
         except KernelscopeError as exc:
             return [failed(folder, exc, t0)]
         except OSError as exc:
@@ -310,7 +325,7 @@ def ingest_rank_run(store, folder, members, *, labels=None, python_functions=Tru
                 if part.extra is not None:
                     part.extra(con, trace_id)
                 hosts[trace_id] = part.host
-                mapping.append((_placeholder(i), trace_id, pos))
+                mapping.append((parsed[i].written_id, trace_id, pos))
                 notes = "".join(f"; {n}" for n in ([partial] if partial else []) + rawfacts.facts_notes(p.staged.facts))
                 if p.retried:
                     notes += (f"; DuckDB ran out of memory and derived the tables again with {p.retried.threads} "
