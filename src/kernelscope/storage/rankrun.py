@@ -158,9 +158,10 @@ def _parse_all(jobs, python_functions: bool, workers: int, salvage: bool = False
 
 
 def publish_rank(folder: str, tables: list[str], trace_id: str, run_id: str, rank: int, out: str) -> None:
-    """Worker (or Ray task) of ``ingest --parquet``: one rank's derived tables, read from the files its
-    ``_parse_and_derive`` wrote in ``folder``, written with its trace id as its partitions of the Parquet
-    dataset at ``out`` (the layout of ``kernelscope export --parquet``, storage/export.py), in their order."""
+    """Worker (or Ray task) of ``ingest --parquet`` for a rank whose trace id is not the one its files were
+    written with (``_publish_all``): its derived tables, read from the files its ``_parse_and_derive`` wrote in
+    ``folder``, written with ``trace_id`` as its partitions of the Parquet dataset at ``out`` (the layout of
+    ``kernelscope export --parquet``, storage/export.py), in their order."""
     import duckdb
 
     from .export import partition_path
