@@ -43,7 +43,7 @@ def test_published_run_equals_the_export_of_the_ingested_run(tmp_path, monkeypat
     assert comm[0].exit_code == 0 and json.loads(comm[0].stdout) == json.loads(comm[1].stdout)
 
 
-def test_parquet_refusals_are_one_line_and_leave_the_folder(tmp_path):
+def test_parquet_refusals_are_one_line_and_leave_the_folder(tmp_path, monkeypatch):
     def run(*args):
         res = CliRunner().invoke(cli, ["ingest", *map(str, args)])
         return res.exit_code, res.stdout, res.stderr.strip().splitlines()
@@ -66,6 +66,12 @@ def test_parquet_refusals_are_one_line_and_leave_the_folder(tmp_path):
     code, out, err = run(bad, "--parquet", empty)
     assert code != 0 and len(err) == 1 and "rank1.json.gz" in err[0], err
     assert empty.is_dir() and not any(empty.iterdir()) and not (tmp_path / ".empty.ingest").exists()
+    here = tmp_path / "here"  # `--parquet .` from inside an empty folder writes the dataset there
+    here.mkdir()
+    monkeypatch.chdir(here)
+    code, out, err = run(SAMPLES / "ddp2", "--parquet", ".")
+    assert code == 0, err
+    assert (here / "kernelscope_export.json").is_file() and not (tmp_path / ".here.ingest").exists()
 
 
 def test_a_rank_whose_id_came_out_otherwise_is_written_again(tmp_path, monkeypatch):

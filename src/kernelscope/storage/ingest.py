@@ -183,7 +183,7 @@ def ingest_run_parquet(paths, out, *, labels=None, python_functions=True, salvag
     from .export import export_parquet
     from .store import open_store
 
-    out = pathlib.Path(out).expanduser()
+    out = pathlib.Path(out).expanduser().resolve()  # `--parquet .`: its scratch goes beside it, not inside
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UsageError(f"--parquet {out}: exists and is not an empty folder; choose a new folder")
     readable = [p for p in map(pathlib.Path, paths) if not path_problem(p)]
