@@ -111,3 +111,17 @@ def test_busy_idle_power_when_the_reading_moves(store, tmp_path):
     # a 100 ms window is 10 steps of 10 ms: still enough
     d = power(store, _run(tmp_path, store, 100, with_energy=False, power_changes=True)).to_dict()
     assert d["idle_power"]["mean_w"] is not None
+
+
+def test_a_trace_without_telemetry_says_how_to_record_it(session_store):
+    """torch.profiler's own traces carry no telemetry: power says so and how to get it, without a warning about
+    aligning telemetry clocks that do not exist."""
+    from kernelscope.analysis.power import power
+    from kernelscope.storage.store import open_store
+
+    tid = next(t for p, t in session_store.ids.items() if p.name == "probe_train.json.gz")
+    with open_store(session_store.db, read_only=True) as store:
+        r = power(store, tid)
+    assert r.trust["telemetry_samples"] == 0
+    assert any("no GPU telemetry is stored with this trace" in w and "kernelscope profile" in w for w in r.warnings)
+    assert not any("clock-sync marker" in w for w in r.warnings)

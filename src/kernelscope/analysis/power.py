@@ -125,12 +125,11 @@ def power(store, trace_id: str, _bandwidth: Result | None = None) -> Result:
     else:
         a, b = int(tr["start_ns"].iloc[0]), int(tr["end_ns"].iloc[0])
     off = tr["clock_offset_ns"].iloc[0]
-    if pd.isna(off):
-        off = 0
-        warnings.append("the trace has no clock-sync marker: telemetry and trace clocks taken as equal.")
-    off = int(off)
-    p = {"t": t, "off": off}
+    p = {"t": t, "off": 0 if pd.isna(off) else int(off)}
     tel = store.query(_SQL_TEL, p)
+    if pd.isna(off) and len(tel):  # (without telemetry there are no clocks to align)
+        warnings.append("the trace has no clock-sync marker: telemetry and trace clocks taken as equal.")
+    off = p["off"]
     devices = sorted(tel["device"].unique().tolist())
     if len(devices) > 1:
         warnings.append(f"telemetry from {len(devices)} devices; energy is reported for device {devices[0]}.")
@@ -160,7 +159,10 @@ def power(store, trace_id: str, _bandwidth: Result | None = None) -> Result:
 
         def energy(x, y):
             return None
-        warnings.append("no energy counter or power samples: energies are null.")
+        warnings.append("no energy counter or power samples: energies are null." if len(tel) else
+                        "no GPU telemetry is stored with this trace (torch.profiler records none): energies are "
+                        "null; profile with `kernelscope profile`, which samples NVML power, energy and clocks "
+                        "on the trace's clock.")
 
     trace_mj = energy(a, b) if not no_window else None
     if source and trace_mj is None and not no_window:

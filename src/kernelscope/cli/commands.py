@@ -427,7 +427,8 @@ def report(traces_, by, sweep, output, fmt, db):
     except BaseException:
         os.unlink(tmp)
         raise
-    click.echo(f"wrote {output} ({os.path.getsize(out) / BYTES_PER_MB:.1f} MB, {len(ids)} traces)")
+    click.echo(f"wrote {output} ({os.path.getsize(out) / BYTES_PER_MB:.1f} MB, {len(ids)} "
+               f"trace{'' if len(ids) == 1 else 's'})")
 
 
 # ---------------------------------------------------------------------------------------------------
