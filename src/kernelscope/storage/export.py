@@ -65,9 +65,9 @@ def export_parquet(store, out_dir, run: str | None = None, published=()) -> Expo
     """Write the store (or only run ``run``: a run id, or a trace id for a trace outside any run) as a
     Parquet dataset in ``out_dir``, which must be empty or absent. Returns what was written.
 
-    ``published``: tables whose partitions of run ``run`` are in ``out_dir`` already, written there by the rank
-    workers of ``ingest --parquet`` (storage/rankrun.py, ``publish_rank``); their rows are counted from those
-    files, not written again (``out_dir`` then holds them and nothing else)."""
+    ``published``: tables whose partitions of run ``run`` are in ``out_dir`` already, put there from the rank
+    workers' files by ``ingest --parquet`` (storage/rankrun.py, ``_publish_all``); their rows are counted from
+    those files, not written again (``out_dir`` then holds them and nothing else)."""
     out = pathlib.Path(out_dir).expanduser()
     published = set(published)
     if out.exists() and (not out.is_dir() or any(p.name not in published for p in out.iterdir())):

@@ -186,11 +186,12 @@ def ingest_run_parquet(paths, out, *, labels=None, python_functions=True, salvag
     out = pathlib.Path(out).expanduser().resolve()  # `--parquet .`: its scratch goes beside it, not inside
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UsageError(f"--parquet {out}: exists and is not an empty folder; choose a new folder")
-    readable = [p for p in map(pathlib.Path, paths) if not path_problem(p)]
+    paths = [pathlib.Path(p) for p in paths]  # (counted again below: a generator would be spent)
+    readable = [p for p in paths if not path_problem(p)]
     given_dirs = [p for p in readable if p.is_dir()]
     items = [(kind, p) for kind, p in collect_paths(readable, []) if not (kind == "file" and p.is_dir())]
     runs, rest = ranks.plan_runs(items, given_dirs) if given_dirs else ([], items)
-    if len(runs) != 1 or rest or len(readable) != len(list(paths)):
+    if len(runs) != 1 or rest or len(readable) != len(paths):
         raise UsageError(f"--parquet writes one run of ranks: give the folder of its rank traces (found "
                          f"{len(runs)} run(s) of ranks and {len(rest)} other trace(s) in {len(readable)} "
                          f"readable path(s))")
