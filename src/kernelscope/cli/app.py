@@ -138,3 +138,52 @@ def resolve(store, refs) -> list[str]:
     from ..storage.queries import resolve_trace
 
     return [resolve_trace(store, ref) for ref in refs]
+
+
+def stop_within(limit_s: float, *, sigterm: bool = False) -> None:
+    """Bound how long a long-running command (the dashboard) takes to end after Ctrl-C.
+
+    The first Ctrl-C (SIGINT; with ``sigterm``, also SIGTERM, as ``sys.exit(143)``) stops the process as before and
+    arms a timer: a process still alive ``limit_s`` later (something it waits for while exiting never ends) writes
+    one ``kernelscope:`` line and every thread's stack to stderr, then exits at once (130 after Ctrl-C, 143 after
+    SIGTERM). A second Ctrl-C exits at once."""
+    import faulthandler
+    import os
+    import signal
+    import threading
+
+    armed: list[threading.Timer] = []
+
+    def report() -> None:
+        try:
+            os.write(2, f"kernelscope: still running {limit_s:g} s after it was told to stop; exiting now. "
+                        "Where each thread waited:\n".encode())
+            faulthandler.dump_traceback(file=2, all_threads=True)
+        except OSError:
+            pass
+
+    def give_up(code: int) -> None:
+        writer = threading.Thread(target=report, name="kernelscope-stop-report", daemon=True)
+        writer.start()
+        writer.join(2)  # stderr may be a pipe nobody reads: never wait on it for long
+        os._exit(code)
+
+    def arm(code: int) -> None:
+        if armed:
+            os._exit(code)
+        timer = threading.Timer(limit_s, give_up, args=(code,))
+        timer.daemon = True
+        timer.start()
+        armed.append(timer)
+
+    def on_int(signum, frame):
+        arm(128 + signal.SIGINT)
+        signal.default_int_handler(signum, frame)
+
+    def on_term(_signum, _frame):
+        arm(128 + signal.SIGTERM)
+        raise SystemExit(128 + signal.SIGTERM)
+
+    signal.signal(signal.SIGINT, on_int)
+    if sigterm:
+        signal.signal(signal.SIGTERM, on_term)

@@ -22,6 +22,7 @@ from .app import (
     open_db,
     output_format,
     resolve,
+    stop_within,
 )
 from .render import emit_frame, emit_result, emit_sql
 
@@ -436,6 +437,11 @@ def report(traces_, by, sweep, output, fmt, db):
 # ---------------------------------------------------------------------------------------------------
 
 
+#: Seconds the dashboard may take to end after Ctrl-C before it exits anyway (cli.app.stop_within); the
+#: --logdir watcher's own stop (logdir_process.STOP_S) comes on top.
+DASHBOARD_STOP_S = 10
+
+
 @cli.command()
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Interface to bind; the default serves this machine only. Any other address (e.g. "
@@ -457,7 +463,8 @@ def dashboard(host, port, token, logdir, db):
     and new traces appear on refresh. With --logdir DIR a watcher process ingests DIR's complete trace
     files into the store (created if missing) while the dashboard runs (docs/logdir.md). With a token (given,
     or generated when --host is beyond loopback) a request without it gets 401: open the printed URL
-    once (?token=..., then a cookie) or send the X-Kernelscope-Token header. Stop with Ctrl-C.
+    once (?token=..., then a cookie) or send the X-Kernelscope-Token header. Stop with Ctrl-C: a second Ctrl-C,
+    or 10 s (with --logdir 25 s) without the process ending, ends it anyway and says where it waited.
     """
     try:
         from ..dashboard.app import serve, token_problem
@@ -482,17 +489,16 @@ def dashboard(host, port, token, logdir, db):
     with open_db(db, read_only=True):  # a missing or foreign store fails here, in one line
         pass
     if logdir is None:
+        stop_within(DASHBOARD_STOP_S)
         serve(db_path(db), host=host, port=port, token=token)
         return
-    import signal
-
     from ..storage import logdir_process as watch
 
     folder = os.path.abspath(logdir)
     click.echo(f"kernelscope: watching {folder} for torch.profiler traces; each is ingested once complete",
                err=True)
     running = watch.start(folder, db_path(db))
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))  # `kill`: stop the watcher too
+    stop_within(DASHBOARD_STOP_S + watch.STOP_S, sigterm=True)  # `kill` stops the watcher too
     try:
         serve(db_path(db), host=host, port=port, token=token, logdir=folder)
     finally:

@@ -77,12 +77,17 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def stop(running: Running, timeout: float = 10.0) -> None:
+#: Seconds ``stop`` waits for the watcher's unit in progress, and then for the terminated child.
+STOP_WAIT_S, TERMINATE_WAIT_S = 10.0, 5.0
+STOP_S = STOP_WAIT_S + TERMINATE_WAIT_S  # the longest ``stop`` takes
+
+
+def stop(running: Running, timeout: float = STOP_WAIT_S) -> None:
     """Tell the watcher to stop, wait for the unit it is ingesting (up to ``timeout`` s; then end it: a copy cut
     short is rolled back by DuckDB), and remove its stage folder."""
     running.stop_event.set()
     running.process.join(timeout)
     if running.process.is_alive():
         running.process.terminate()
-        running.process.join(5)
+        running.process.join(TERMINATE_WAIT_S)
     shutil.rmtree(running.stage_dir, ignore_errors=True)
