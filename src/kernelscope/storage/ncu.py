@@ -30,6 +30,7 @@ from ..parsers.ncu import (
     kernel_name_key,
     read_ncu_csv,
 )
+from .inserts import insert_rows
 
 _COLS = [
     "trace_id", "activity_id", "ncu_id", "launch_index", "name", "name_key", "process_id", "device", "context",
@@ -157,8 +158,7 @@ def ingest_ncu(
                         cache_control=cache, clock_control=clock, settings_note=note, page=report.page,
                         source=str(path.resolve()), content_hash=report.content_hash, ingested_ns=now)
             rows.append(tuple(vals[c] for c in _COLS))
-        con.executemany(f"INSERT INTO ncu_kernels ({', '.join(_COLS)}) VALUES ({', '.join('?' * len(_COLS))})",
-                        rows)
+        insert_rows(con, f"ncu_kernels ({', '.join(_COLS)})", rows)
         if pairs and guessed:  # the matched trace's warnings say which of its ncu values were left out
             old = con.execute("SELECT warnings FROM traces WHERE trace_id = ?", [trace_id]).fetchone()
             have = json.loads(old[0]) if old and old[0] else []

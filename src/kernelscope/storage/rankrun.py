@@ -15,6 +15,7 @@ from ..errors import KernelscopeError, ParseError, StoreError, UsageError
 from ..parsers.schema import TraceMeta
 from . import derivations, ranks, rawfacts, sizing, staging
 from .engine import LOCAL, Engine, run_ray
+from .inserts import insert_rows
 from .onetrace import IngestResult, failed
 from .rundir import run_dir_parts
 from .tracerow import (
@@ -218,7 +219,7 @@ def _insert_rank_tables(con, folders, tables, mapping) -> None:
     own order), the placeholder trace ids replaced by the real ones. ``tables``: per folder, the tables
     its worker wrote."""
     con.execute("CREATE OR REPLACE TEMP TABLE ks_rank_map (tmp VARCHAR, trace_id VARCHAR, pos INTEGER)")
-    con.executemany("INSERT INTO ks_rank_map VALUES (?, ?, ?)", mapping)
+    insert_rows(con, "ks_rank_map", mapping)
     con.execute("SET preserve_insertion_order = true")
     try:
         for table in sorted(set().union(*map(set, tables))):

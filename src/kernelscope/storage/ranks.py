@@ -32,6 +32,8 @@ import re
 import zlib
 from dataclasses import dataclass, field
 
+from .inserts import insert_rows
+
 _RANK_NAME_RE = re.compile(r"(?i)(?:^|[^a-z])rank[_\-]?(\d+)")
 #: Bytes of a trace's head searched for distributedInfo.
 PEEK_BYTES = 4 << 20
@@ -333,7 +335,7 @@ def estimate_offsets(con, run_id: str, hosts: dict[str, str | None]) -> str:
             applied, how = 0, "none"
         methods.add(how)
         out.append((run_id, trace_id, rank, source, host, est, n, mad, applied))
-    con.executemany("INSERT INTO rank_clocks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", out)
+    insert_rows(con, "rank_clocks", out)
     methods.discard("reference")
     text = {
         "same host": "same host as rank 0: offsets 0 (estimates stored)",

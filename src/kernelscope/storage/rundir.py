@@ -22,6 +22,7 @@ import pyarrow as pa
 from ..collectors.nvml import TELEMETRY_SCHEMA  # the sampler's schema: the one definition of the columns
 from ..errors import KernelscopeError, ParseError
 from .discovery import path_problem, run_parts
+from .inserts import insert_rows
 from .onetrace import IngestResult, failed, ingest_file
 from .tracerow import TraceInput
 
@@ -149,7 +150,7 @@ def run_dir_parts(run_dir: pathlib.Path, labels) -> TraceInput:
             con.unregister("ks_telemetry")
         rows = _timing_rows(trace_id, meta.get("timings"), run_dir / "run.json")
         if rows:
-            con.executemany("INSERT INTO timings VALUES (?, ?, ?, ?, ?)", rows)
+            insert_rows(con, "timings", rows)
 
     prov = meta.get("provenance") if isinstance(meta.get("provenance"), dict) else None
     return TraceInput(name=meta.get("name") or run_dir.resolve().name, run_id=meta.get("run_id"),

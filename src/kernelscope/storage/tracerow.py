@@ -15,6 +15,7 @@ from typing import Any
 
 from .. import __version__
 from ..errors import UsageError
+from .inserts import insert_rows
 from .labels import label_number
 from .staging import Staged
 
@@ -85,8 +86,9 @@ def insert_labels(con, trace_id: str, labels: dict | None) -> None:
         if isinstance(value, bool):
             text = "true" if value else "false"
         rows.append((trace_id, key, text, label_number(text)))
-    con.executemany("DELETE FROM labels WHERE trace_id = ? AND key = ?", [r[:2] for r in rows])
-    con.executemany("INSERT INTO labels VALUES (?, ?, ?, ?)", rows)
+    if rows:
+        con.execute("DELETE FROM labels WHERE trace_id = ? AND list_contains(?, key)", [trace_id, [r[1] for r in rows]])
+    insert_rows(con, "labels", rows)
 
 
 @dataclass(frozen=True)
