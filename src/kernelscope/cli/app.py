@@ -184,6 +184,7 @@ def stop_within(limit_s: float, *, sigterm: bool = False) -> None:
         arm(128 + signal.SIGTERM)
         raise SystemExit(128 + signal.SIGTERM)
 
-    signal.signal(signal.SIGINT, on_int)
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # ignored when started as a shell script's `&` job
+        signal.signal(signal.SIGINT, on_int)
     if sigterm:
         signal.signal(signal.SIGTERM, on_term)
