@@ -269,6 +269,34 @@ def test_profile_ingests_into_the_store(tmp_path):
         assert json.loads(prov)["torch"] == torch.__version__
 
 
+def test_steps_are_recorded_without_a_schedule(tmp_path):
+    """torch records ProfilerStep#N ranges only under a schedule. With none given, profile() passes one that
+    records from the start, every step, in one cycle, so step() leaves steps for the steps analysis (a ViT
+    training loop profiled with `kernelscope profile`'s defaults on an H100 had none, and the analysis told the
+    user to call prof.step(), which kernelscope profile already did). run.json still says no schedule was given."""
+    from kernelscope.reports import cache
+
+    m = torch.nn.Linear(16, 16)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    x = torch.randn(4, 16)
+    db = tmp_path / "ks.duckdb"
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        with profile(name="nosched", db=db, run_dir=tmp_path / "r", telemetry=False) as p:
+            for _ in range(3):
+                m(x).sum().backward()
+                opt.step()
+                p.step()
+    assert not [str(x.message) for x in w if "warmup" in str(x.message)]  # torch's warm-up warning is not shown
+    steps = sorted(e["name"] for e in _events(tmp_path / "r") if e.get("ph") == "X"
+                   and e["name"].startswith("ProfilerStep#"))
+    assert steps == ["ProfilerStep#0", "ProfilerStep#1", "ProfilerStep#2", "ProfilerStep#3"]  # + the tail to stop
+    assert json.loads((tmp_path / "r" / "run.json").read_text())["profiler_options"]["schedule"] is None
+    with kernelscope.open_store(db, read_only=True) as s:
+        res = cache.analysis(s, "steps", p.trace_id)
+    assert (res.scalars["step_count"], res.scalars["warmup_steps"]) == (4, 1), res.scalars
+
+
 def test_runner_runs_a_module_with_dash_m(tmp_path, monkeypatch):
     pkg = tmp_path / "mods"
     pkg.mkdir()

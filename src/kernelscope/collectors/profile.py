@@ -105,6 +105,17 @@ def ingest_run_dir(run_dir, *, name=None, labels=None, db=None):
     return result
 
 
+def _every_step(torch):
+    """The schedule used when none is given: record from the start, every step, in one cycle that ends at
+    ``stop()``. torch records ``ProfilerStep#N`` ranges only under a schedule, so without one ``step()`` (and
+    `kernelscope profile`'s step boundaries) left no step in the trace for the steps analysis to read."""
+    import warnings
+
+    with warnings.catch_warnings():  # "won't be using warmup": recording starts at once, as it does unscheduled
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.profiler.schedule(wait=0, warmup=0, active=2**62, repeat=1)
+
+
 def _schedule_text(schedule):
     """``{"wait", "warmup", "active", "repeat", "skip_first"}`` of a ``torch.profiler.schedule``, else None."""
     if schedule is None:
@@ -276,16 +287,15 @@ class profile:
         import inspect
 
         params = inspect.signature(torch.profiler.profile.__init__).parameters
-        if "acc_events" in params and self.schedule is not None:
+        schedule = self.schedule if self.schedule is not None else _every_step(torch)
+        if "acc_events" in params:
             opts.setdefault("acc_events", True)  # keep events of every active cycle
         if self._cuda and "experimental_config" not in opts:
             cfg = _experimental_config(torch)
             if cfg is not None:
                 opts["experimental_config"] = cfg
         kwargs = {"activities": acts, "on_trace_ready": self._on_trace_ready}
-        if self.schedule is not None:
-            kwargs["schedule"] = self.schedule
-        return torch.profiler.profile(**kwargs, **opts)
+        return torch.profiler.profile(**kwargs, schedule=schedule, **opts)
 
     def _on_trace_ready(self, prof) -> None:
         k = len(self.trace_files)
