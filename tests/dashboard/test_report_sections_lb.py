@@ -101,3 +101,32 @@ def test_cpu_only_sections_say_so(dash_store, store):
     assert "no GPU activity (a CPU-only trace)" in md
     assert "No energy: the trace has no telemetry" in md
     assert "no GPU activity: no recommendation" in md
+
+
+def test_inflation_names_a_whole_process_timing(tmp_path):
+    """`kernelscope profile` of a script without kernelscope.range("step") regions stores one 'process_wall'
+    timing of the un-profiled run. The report said 'there is no un-profiled timing either' about such a trace (a
+    ViT training loop profiled on an H100 whose profile line had printed the overhead); it now says the run was
+    timed as a whole process, how long, and how to time iterations. Without that row the old sentence stays."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    import stores
+    from conftest import SAMPLES
+
+    from kernelscope.storage.ingest import ingest_paths
+    from kernelscope.storage.store import open_store
+
+    db = stores.empty(tmp_path / "s.duckdb")
+    bare = tmp_path / "t.json.gz"  # the trace alone: beside its run.json it would bring that run's timings
+    bare.write_bytes((SAMPLES / "train_step" / "trace.json.gz").read_bytes())
+    with open_store(db) as st:
+        (res,) = ingest_paths(st, [bare], progress=False)
+        tid = res.trace_id
+        assert rb.inflation(st, tid)[2] == "no un-profiled timing"
+        st.con.execute("INSERT INTO timings VALUES (?, 'process_wall', NULL, 4753946156, NULL)", [tid])
+        value, sentence, why = rb.inflation(st, tid)
+    assert value is None and why == "un-profiled run timed as a whole process"
+    assert sentence.startswith("No profiler inflation per iteration: the un-profiled run was timed as a whole "
+                               "process (4,753.946 ms), not per step; mark the loop with kernelscope.range")

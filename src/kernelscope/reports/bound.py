@@ -259,7 +259,16 @@ def inflation(store, tid: str) -> tuple[float | None, str, str]:
     latency per iteration / un-profiled time (collector ``cuda_event`` timings, else label ``unprofiled_ns``)
     for this one trace; None with the reason (a sentence and a few words) when there is no un-profiled time."""
     n_timings = catalog.cuda_event_timings(store, tid)
+    whole = None if n_timings else catalog.process_wall_ns(store, tid)
+    # `kernelscope profile` of a script without kernelscope.range("step") regions times the whole process
+    whole_said = None if whole is None else (
+        None, f"No profiler inflation per iteration: the un-profiled run was timed as a whole process "
+              f"({ms_text(whole)}), not per step; mark the loop with kernelscope.range(\"step\") to time its "
+              "iterations (kernelscope profile's overhead line compared the two runs' process wall times).",
+        "un-profiled run timed as a whole process")
     by = _numeric_label(store, tid)
+    if by is None and whole_said:
+        return whole_said
     if by is None:
         return None, ("No profiler inflation: the trace has no numeric label, so the transition analysis "
                       "cannot place it" + (f" (it has {n_timings} un-profiled timings)." if n_timings else
@@ -269,6 +278,8 @@ def inflation(store, tid: str) -> tuple[float | None, str, str]:
         p = cache.analysis(store, "transition", [tid], by=by).tables["points"].iloc[0]
     except KernelscopeError as e:
         return None, f"No profiler inflation: {e}", str(e)
+    if (p["inflation"] is None or pd.isna(p["inflation"])) and whole_said:
+        return whole_said
     if p["inflation"] is None or pd.isna(p["inflation"]):
         return None, ("No profiler inflation: no un-profiled time was recorded for this trace (collector "
                       "cuda_event timings or the label unprofiled_ns)."), "no un-profiled timing"

@@ -68,6 +68,14 @@ def cuda_event_timings(store, trace_id: str) -> int:
                            {"t": trace_id})["n"].iloc[0])
 
 
+def process_wall_ns(store, trace_id: str) -> int | None:
+    """The un-profiled run's whole-process wall time the collector recorded when the script marks no
+    kernelscope.range region (``timings`` kind 'process_wall'), else None."""
+    v = store.query("SELECT max(dur_ns) AS ns FROM timings WHERE trace_id = $t AND kind = 'process_wall'",
+                    {"t": trace_id})["ns"].iloc[0]
+    return None if pd.isna(v) else int(v)
+
+
 def gpu_activity_count(store, trace_id: str) -> int:
     """GPU activities (kernels, memcpy, memset) of the trace."""
     return int(store.query("SELECT count(*) AS n FROM gpu_activities WHERE trace_id = $t",
