@@ -186,9 +186,12 @@ def test_recommend_with_fake_analyses(monkeypatch):
     def broken(s, t):
         raise UsageError("no device peak for this GPU.")
     monkeypatch.setattr(bandwidth, "bandwidth", broken)
+    monkeypatch.setattr(rec, "_slowing_options", lambda s, t: ["with_stack"])
     r = rec.recommend(None, "t1")
     assert r.scalars["rules_fired"] == ["host_bound_launch", "short_kernels"]
     assert r.trust["rules_skipped"] == ["low_bandwidth"] and "bandwidth" in r.warnings[0]
+    assert r.warnings[1].startswith("the trace was recorded with with_stack, which slow the host side") \
+        and "findings (host_bound_launch) may be the profiler's own" in r.warnings[1]
     assert list(r.tables["findings"]["rule"]) == ["host_bound_launch", "short_kernels"]  # high, then medium
     ev = r.tables["evidence"]
     assert len(ev) == sum(len(e) for e in r.tables["findings"]["evidence"])
@@ -238,6 +241,26 @@ def test_samples_rules_and_evidence(sample_store):
                 f = next(f for f in out["findings"] if f["rule"] == "host_bound_launch")
                 w = sources["whatif"].scalars
                 assert f["saving_ns"] == w["observed_ns"] - w["predicted_ns"] > 0
+
+
+def test_host_findings_warn_when_stacks_or_memory_were_recorded(sample_store, tmp_path):
+    """A ViT training step profiled with --stack --memory --modules on an H100 read 91% host wait and a 3.4 s
+    CUDA-graph saving, on a run the profiler slowed 4.8x: host-side findings of such a trace now carry a warning.
+    b1 (host-bound) as recorded (stacks and memory off): no warning; with its provenance saying with_stack and
+    profile_memory were on: the warning names both and the rule; b128 (no host-side finding): none either way."""
+    import shutil
+
+    db, ids = sample_store
+    copy = tmp_path / "c.duckdb"
+    shutil.copyfile(db, copy)
+    with open_store(copy) as s:
+        assert not [w for w in rec.recommend(s, ids["b1"]).warnings if "slow the host" in w]
+        s.con.execute("UPDATE traces SET provenance = json_merge_patch(provenance, "
+                      "'{\"profiler_options\": {\"with_stack\": true, \"profile_memory\": true}}')")
+        (w,) = [w for w in rec.recommend(s, ids["b1"]).warnings if "slow the host" in w]
+        assert w.startswith("the trace was recorded with with_stack and profile_memory, which slow the host side")
+        assert "(host_bound_launch) may be the profiler's own" in w
+        assert not [w for w in rec.recommend(s, ids["b128"]).warnings if "slow the host" in w]
 
 
 def test_whatif_runs_only_for_a_host_bound_finding(sample_store):

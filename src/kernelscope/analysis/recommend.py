@@ -301,6 +301,24 @@ def evaluate(res: dict[str, Result]) -> tuple[list[dict], list[str]]:
     return findings, skipped
 
 
+#: Rules whose findings read host-side time (host wait, launch and sync calls), which a profiler recording Python
+#: stacks or allocations inflates.
+HOST_RULES = frozenset({"host_bound_launch", "sync_stalls"})
+
+
+def _slowing_options(store, trace_id: str) -> list[str]:
+    """The torch.profiler options that slow the host which the trace's collector run had on (with_stack,
+    profile_memory), from its provenance; [] when off or not recorded (not a kernelscope collector run)."""
+    from .rows import query_row
+    from .summary import _SQL_TRACE, _json_obj
+
+    opts = (_json_obj((query_row(store, _SQL_TRACE, t=trace_id) or {}).get("provenance")) or {}).get(
+        "profiler_options")
+    if not isinstance(opts, dict):
+        return []
+    return [k for k in ("with_stack", "profile_memory") if opts.get(k) is True]
+
+
 def recommend(store, trace_id: str, results: dict[str, Result] | None = None) -> Result:
     """Run the cited analyses on ``trace_id`` and check every rule (module docstring). An analysis that
     fails (a KernelscopeError) becomes a warning and the rules needing it are skipped.
@@ -312,6 +330,14 @@ def recommend(store, trace_id: str, results: dict[str, Result] | None = None) ->
     res = _Results(store, trace_id, dict(results or {}), warnings)
     res.prefetch(sorted({n for rule in RULES for n in NEEDS[rule]}))  # whatif stays lazy
     findings, skipped = evaluate(res)
+    slow = _slowing_options(store, trace_id) if any(f["rule"] in HOST_RULES for f in findings) else []
+    if slow:
+        warnings.append(
+            f"the trace was recorded with {' and '.join(slow)}, which slow the host side (Python tracing, allocation "
+            "records): the host-side findings (" + ", ".join(sorted({f["rule"] for f in findings
+                                                                    if f["rule"] in HOST_RULES}))
+            + ") may be the profiler's own; profile again without them (kernelscope profile without --stack and "
+            "--memory) before acting on them.")
     b = dict.get(res, "bound")
     if b is not None and b.scalars.get("gpu_span_ns") is None:  # every rule reads GPU time
         warnings.append("the trace has no GPU activity that kernelscope analyses, so no rule can fire: record "
