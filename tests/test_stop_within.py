@@ -13,8 +13,10 @@ import time
 import pytest
 
 _CHILD = """
-import sys, threading, time
+import signal, sys, threading, time
 from kernelscope.cli.app import stop_within
+# as a process started from a terminal has it (a suite started as a shell's & job passes Ctrl-C on ignored)
+signal.signal(signal.SIGINT, signal.default_int_handler)
 stop_within(float(sys.argv[1]), sigterm=True)
 def stuck_at_exit():
     time.sleep(120)
@@ -64,3 +66,15 @@ def test_a_second_ctrl_c_exits_at_once():
     rc, err, took = _finish(proc, timeout=20)
     assert rc == 130 and took < 15, (took, err[-2000:])
     assert "still running" not in err  # no report: the user asked twice
+
+
+def test_an_ignored_ctrl_c_stays_ignored():
+    """A dashboard started as a non-interactive shell's background job inherits Ctrl-C ignored, and Python keeps
+    it so; stop_within leaves it that way (SIGTERM still gets its handler)."""
+    code = ("import signal\n"
+            "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+            "from kernelscope.cli.app import stop_within\n"
+            "stop_within(5, sigterm=True)\n"
+            "print(signal.getsignal(signal.SIGINT) is signal.SIG_IGN, callable(signal.getsignal(signal.SIGTERM)))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.split() == ["True", "True"], out.stderr[-2000:]
