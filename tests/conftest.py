@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,6 +36,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 # asserts of every test module again in each worker, and each of the ~100 CLI subprocesses compiles kernelscope.
 sys.dont_write_bytecode = False
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+
+# A suite started as a non-interactive shell's background job (`pytest &` in a script) inherits Ctrl-C ignored, and
+# so would every process it starts (Python keeps an inherited ignore): the tests that stop a dashboard with Ctrl-C
+# then waited out their timeouts (20 s twice in test_token, 60 s in test_logdir) and read as a dashboard that does
+# not stop. Take Ctrl-C back as a terminal gives it; the processes the tests start get the default from here.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 import stores  # noqa: E402  (tests/ is on sys.path from here on)
 

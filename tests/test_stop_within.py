@@ -1,7 +1,10 @@
 """A long-running command ends in bounded time after Ctrl-C (cli.app.stop_within, installed by `kernelscope
-dashboard`): the dashboard was seen, now and then, still running 20-60 s after Ctrl-C. A process whose exit waits
-on something that never ends (here a non-daemon thread) must exit anyway, say so in one `kernelscope:` line and
-show where each thread waited; a second Ctrl-C must not wait at all."""
+dashboard`). A process whose exit waits on something that never ends (here a non-daemon thread) must exit anyway,
+say so in one `kernelscope:` line and show where each thread waited; a second Ctrl-C must not wait at all.
+
+(The dashboard "still running 20-60 s after Ctrl-C" that led here was a suite started with Ctrl-C ignored, which
+every process it started inherited: tests/conftest.py now takes the default back. Reproduced: under an ignoring
+launcher the logdir test failed after 71.5 s and test_token's stops took 21.6 and 22.7 s; with the fix they pass.)"""
 
 from __future__ import annotations
 
