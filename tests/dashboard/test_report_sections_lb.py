@@ -108,11 +108,7 @@ def test_inflation_names_a_whole_process_timing(tmp_path):
     timing of the un-profiled run. The report said 'there is no un-profiled timing either' about such a trace (a
     ViT training loop profiled on an H100 whose profile line had printed the overhead); it now says the run was
     timed as a whole process, how long, and how to time iterations. Without that row the old sentence stays."""
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    import stores
+    import stores  # tests/ is on sys.path (tests/conftest.py)
     from conftest import SAMPLES
 
     from kernelscope.storage.ingest import ingest_paths

@@ -310,12 +310,10 @@ def _slowing_options(store, trace_id: str) -> list[str]:
     """The torch.profiler options that slow the host which the trace's collector run had on (with_stack,
     profile_memory), from its provenance; [] when off or not recorded (not a kernelscope collector run)."""
     from .rows import query_row
-    from .summary import _SQL_TRACE, _json_obj
+    from .summary import profiler_options
 
-    opts = (_json_obj((query_row(store, _SQL_TRACE, t=trace_id) or {}).get("provenance")) or {}).get(
-        "profiler_options")
-    if not isinstance(opts, dict):
-        return []
+    opts = profiler_options(query_row(store, "SELECT provenance FROM traces WHERE trace_id = $t",
+                                      t=trace_id).get("provenance")) or {}
     return [k for k in ("with_stack", "profile_memory") if opts.get(k) is True]
 
 

@@ -190,11 +190,18 @@ def _json_obj(text: Any) -> dict | None:
 _RECORDED = {"record_shapes": "shapes", "with_stack": "stacks", "profile_memory": "memory", "with_modules": "modules"}
 
 
+def profiler_options(provenance: Any) -> dict | None:
+    """The torch.profiler options a kernelscope collector run recorded in the trace's provenance; None when the
+    trace does not say (not a kernelscope collector run)."""
+    opts = (_json_obj(provenance) or {}).get("profiler_options")
+    return opts if isinstance(opts, dict) else None
+
+
 def _not_recorded(provenance: Any) -> list[str] | None:
     """What the collector's profiler was told not to record (shapes, stacks, memory, modules); null when the
     trace does not say (not a kernelscope collector run)."""
-    opts = (_json_obj(provenance) or {}).get("profiler_options")
-    if not isinstance(opts, dict):
+    opts = profiler_options(provenance)
+    if opts is None:
         return None
     return [what for key, what in _RECORDED.items() if key in opts and not opts[key]]
 

@@ -174,10 +174,9 @@ def publish_rank(folder: str, tables: list[str], trace_id: str, run_id: str, ran
         for table in tables:
             dest = partition_path(out, table, run_id, rank)
             dest.parent.mkdir(parents=True, exist_ok=True)
-            tid = "'" + trace_id.replace("'", "''") + "'"
-            con.execute(f"COPY (SELECT * REPLACE ({tid} AS trace_id) FROM read_parquet("
+            con.execute(f"COPY (SELECT * REPLACE (? AS trace_id) FROM read_parquet("
                         f"{staging.sql_path(pathlib.Path(folder) / f't_{table}.parquet')})) TO "
-                        f"{staging.sql_path(dest)} (FORMAT parquet, COMPRESSION zstd)")
+                        f"{staging.sql_path(dest)} (FORMAT parquet, COMPRESSION zstd)", [trace_id])
     finally:
         con.close()
 
@@ -206,11 +205,12 @@ def _publish_all(con, out: pathlib.Path, run_id: str, folders, tables, mapping, 
 
     def files(table):
         got = [partition_path(out, table, run_id, ranks_of[tid]) for (_tmp, tid, _pos) in mapping]
-        return "[" + ", ".join(staging.sql_path(f) for f in got if f.exists()) + "]"
-    if files("collectives") != "[]":
+        return [f for f in got if f.exists()]
+    if files("collectives"):
         for table, where in (("collectives", ""), ("gpu_activities", " WHERE (trace_id, activity_id) IN "
                                                   "(SELECT (trace_id, activity_id) FROM collectives)")):
-            con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM read_parquet({files(table)}, "
+            listed = "[" + ", ".join(staging.sql_path(f) for f in files(table)) + "]"
+            con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM read_parquet({listed}, "
                         f"hive_partitioning = false){where}")
 
 
