@@ -110,12 +110,17 @@ def test_bad_option(store, tmp_path):
 
 def test_samples_category_times_sum_to_kernel_time(session_store):
     with open_store(session_store.db, read_only=True) as s:
+        ccs = set()
         for tid in set(session_store.ids.values()):
             d = K.kernels(s, tid).to_dict()
             assert sum(d["category_time_ns"].values()) == d["kernel_time_ns"]
             assert sum(r["time_ns"] for r in d["categories"]) == d["kernel_time_ns"]
             assert sum(r["time_ns"] for r in d["top_kernels"]) == d["kernel_time_ns"]
+            # every sample is an H200 capture (compute capability 9.0) or names no device
+            assert d["compute_capability"] in ("9.0", None), (tid, d["compute_capability"])
+            ccs.add(d["compute_capability"])
             i = K.idle(s, tid).to_dict()
             if i["gpu_span_ns"] is not None:
                 assert sum(r["busy_ns"] for r in i["timeline"]) == i["busy_ns"] <= i["gpu_span_ns"]
                 assert sum(r["bin_ns"] for r in i["timeline"]) == i["gpu_span_ns"]
+    assert "9.0" in ccs  # read from the samples' deviceProperties (computeMajor 9, computeMinor 0)

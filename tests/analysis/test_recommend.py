@@ -44,11 +44,12 @@ def fake_launch(depth=0.2, add_bound=10):
     return R("launch", {"mean_queue_depth": depth}, {"per_leaf_op": per})
 
 
-def fake_kernels(gemm_share=0.6, tc=0.9, short=0.1):
+def fake_kernels(gemm_share=0.6, tc=0.9, short=0.1, cc=None):
     cats = [{"category": "gemm", "time_ns": int(gemm_share * 1000), "share": gemm_share},
             {"category": "elementwise", "time_ns": 1000 - int(gemm_share * 1000), "share": 1 - gemm_share}]
     return R("kernels", {"short_kernel_share": short, "short_kernels": 40, "short_ns": 10_000,
-                         "tensor_core_share_of_gemm_attention": tc}, {"categories": cats})
+                         "tensor_core_share_of_gemm_attention": tc, "compute_capability": cc},
+             {"categories": cats})
 
 
 def fake_bandwidth(pct=18.0, gpu_ns=100, bound_kind="memory", tf32=None):
@@ -168,6 +169,20 @@ def test_low_tensor_core_fires_and_cites_tf32_from_provenance():
     assert values(f)[("bandwidth", "tf32_matmul", "null")] is False
     [g] = rec.rule_low_tensor_core({"kernels": fake_kernels(gemm_share=0.3, tc=0.1), "bandwidth": fake_bandwidth()})
     assert "TF32 matmul" not in g["message"]  # the flag was a default, not read from the trace
+
+
+def test_low_tensor_core_advice_follows_the_gpu_generation():
+    """HTA's public V100 trace (fp32 GEMMs, 0% on tensor cores) was told to enable TF32 or bf16, which a V100 does
+    not have: compute capability 7.x gets fp16 advice, with the capability cited; below 7.0 (no tensor cores)
+    the rule stays silent; 8.0 and later keep the TF32/bf16 advice."""
+    [v] = rec.rule_low_tensor_core({"kernels": fake_kernels(gemm_share=0.6, tc=0.0, cc="7.0")})
+    assert v["message"].endswith(": run the GEMMs in fp16 (torch.autocast('cuda', dtype=torch.float16)); this GPU "
+                                 "(compute capability 7.0) has no TF32 or bf16 tensor cores.")
+    assert "TF32 (torch.set" not in v["message"]
+    assert values(v)[("kernels", "compute_capability", "null")] == "7.0"
+    assert rec.rule_low_tensor_core({"kernels": fake_kernels(gemm_share=0.6, tc=0.0, cc="6.1")}) == []
+    [h] = rec.rule_low_tensor_core({"kernels": fake_kernels(gemm_share=0.6, tc=0.0, cc="9.0")})
+    assert "enable TF32 (torch.set_float32_matmul_precision('high'))" in h["message"]
 
 
 @pytest.mark.parametrize("gemm, tc", [(0.29, 0.1), (0.9, 0.5)])

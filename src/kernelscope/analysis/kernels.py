@@ -165,6 +165,17 @@ def _share(part, whole) -> float | None:
     return None if not whole else part / whole
 
 
+def _compute_capability(store, trace_id: str) -> str | None:
+    """The lowest compute capability ('7.0') among the trace's deviceProperties; None when it does not say."""
+    from .opmodel_inputs import json_value
+
+    df = store.query("SELECT device_properties FROM traces WHERE trace_id = $t", {"t": trace_id})
+    props = json_value(df.iloc[0]["device_properties"]) if len(df) else None
+    ccs = [(int(p["computeMajor"]), int(p.get("computeMinor") or 0)) for p in props or []
+           if isinstance(p, dict) and isinstance(p.get("computeMajor"), int)] if isinstance(props, list) else []
+    return f"{min(ccs)[0]}.{min(ccs)[1]}" if ccs else None
+
+
 def kernels(store, trace_id: str, top: int = 10, short_ns: int = 10_000) -> Result:
     """Kernel time by category and the other kernel numbers (definitions in the module docstring)."""
     top, short_ns = _positive_int("top", top), _positive_int("short_ns", short_ns)
@@ -206,6 +217,7 @@ def kernels(store, trace_id: str, top: int = 10, short_ns: int = 10_000) -> Resu
         "short_kernel_share": _share(int(tot["short_kernel_ns"]), kt),
         "est_sm_efficiency": num("est_sm_efficiency"),
         "est_occupancy_pct": num("est_occupancy_pct"),
+        "compute_capability": _compute_capability(store, trace_id),
     }
     trust = {
         "sm_efficiency_coverage": _share(int(tot["sm_eff_ns"]), kt),

@@ -280,8 +280,17 @@ def rule_low_tensor_core(res: dict[str, Result]) -> list[dict]:
     if bw is not None and bw.trust.get("tf32_from") == "provenance" and "tf32_matmul" in bw.scalars:
         ev.append(_ev("bandwidth", "tf32_matmul", bw.scalars["tf32_matmul"]))
         msg += f"; TF32 matmul is {'on' if bw.scalars['tf32_matmul'] else 'off'} in this run (bandwidth, provenance)"
-    msg += (": enable TF32 (torch.set_float32_matmul_precision('high')) or run the GEMMs in bf16 "
-            "(torch.autocast).")
+    cc = k.scalars.get("compute_capability")
+    major = int(cc.split(".")[0]) if isinstance(cc, str) else None
+    if major is not None and major < 7:
+        return []  # no tensor cores on this GPU: nothing to enable
+    if major == 7:  # Volta/Turing tensor cores take fp16 only; TF32 and bf16 need compute capability 8.0
+        ev.append(_ev("kernels", "compute_capability", cc))
+        msg += (f": run the GEMMs in fp16 (torch.autocast('cuda', dtype=torch.float16)); this GPU (compute "
+                f"capability {cc}) has no TF32 or bf16 tensor cores.")
+    else:
+        msg += (": enable TF32 (torch.set_float32_matmul_precision('high')) or run the GEMMs in bf16 "
+                "(torch.autocast).")
     return [_finding("low_tensor_core", gshare, msg, ev)]
 
 
