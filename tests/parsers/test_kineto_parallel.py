@@ -15,6 +15,7 @@ from stores import empty
 
 from kernelscope.parsers import source
 from kernelscope.parsers.kineto import KinetoReader, parallel
+from kernelscope.storage import staging
 from kernelscope.storage.onetrace import ingest_file, trace_reader
 from kernelscope.storage.store import open_store
 
@@ -55,18 +56,28 @@ def store_rows(db: Path) -> dict[str, list[tuple]]:
     return out
 
 
-def ingest(tmp_path: Path, name: str, trace: Path, workers: str, monkeypatch, **opts) -> Path:
+def ingest(tmp_path: Path, name: str, trace: Path, workers: str, monkeypatch, **opts) -> tuple[Path, list]:
+    """``trace`` ingested into a new store with ``workers`` parse workers: (the store, the staged files' parts)."""
     monkeypatch.setenv(parallel.ENV_WORKERS, workers)
     db = empty(tmp_path / f"{name}.duckdb")
+    seen = []
+    view = staging.raw_view
+    monkeypatch.setattr(staging, "raw_view", lambda con, files: (seen.append(files), view(con, files))[1])
     with open_store(db) as st:
         res = ingest_file(st, trace, **opts)
+    monkeypatch.setattr(staging, "raw_view", view)
     assert res.status == "ingested", res.message
-    return db
+    return db, [p for files in seen for p in files.parts]
 
 
-def assert_same_store(tmp_path: Path, trace: Path, monkeypatch, **opts) -> dict:
-    one = store_rows(ingest(tmp_path, "one", trace, "1", monkeypatch, **opts))
-    two = store_rows(ingest(tmp_path, "two", trace, "2", monkeypatch, **opts))
+def assert_same_store(tmp_path: Path, trace: Path, monkeypatch, min_parts: int = 5, **opts) -> dict:
+    """Every table equal after a one-process ingest and one whose workers wrote most rows as Parquet parts
+    (each part's seq moved on in the staged view); also when some rows came through the parent."""
+    one_db, no_parts = ingest(tmp_path, "one", trace, "1", monkeypatch, **opts)
+    two_db, parts = ingest(tmp_path, "two", trace, "2", monkeypatch, **opts)
+    assert not no_parts and len(parts) >= min_parts, parts
+    assert [p.seq_base for p in parts] == sorted(p.seq_base for p in parts)
+    one, two = store_rows(one_db), store_rows(two_db)
     assert one.keys() == two.keys()
     for table in one:
         assert two[table] == one[table], f"table {table} differs"
@@ -101,9 +112,10 @@ def test_plain_truncated_salvage(tmp_path, monkeypatch, pool, small_chunks):
     assert "inside the event array" in repr(truncated)
 
 
-def test_chunks_off_the_fast_path(tmp_path, pool, small_chunks):
+def test_chunks_off_the_fast_path(tmp_path, monkeypatch, pool, small_chunks):
     """Boundaries inside strings and invalid JSON: those chunks are decoded again by the parent (repairs,
-    carries), and batches, meta (warnings, repairs, counts) and error-free rows equal the one-process reader's."""
+    carries), and batches, meta (warnings, repairs, counts) and error-free rows equal the one-process reader's;
+    so does every stored table, where the parent's batches and the workers' parts interleave."""
     text = gzip.decompress(SAMPLE.read_bytes()).decode()
     n = 0
 
@@ -126,6 +138,7 @@ def test_chunks_off_the_fast_path(tmp_path, pool, small_chunks):
     assert one.meta.warnings and any("repaired" in w for w in one.meta.warnings)
     assert two_rows.equals(one_rows)
     assert two.meta == one.meta
+    assert_same_store(tmp_path, path, monkeypatch, min_parts=2)
 
 
 def test_decoding_in_process_while_the_pool_starts(tmp_path, monkeypatch, pool, small_chunks):
@@ -147,6 +160,8 @@ def test_decoding_in_process_while_the_pool_starts(tmp_path, monkeypatch, pool, 
     assert len(calls) > 8 and two.chunks >= 5
     assert two_rows.equals(one_rows)
     assert two.meta == one.meta
+    calls.clear()
+    assert_same_store(tmp_path, SAMPLE, monkeypatch)
 
 
 def test_a_pool_that_does_not_answer(monkeypatch, pool, small_chunks):

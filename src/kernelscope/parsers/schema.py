@@ -115,6 +115,22 @@ RAW_EVENTS = pa.schema(
 )
 
 
+#: A worker's Parquet part of the staged events (parsers/kineto/parallel.py): ``RAW_EVENTS`` with ``seq`` counted
+#: from 0 within the part, then ``part``, the part's number, which the staged view maps to its first ``seq``.
+PART_EVENTS = RAW_EVENTS.append(pa.field("part", pa.int32(), nullable=False))
+
+
+@dataclass(frozen=True)
+class Part:
+    """Rows a worker wrote to a Parquet file itself (``PART_EVENTS``), where a reader yields it in place of
+    batches: they are the events ``seq_base`` .. ``seq_base + rows - 1`` of the trace, in file order."""
+
+    path: str
+    number: int
+    rows: int
+    seq_base: int
+
+
 @dataclass
 class TraceMeta:
     """What a trace says about itself, outside the event list. Filled in fully only after the last batch."""

@@ -92,14 +92,16 @@ def ordered(names=None) -> list[Step]:
     return out
 
 
-def run_steps(con, trace_id: str, base: int) -> None:
+def run_steps(con, trace_id: str, base: int, lap=None) -> None:
     """Fill every derived table of one trace staged on ``con`` (ingest: one file, or a rank worker), each step
-    after the steps it needs."""
+    after the steps it needs; ``lap(name)``, when given, is called after each step (ingest timings)."""
     for step in ordered():
         if step.source == "staged":
             step.fill(con, trace_id, base)
         else:
             step.fill(con, trace_id)
+        if lap is not None:
+            lap(step.name)
 
 
 def backfill_steps(version: int) -> list[Step]:

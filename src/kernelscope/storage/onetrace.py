@@ -101,9 +101,10 @@ def ingest_reader(
     clock = _Clock()
     with staging.scratch(store) as scratch:
         raw = scratch / "raw.parquet"
-        rows = staging.stage(reader, raw, on_batch)
+        staged_files = staging.stage(reader, raw, on_batch)
+        rows = staged_files.rows
         clock.lap("parse+stage")
-        staging.raw_view(con, raw)
+        staging.raw_view(con, staged_files)
         meta: TraceMeta = reader.meta
         content_hash = meta.content_hash or hash_file(path)
         existing = stored_id(con, content_hash)
@@ -144,7 +145,7 @@ def _insert(con, clock: _Clock, meta: TraceMeta, path: pathlib.Path, content_has
     con.execute("BEGIN TRANSACTION")
     try:
         trace_id = new_trace_id(con, content_hash)
-        derivations.run_steps(con, trace_id, staged.base)
+        derivations.run_steps(con, trace_id, staged.base, clock.lap if clock.enabled else None)
         clock.lap("insert")
         TraceRecord.build(trace_id, path, content_hash, meta, staged, rows, warnings, given).insert(con)
         insert_labels(con, trace_id, given.labels)

@@ -68,7 +68,8 @@ def _parse_and_derive(path: str, out: str, python_functions: bool, res: sizing.R
 
     folder = pathlib.Path(out)
     reader = open_trace(pathlib.Path(path), python_functions=python_functions, salvage=salvage)
-    rows = staging.stage(reader, folder / "raw.parquet")
+    staged_files = staging.stage(reader, folder / "raw.parquet")
+    rows = staged_files.rows
     meta = reader.meta
     # a small rank stays in memory (creating the schema in a file costs ~3x more); a large one spills to a file
     small = pathlib.Path(path).stat().st_size < WORKER_IN_MEMORY_BYTES
@@ -82,7 +83,7 @@ def _parse_and_derive(path: str, out: str, python_functions: bool, res: sizing.R
             sizing.apply_resources(con, res)  # as the one-file path derives (bounded memory)
             for _version, _name, sql in migrations():
                 con.execute(sql)
-            staging.raw_view(con, folder / "raw.parquet")
+            staging.raw_view(con, staged_files)
             facts = rawfacts.raw_facts(con, meta)
             staged = staging.derive_staged(con, folder, meta, path, facts)
             written_id = (meta.content_hash or hash_file(path))[:12] if final_ids else _placeholder(job)

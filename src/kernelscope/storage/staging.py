@@ -1,5 +1,6 @@
 """A trace's staged events: the scratch folder next to the store, the Parquet file the parser's batches are
-written to by a writer thread (``stage``), the TEMP VIEWs every derivation reads (``raw_view``), and what is
+written to by a writer thread and the parts parse workers wrote themselves (``stage``: ``StagedFiles``), the
+TEMP VIEWs every derivation reads (``raw_view``), and what is
 derived from them before anything is inserted (``derive_staged``: links, the launch table, the checks; a
 ``Staged`` record). Both ingest paths use it: one file (storage/onetrace.py) and each rank worker
 (storage/rankrun.py).
@@ -14,16 +15,31 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from ..errors import ParseError
-from ..parsers.schema import RAW_EVENTS
+from ..parsers.schema import RAW_EVENTS, Part
 from . import derive, rawfacts
 
 
-def stage(reader, path: pathlib.Path, on_batch=None) -> int:
-    """Stream every batch of ``reader`` into the Parquet file ``path`` (RAW_EVENTS); returns rows.
+@dataclass(frozen=True)
+class StagedFiles:
+    """A trace's staged events: ``raw``, the Parquet file of the batches the reader yielded (``RAW_EVENTS``,
+    ``seq`` as numbered), and ``parts``, the Parquet files its worker processes wrote themselves (``Part``:
+    each part's ``seq`` counted from 0, its first event's number ``seq_base``); ``rows`` in all."""
+
+    rows: int
+    raw: pathlib.Path
+    parts: tuple[Part, ...] = ()
+
+
+def stage(reader, path: pathlib.Path, on_batch=None) -> StagedFiles:
+    """Stream every batch of ``reader`` into the Parquet file ``path`` (RAW_EVENTS); returns the staged files.
 
     A writer thread encodes Parquet (pyarrow releases the GIL) while the parser, which holds it, decodes
     the next block: the two overlap on two cores. At most two batches wait in between, so memory holds a
     few batches whatever the trace's size. A parser error stops the writer and propagates.
+
+    A reader with a ``part_dir`` (the parallel Kineto reader) gets ``path``'s folder: its workers write their
+    rows to Parquet parts there and it yields ``Part`` records for them, so the rows of a many-core parse
+    never pass through this process.
     """
     import queue
     import threading
@@ -43,13 +59,22 @@ def stage(reader, path: pathlib.Path, on_batch=None) -> int:
             while pending.get() is not None:
                 pass
 
+    if hasattr(reader, "part_dir"):
+        reader.part_dir = pathlib.Path(path).parent
     writer = threading.Thread(target=write, name="kernelscope-stage", daemon=True)
     writer.start()
     rows = 0
+    parts: list[Part] = []
     try:
         for batch in reader:
             if failure:
                 break
+            if isinstance(batch, Part):
+                parts.append(batch)
+                rows += batch.rows
+                if on_batch is not None:
+                    on_batch(rows)
+                continue
             if batch.num_rows == 0:
                 continue
             if batch.schema != RAW_EVENTS:
@@ -63,7 +88,7 @@ def stage(reader, path: pathlib.Path, on_batch=None) -> int:
         writer.join()
     if failure:
         raise failure[0]
-    return rows
+    return StagedFiles(rows, pathlib.Path(path), tuple(parts))
 
 
 @contextmanager
@@ -119,13 +144,21 @@ def drop_staging(con) -> None:
             pass
 
 
-def raw_view(con, raw_path) -> None:
-    """TEMP VIEWs over the staged events (a Parquet file of RAW_EVENTS): ``ks_raw_in`` as parsed and ``ks_raw``,
-    which every derivation reads, with each negative duration read as 0 (``raw_facts`` counts them first):
-    a kernel, call or operator cannot end before it starts, and a negative one made sums negative
-    (kernel_time_ns = -154,399 ns) and broke the nesting of operators."""
-    path = "'" + str(raw_path).replace("'", "''") + "'"
-    con.execute(f"CREATE OR REPLACE TEMP VIEW ks_raw_in AS SELECT * FROM read_parquet({path})")
+def raw_view(con, staged: StagedFiles) -> None:
+    """TEMP VIEWs over the staged events (``stage``'s files): ``ks_raw_in`` as parsed (a worker's part with
+    each ``seq`` moved on by its part's first number) and ``ks_raw``, which every derivation reads, with each
+    negative duration read as 0 (``raw_facts`` counts them first): a kernel, call or operator cannot end before
+    it starts, and a negative one made sums negative (kernel_time_ns = -154,399 ns) and broke the nesting of
+    operators."""
+    sql = f"SELECT * FROM read_parquet({sql_path(staged.raw)})"
+    if staged.parts:  # seq + the first number of its part: a list indexed by part number (gaps hold 0)
+        files = ", ".join(sql_path(pathlib.Path(p.path)) for p in staged.parts)
+        bases = [0] * (max(p.number for p in staged.parts) + 1)
+        for p in staged.parts:
+            bases[p.number] = p.seq_base
+        sql += (f" UNION ALL SELECT * EXCLUDE (part) REPLACE (seq + ({bases}::BIGINT[])[part + 1] AS seq) "
+                f"FROM read_parquet([{files}])")
+    con.execute(f"CREATE OR REPLACE TEMP VIEW ks_raw_in AS {sql}")
     con.execute("CREATE OR REPLACE TEMP VIEW ks_raw AS SELECT * REPLACE "
                 "(CASE WHEN dur_ns < 0 THEN 0 ELSE dur_ns END AS dur_ns) FROM ks_raw_in")
 

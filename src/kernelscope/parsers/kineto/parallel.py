@@ -6,10 +6,14 @@ of each block, so its buffers, limits and end are the same), but gathers the run
 of about ``CHUNK_BYTES`` and hands each chunk to a pool of spawned worker processes (the parent holds DuckDB
 threads: never fork it). A worker decodes its chunk with the reader's own typed decoder and
 ``BatchBuilder`` -- a plain file's chunk it reads itself (``os.pread`` of its byte range), a gzip file's chunk
-comes as the parent decompressed it -- and sends its ``RAW_EVENTS`` batches back as one Arrow IPC stream with
-its counts. The parent yields them in file order, renumbering ``seq`` and adding up the counts, so every row,
-id and warning is what the one-process reader gives. At most ``workers + 2`` chunks are in flight, so memory
-stays flat in the file's size.
+comes as the parent decompressed it. With a ``part_dir`` (ingest: storage/staging.stage gives the scratch
+folder) the worker writes its rows to a Parquet part there itself and the parent yields a ``Part`` (path, rows,
+the ``seq`` its first row takes), so no row passes through the parent: on 16 cores a 1 GiB trace's parse and
+stage took 3.6 s instead of 6.3 s when every batch came back to be renumbered and written by the parent
+(benchmarks/results/ingest-2026-11-28-parts-16core-h100.md). Without one it sends its ``RAW_EVENTS`` batches
+back as one Arrow IPC stream, and the parent yields them with ``seq`` renumbered. Either way, in file order,
+with the counts added up, every row, id and warning is what the one-process reader gives. At most
+``workers + 2`` chunks are in flight, so memory stays flat in the file's size.
 
 Anything off the fast path is the one-process reader's: a chunk whose decode fails in the worker (invalid
 JSON to repair, a boundary cut inside a string, a bad time) is decoded again in the parent with
@@ -38,7 +42,7 @@ from kernelscope.parsers.kineto.batch import BatchBuilder
 from kernelscope.parsers.kineto.fields import RUN_DEC
 from kernelscope.parsers.kineto.reader import KinetoReader, max_event_bytes, more
 from kernelscope.parsers.kineto.repair import count_null_numbers
-from kernelscope.parsers.schema import RAW_EVENTS, TraceMeta
+from kernelscope.parsers.schema import PART_EVENTS, RAW_EVENTS, Part, TraceMeta
 from kernelscope.parsers.source import Source
 
 #: Decompressed bytes per chunk handed to a worker (cut at the last event boundary past it). A worker holds
@@ -123,10 +127,15 @@ class ParallelKinetoReader(KinetoReader):
     """``KinetoReader`` whose event array is decoded by ``workers`` processes (rows identical, in file order).
     With ``workers <= 1``, or a file estimated under ``MIN_BYTES``, it is the one-process reader."""
 
-    def __init__(self, path: str | Path, *, workers: int, chunk_bytes: int | None = None, **opts):
+    def __init__(self, path: str | Path, *, workers: int, chunk_bytes: int | None = None,
+                 part_dir: str | Path | None = None, **opts):
         super().__init__(path, **opts)
         self.workers = max(1, int(workers))
         self.chunk_bytes = max(1, int(chunk_bytes or CHUNK_BYTES))
+        #: Where workers write their chunks' rows as Parquet parts (``Part`` items are yielded in their place);
+        #: None: workers send their batches back (Arrow IPC) and the reader yields only batches.
+        self.part_dir = Path(part_dir) if part_dir is not None else None
+        self._submitted = 0  # chunks handed to workers (numbers their parts)
         self._pool: ProcessPoolExecutor | None = None
         self._carry: tuple[bytes, int, bytes] | None = None  # (text, its offset, the separator after it)
         self._warming: list[Future] = []
@@ -226,7 +235,11 @@ class ParallelKinetoReader(KinetoReader):
         """Hand the gathered chunk to a worker (nothing when empty)."""
         if acc.length:
             data = b"".join(acc.texts) if acc.texts else None
-            job = (str(self.path), acc.base, acc.length, data)
+            out = None
+            if self.part_dir is not None:
+                out = str(self.part_dir / f"part-{self._submitted:06d}.parquet")
+            job = (str(self.path), acc.base, acc.length, data, self._submitted, out)
+            self._submitted += 1
             fut = self._pool.submit(_decode_chunk, job, self.python_functions, self.batch_rows)
             pending.append(_Chunk(fut, acc.base, acc.length, data, acc.sep))
             acc.reset()
@@ -285,10 +298,10 @@ class ParallelKinetoReader(KinetoReader):
             return chunk.data
         return _pread(str(self.path), chunk.base, chunk.length)
 
-    def _apply(self, result: tuple) -> Iterator[pa.RecordBatch]:
-        """A worker's result into this reader: its batches with ``seq`` continued from the rows before, its
-        counts added to the reader's."""
-        stream, rows, bad_numbers, missing_dur, skipped_python, dropped_notes = result
+    def _apply(self, result: tuple) -> Iterator[pa.RecordBatch | Part]:
+        """A worker's result into this reader: its batches with ``seq`` continued from the rows before (or its
+        Parquet part, as a ``Part`` numbered from there), its counts added to the reader's."""
+        out, rows, bad_numbers, missing_dur, skipped_python, dropped_notes = result
         b = self._batches
         b.bad_numbers.update(bad_numbers)
         b.missing_dur += missing_dur
@@ -296,7 +309,13 @@ class ParallelKinetoReader(KinetoReader):
         self.meta.dropped_notes.extend(dropped_notes)
         if not rows:
             return
-        for batch in pa.ipc.open_stream(stream):
+        if isinstance(out, tuple):  # (path, number) of the part the worker wrote
+            path, number = out
+            yield Part(path, number, rows, b.seq)
+            b.seq += rows
+            self.meta.events += rows
+            return
+        for batch in pa.ipc.open_stream(out):
             n = batch.num_rows
             seq = pa.array(np.arange(b.seq, b.seq + n, dtype=np.int64))
             b.seq += n
@@ -382,9 +401,11 @@ def _pread(path: str, offset: int, length: int) -> bytes:
 
 def _decode_chunk(job: tuple, python_functions: bool, batch_rows: int) -> tuple | None:
     """In a worker: decode one chunk of whole events (the fast path of ``KinetoReader._decode_run``) into
-    ``RAW_EVENTS`` batches numbered from 0; returns (Arrow IPC stream, rows, bad_numbers, missing_dur,
-    skipped_python, dropped_notes), or None when the chunk needs the parent's tolerant path."""
-    path, offset, length, data = job
+    ``RAW_EVENTS`` batches numbered from 0; returns (out, rows, bad_numbers, missing_dur, skipped_python,
+    dropped_notes), or None when the chunk needs the parent's tolerant path. ``out`` is the batches as an Arrow
+    IPC stream or, when the job names a part file, ``(path, number)`` of the Parquet part written there
+    (``PART_EVENTS``, LZ4 as the parent stages; removed again when the chunk fails)."""
+    path, offset, length, data, number, part = job
     if data is None:
         data = _pread(path, offset, length)
         if len(data) != length:
@@ -394,14 +415,34 @@ def _decode_chunk(job: tuple, python_functions: bool, batch_rows: int) -> tuple 
     try:
         events = RUN_DEC.decode(b"[" + data + b"]")
         count_null_numbers(data, builder.bad_numbers)
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, RAW_EVENTS) as writer:
-            for batch in builder.emit(events):
-                writer.write_batch(batch)
+        if part is None:
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_stream(sink, RAW_EVENTS) as writer:
+                for batch in builder.emit(events):
+                    writer.write_batch(batch)
+            out = sink.getvalue()
+        else:
+            _write_part(part, number, builder.emit(events))
+            out = (part, number)
     except Exception:  # the parent decodes it again and says precisely what is wrong
+        if part is not None:
+            try:
+                os.unlink(part)
+            except OSError:
+                pass
         return None
-    return (sink.getvalue(), meta.events, dict(builder.bad_numbers), builder.missing_dur, builder.skipped_python,
+    return (out, meta.events, dict(builder.bad_numbers), builder.missing_dur, builder.skipped_python,
             meta.dropped_notes)
+
+
+def _write_part(path: str, number: int, batches: Iterator[pa.RecordBatch]) -> None:
+    """A worker's rows as one Parquet file of ``PART_EVENTS`` (``part`` = ``number`` on every row)."""
+    import pyarrow.parquet as pq
+
+    with pq.ParquetWriter(path, PART_EVENTS, compression="lz4") as writer:
+        for batch in batches:
+            col = pa.array(np.full(batch.num_rows, number, dtype=np.int32))
+            writer.write_batch(pa.RecordBatch.from_arrays([*batch.columns, col], schema=PART_EVENTS))
 
 
 __all__ = ["CHUNK_BYTES", "ENV_WORKERS", "MIN_BYTES", "ParallelKinetoReader", "estimated_bytes", "parse_workers",
