@@ -127,8 +127,7 @@ def _restage_and_fill(store, step, trace_id: str, source: str) -> None:
     """Stage the trace's file again and run the staged ``step`` on it, as ingest does."""
     with staging.scratch(store) as folder:
         reader = open_trace(Path(source))
-        staging.stage(reader, folder / "raw.parquet")
-        staging.raw_view(store.con, folder / "raw.parquet")
+        staging.raw_view(store.con, staging.stage(reader, folder / "raw.parquet"))
         staged = staging.derive_staged(store.con, folder, reader.meta, source, facts={})
         step.fill(store.con, trace_id, staged.base)
 
