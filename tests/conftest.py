@@ -80,9 +80,11 @@ def pytest_collection_modifyitems(config, items):
                 return rank, index
 
             items[first:last] = [item for _, item in sorted(enumerate(block), key=key)]
-    # Longest modules first: pytest-xdist's loadscope hands out whole modules in collection order, so a long
-    # module collected last (test_conformance.py sorts after every tests/<folder>/) ran alone at the end while
-    # the other worker idled. Order only; a module missing from the list keeps its place after these.
+    # Longest modules first: pytest-xdist's worksteal gives each worker a contiguous half of this order and a
+    # worker that runs dry steals from the end of the other's queue, so long modules at the front start early
+    # and what is left to steal at the end is short tests (under loadscope, which hands out whole modules, a long
+    # module collected last ran alone while the other worker idled). Order only; a module missing from the
+    # list keeps its place after these.
     rank = {m: k for k, m in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
 

@@ -61,6 +61,15 @@ async def _session(params) -> tuple[list[str], dict]:
     return tools, out
 
 
+def _run(fn, *args):
+    """``anyio.run(fn, *args)`` in a thread of its own: the worker's main thread may already run an event loop
+    (the browser tests' Playwright keeps one there for the session)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(anyio.run, fn, *args).result()
+
+
 def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -71,7 +80,7 @@ def served(sample_runs):
     before = _digest(db)
     params = StdioServerParameters(command=sys.executable, args=["-m", "kernelscope", "mcp", "--db", str(db)],
                                    cwd=str(ROOT))
-    tools, out = anyio.run(_session, params)
+    tools, out = _run(_session, params)
     return {"db": str(db), "tools": tools, "out": out, "unchanged": _digest(db) == before}
 
 
@@ -187,7 +196,7 @@ def test_ingest_only_when_allowed(tmp_path):
             listed = (await c.call_tool("traces", {})).structured_content
         return names, res, listed
 
-    names, res, listed = anyio.run(go)
+    names, res, listed = _run(go)
     assert names == READ_TOOLS | {"ingest"}
     (f,) = res["files"]
     assert f["status"] == "ingested" and listed["traces"]["rows"][0]["id"] == f["trace_id"]
