@@ -47,3 +47,25 @@ def test_every_imported_package_is_declared():
     third_party = {m for m in imported if m not in sys.stdlib_module_names}
     assert "numpy" in third_party
     assert third_party <= allowed, f"imported but not declared in pyproject.toml: {sorted(third_party - allowed)}"
+
+
+def test_the_cli_starts_without_pandas(tmp_path):
+    """pandas costs a process ~0.3-0.5 s of imports: `kernelscope --help` and a usage error answer without
+    it (0.07 s instead of 0.7 s here); a command that reads the store does import it (pyarrow's first array
+    already does)."""
+    import subprocess
+    import sys
+
+    code = ("import runpy, sys\n"
+            "sys.argv = ['kernelscope'] + sys.argv[1:]\n"
+            "try:\n    runpy.run_module('kernelscope.cli', run_name='__main__')\n"
+            "except SystemExit:\n    pass\n"
+            "print('pandas' in sys.modules)\n")
+    from stores import empty
+
+    db = str(empty(tmp_path / "s.duckdb"))
+    for args, pandas in ((["--help"], False), (["analyze", "--help"], False), (["summary"], False),
+                         (["traces", "--db", db], True)):
+        res = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=ROOT,
+                             timeout=120)
+        assert res.stdout.strip().splitlines()[-1] == str(pandas), (args, res.stdout[-300:], res.stderr[-300:])

@@ -5,7 +5,10 @@ values or a small DataFrame; none computes a metric."""
 
 from __future__ import annotations
 
-import pandas as pd
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pandas is imported by the queries that return frames, not by every CLI command's start
+    import pandas as pd
 
 
 def trace_name(store, trace_id: str) -> str | None:
@@ -73,6 +76,8 @@ def process_wall_ns(store, trace_id: str) -> int | None:
     kernelscope.range region (``timings`` kind 'process_wall'), else None."""
     v = store.query("SELECT max(dur_ns) AS ns FROM timings WHERE trace_id = $t AND kind = 'process_wall'",
                     {"t": trace_id})["ns"].iloc[0]
+    import pandas as pd
+
     return None if pd.isna(v) else int(v)
 
 
@@ -90,6 +95,8 @@ def ingest_stamps(store, trace_ids=None) -> dict:
     else:
         df = store.query("SELECT trace_id, ingested_ns FROM traces WHERE trace_id IN (SELECT unnest($ids))",
                          {"ids": list(trace_ids)})
+    import pandas as pd
+
     return {str(t): None if pd.isna(n) else int(n) for t, n in zip(df["trace_id"], df["ingested_ns"])}
 
 

@@ -19,8 +19,9 @@ scan (``live_at_end``).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
 
 from .idle import _ALLOCATOR
 from .intervals import covered_before, islands
@@ -28,6 +29,9 @@ from .intervals import covered_before, islands
 #: The name profile_memory=True gives the allocator's instant events (and its out-of-memory ones).
 MEMORY_EVENT = "[memory]"
 OOM_EVENT = "[OutOfMemory]"
+
+if TYPE_CHECKING:  # imported where a frame is built: ingest (this module's derivation steps) never needs pandas
+    import pandas as pd
 
 #: A device's label: "cuda:0", "cpu", else the raw type and id.
 _LABEL = """CASE WHEN {p}device_type = 1 THEN 'cuda:' || coalesce({p}device_id::VARCHAR, '?')
@@ -272,6 +276,8 @@ def allocator_idle(store, trace_id: str) -> tuple[pd.DataFrame, dict[str, int]]:
 
     A device's gaps are disjoint, so the overlap is, per island of the calls' union, the gaps' length before its
     end less their length before its start (``intervals.covered_before``): exact integer ns, no range join."""
+    import pandas as pd
+
     p = {"t": trace_id}
     every = store.query(_SQL_ALLOCATOR_CALLS_ROWS, p)  # every allocator call; the union uses those with time
     calls_n, call_ns = len(every), int(every["dur_ns"].sum())  # (sum skips a missing dur_ns, as SQL's does)
@@ -322,6 +328,8 @@ def event_modules(store, trace_id: str, event_ids: list[int]) -> pd.DataFrame:
     ``nn.Module: X_k`` range on the event's thread holding it (``module_via`` 'event'); else its operator's module
     (``cpu_ops.module_call_id``: 'operator', or 'forward operator' for a backward operator on the autograd
     thread, whose module is its forward operator's). Events with neither are absent."""
+    import pandas as pd
+
     if not event_ids:
         return pd.DataFrame({"event_id": [], "module": [], "module_via": []})
     return store.query(_SQL_MODULES, {"t": trace_id, "ids": [int(i) for i in event_ids]})
