@@ -172,3 +172,28 @@ def test_a_pool_that_does_not_answer(monkeypatch, pool, small_chunks):
     two = parallel.ParallelKinetoReader(SAMPLE, workers=2)
     two_rows = pa.Table.from_batches(list(two))
     assert two.chunks == 0 and two_rows.equals(one_rows) and two.meta == one.meta
+
+
+def test_a_cut_gzip_stream_is_the_same_error_through_the_prefetch(tmp_path, pool, small_chunks):
+    """The parallel reader decompresses a gzip file ahead in a thread (``_Prefetch``); a stream cut short raises
+    the one-process reader's error, with the same message, from the block where it breaks."""
+    from kernelscope.errors import ParseError
+
+    data = SAMPLE.read_bytes()
+    cut = tmp_path / "cut.json.gz"
+    cut.write_bytes(data[: len(data) * 3 // 4])
+    errors = []
+    for reader in (KinetoReader(cut), parallel.ParallelKinetoReader(cut, workers=2)):
+        with pytest.raises(ParseError) as exc:
+            for _ in reader:
+                pass
+        errors.append(str(exc.value))
+    assert errors[0] == errors[1] and "truncated" in errors[0]
+    two = parallel.ParallelKinetoReader(SAMPLE, workers=2)
+    two._pool = object()  # as while a pool reads the file: the gzip stream is read through the prefetch
+    s = two._source()
+    try:
+        assert isinstance(s._f, parallel._Prefetch) and s.read() == gzip.decompress(data)[: source.BLOCK_BYTES]
+    finally:
+        s.close()
+        two._hasher.close()
