@@ -168,12 +168,16 @@ def _share(part, whole) -> float | None:
 def _compute_capability(store, trace_id: str) -> str | None:
     """The lowest compute capability ('7.0') among the trace's deviceProperties; None when it does not say."""
     from .opmodel_inputs import json_value
+    from .rows import query_row
 
-    df = store.query("SELECT device_properties FROM traces WHERE trace_id = $t", {"t": trace_id})
-    props = json_value(df.iloc[0]["device_properties"]) if len(df) else None
-    ccs = [(int(p["computeMajor"]), int(p.get("computeMinor") or 0)) for p in props or []
+    props = json_value(query_row(store, "SELECT device_properties FROM traces WHERE trace_id = $t",
+                                 t=trace_id).get("device_properties"))
+    ccs = [(int(p["computeMajor"]), int(p.get("computeMinor") or 0)) for p in props
            if isinstance(p, dict) and isinstance(p.get("computeMajor"), int)] if isinstance(props, list) else []
-    return f"{min(ccs)[0]}.{min(ccs)[1]}" if ccs else None
+    if not ccs:
+        return None
+    major, minor = min(ccs)
+    return f"{major}.{minor}"
 
 
 def kernels(store, trace_id: str, top: int = 10, short_ns: int = 10_000) -> Result:

@@ -145,7 +145,7 @@ def _insert(con, clock: _Clock, meta: TraceMeta, path: pathlib.Path, content_has
     con.execute("BEGIN TRANSACTION")
     try:
         trace_id = new_trace_id(con, content_hash)
-        derivations.run_steps(con, trace_id, staged.base, clock.lap if clock.enabled else None)
+        derivations.run_steps(con, trace_id, staged.base, clock.lap)
         clock.lap("insert")
         TraceRecord.build(trace_id, path, content_hash, meta, staged, rows, warnings, given).insert(con)
         insert_labels(con, trace_id, given.labels)

@@ -344,6 +344,13 @@ class _Prefetch:
         self._stop = False
         self._done = False
 
+    def _start(self, n: int) -> None:
+        import threading
+
+        self._n = n
+        self._thread = threading.Thread(target=self._run, name="kernelscope-gunzip", daemon=True)
+        self._thread.start()
+
     def _run(self) -> None:
         while not self._stop:
             try:
@@ -355,14 +362,10 @@ class _Prefetch:
                 return
 
     def read(self, n: int) -> bytes:
-        import threading
-
         if self._done:
             return b""
         if self._thread is None:
-            self._n = n
-            self._thread = threading.Thread(target=self._run, name="kernelscope-gunzip", daemon=True)
-            self._thread.start()
+            self._start(n)
         elif n != self._n:
             raise ValueError("a prefetched stream is read in blocks of one size")
         item = self._queue.get()
