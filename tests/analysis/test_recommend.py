@@ -248,6 +248,8 @@ def test_samples_rules_and_evidence(sample_store):
             sources = {n: ANALYSES[n].fn(s, ids[b]) for n in rec._sources()}
             out = json.loads(r.to_json())
             assert out["findings"]
+            for f in r.tables["findings"].to_dict("records"):  # plain values: the table prints them as written
+                assert all(type(e["value"]).__module__ == "builtins" for e in f["evidence"]), f["evidence"]
             for f in out["findings"]:
                 assert f["evidence"]
                 for e in f["evidence"]:

@@ -33,7 +33,7 @@ import pandas as pd
 from ..errors import KernelscopeError
 from ..units import NS_PER_US, ns_to_ms
 from . import bandwidth, bound, kernels, launch, whatif
-from .result import Result
+from .result import Result, py_scalar
 
 DESCRIPTION = "Rules over bound/launch/whatif/kernels/bandwidth: findings with cited evidence and savings."
 
@@ -131,7 +131,7 @@ def severity(share: float) -> str:
 
 
 def _ev(analysis: str, key: str, value: Any, row: dict[str, Any] | None = None) -> dict[str, Any]:
-    e: dict[str, Any] = {"analysis": analysis, "key": key, "value": value}
+    e: dict[str, Any] = {"analysis": analysis, "key": key, "value": py_scalar(value)}  # np.float64 printed as such
     if row is not None:
         e["row"] = row
     return e
