@@ -411,3 +411,25 @@ def test_ingest_a_folder_of_collector_runs(tmp_path):
     run_meta = json.loads((root / "train_step" / "run.json").read_text())
     for key, value in (run_meta.get("labels") or {}).items():
         assert rows["train_step"]["labels"][key] == value
+
+
+def test_a_long_table_is_cut_in_the_text_form_and_whole_with_table(capsys):
+    """The text form of a whole result shows each table's first rows and says how many more there are and how
+    to get them; ``--table NAME`` (and the csv/json forms) show every row."""
+    import pandas as pd
+
+    from kernelscope.analysis.result import Result
+    from kernelscope.cli.render import TEXT_TABLE_ROWS, emit_result
+
+    n = TEXT_TABLE_ROWS + 7
+    res = Result("demo", "a demo", scalars={"x": 1}, tables={"rows": pd.DataFrame({"i": range(n)}),
+                                                   "few": pd.DataFrame({"j": [1, 2]})})
+    emit_result(res, "table", None)
+    out = capsys.readouterr().out
+    assert f"... 7 more rows of {n}: --table rows prints them all" in out
+    assert f"\n{TEXT_TABLE_ROWS - 1}\n" in out.replace(" ", "") and f"\n{TEXT_TABLE_ROWS}\n" not in out.replace(" ", "")
+    assert out.count("more rows") == 1  # the short table is whole
+    emit_result(res, "table", "rows")
+    assert f"\n{n - 1}\n" in capsys.readouterr().out.replace(" ", "")
+    emit_result(res, "csv", "rows")
+    assert len(capsys.readouterr().out.strip().splitlines()) == n + 1

@@ -91,6 +91,10 @@ def emit_frame(df, fmt: str) -> None:
         click.echo(text_table(df))
 
 
+#: Rows of each table the text form of a whole Result shows (``--table NAME`` and the csv/json forms show all).
+TEXT_TABLE_ROWS = 50
+
+
 def emit_result(result, fmt: str, table: str | None) -> None:
     """An analysis Result: JSON object, CSV (scalars as key,value rows, or one --table), or text."""
     import pandas as pd
@@ -122,7 +126,10 @@ def emit_result(result, fmt: str, table: str | None) -> None:
         click.echo(f"  {key.ljust(width)}  {cell(value, 100)}" + (f"  ({human})" if human else ""))
     for name, df in result.tables.items():
         click.echo(f"\n{name}")
-        click.echo(text_table(df))
+        click.echo(text_table(df.head(TEXT_TABLE_ROWS)))
+        if len(df) > TEXT_TABLE_ROWS:  # a trace of 2,000 annotations printed 2,000 phase rows to the terminal
+            click.echo(f"... {len(df) - TEXT_TABLE_ROWS:,} more rows of {len(df):,}: --table {name} prints them "
+                       "all (with --format csv or json for a file)")
     for w in result.warnings:
         click.echo(f"warning: {w}", err=True)
 
