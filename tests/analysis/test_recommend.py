@@ -213,6 +213,24 @@ def test_recommend_with_fake_analyses(monkeypatch):
     json.loads(r.to_json())
 
 
+@pytest.mark.parametrize("depth, both", [(2.0, True), (0.2, False)])
+def test_host_bound_and_gpu_bound_together_are_reconciled(monkeypatch, depth, both):
+    """HTA's public training trace (torch.profiler defaults) fired both: 41% host wait and a mean queue depth of
+    7.03. A warning then says they are different stretches of the run and where to see them; not otherwise."""
+    monkeypatch.setattr(bound, "bound", lambda s, t, **kw: fake_bound())
+    monkeypatch.setattr(launch, "launch", lambda s, t, **kw: fake_launch(depth=depth))
+    monkeypatch.setattr(whatif, "whatif", lambda s, t: fake_whatif())
+    monkeypatch.setattr(kernels, "kernels", lambda s, t: fake_kernels())
+    monkeypatch.setattr(bandwidth, "bandwidth", lambda s, t: fake_bandwidth())
+    monkeypatch.setattr(rec, "_slowing_options", lambda s, t: [])
+    r = rec.recommend(None, "t1")
+    assert "host_bound_launch" in r.scalars["rules_fired"]
+    assert ("gpu_bound" in r.scalars["rules_fired"]) is both
+    said = [w for w in r.warnings if w.startswith("host_bound_launch and gpu_bound both fired")]
+    assert len(said) == int(both)
+    assert not both or "different stretches of the run" in said[0] and "GPU-bound segments" in said[0]
+
+
 # real samples -------------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

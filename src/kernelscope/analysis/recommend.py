@@ -346,6 +346,12 @@ def recommend(store, trace_id: str, results: dict[str, Result] | None = None) ->
             + ") may be the profiler's own; profile again without them (kernelscope profile without --stack and "
             "--memory) before acting on them.")
     b = dict.get(res, "bound")
+    fired = {f["rule"] for f in findings}
+    if {"host_bound_launch", "gpu_bound"} <= fired:  # they read as opposite verdicts
+        warnings.append(
+            "host_bound_launch and gpu_bound both fired: they describe different stretches of the run, the GPU "
+            "waiting on the host between bursts in which kernels queue deep; the Bound page's CPU-bound and "
+            "GPU-bound segments (kernelscope analyze bound) show which stretch is which and how long each is.")
     if b is not None and b.scalars.get("gpu_span_ns") is None:  # every rule reads GPU time
         warnings.append("the trace has no GPU activity that kernelscope analyses, so no rule can fire: record "
                         "with ProfilerActivity.CUDA (torch.profiler's default on a GPU machine) for findings.")
