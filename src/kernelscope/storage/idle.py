@@ -170,7 +170,9 @@ SELECT * FROM pieces
 """
 
 
-# The pieces named: cause category, call name, operator ({raw}: the pieces of _PIECES_RAW_SQL).
+# The pieces named: cause category, call name, operator ({raw}: the pieces of _PIECES_RAW_SQL). A call's category
+# depends only on its launch row and an operator's collective test only on its name: each is decided once per
+# launch (pl) or distinct name (coll), not per piece.
 _NAME_SQL = """WITH pieces AS ({raw}),
 d2h_ops AS (
     SELECT leaf_op_id AS op_id FROM gpu_activities
@@ -184,39 +186,40 @@ d2h_calls AS (
 ),
 pl AS (  -- only the launch calls and operators the pieces name (a semi join each, so no hash table over
           -- the whole launches or cpu_ops table is built)
-    SELECT launch_id, name, launch_type, leaf_op_id FROM launches
+    SELECT launch_id, name, leaf_op_id,
+           CASE
+             WHEN launch_type IN ('sync', 'memcpy') AND leaf_op_id IN (SELECT op_id FROM d2h_ops) THEN 'd2h_copy'
+             WHEN launch_id IN (SELECT launch_id FROM d2h_calls) THEN 'd2h_copy'
+             WHEN launch_type = 'sync' OR name ILIKE '%synchronize%' THEN 'sync'
+             WHEN """ + _ALLOCATOR.format(c="name") + """ THEN 'allocator'
+             WHEN """ + _COLLECTIVE.format(c="name") + """ THEN 'collective'
+             WHEN launch_type IN ('kernel', 'graph', 'memcpy', 'memset') THEN 'launch'
+             ELSE 'runtime_other' END AS category
+    FROM launches
     WHERE trace_id = $trace AND launch_id IN (SELECT ref FROM pieces WHERE kind = 'call')
 ),
 po AS (
     SELECT op_id, name FROM cpu_ops
     WHERE trace_id = $trace AND op_id IN (SELECT ref FROM pieces WHERE kind = 'op' UNION ALL SELECT leaf_op_id FROM pl)
 ),
-named AS (
+coll AS (SELECT name, """ + _COLLECTIVE.format(c="name") + """ AS collective FROM (SELECT DISTINCT name FROM po)),
+named AS (  -- op_id: the operator open (kind 'op') or around the call (kind 'call')
     SELECT p.device, p.g0, p.ns, p.kind,
            CASE p.kind WHEN 'op' THEN p.ref WHEN 'call' THEN l.leaf_op_id END AS op_id,
-           CASE
-             WHEN p.kind = 'call' THEN CASE
-               WHEN l.launch_type IN ('sync', 'memcpy') AND l.leaf_op_id IN (SELECT op_id FROM d2h_ops)
-                 THEN 'd2h_copy'
-               WHEN l.launch_id IN (SELECT launch_id FROM d2h_calls) THEN 'd2h_copy'
-               WHEN l.launch_type = 'sync' OR l.name ILIKE '%synchronize%' THEN 'sync'
-               WHEN """ + _ALLOCATOR.format(c="l.name") + """ THEN 'allocator'
-               WHEN """ + _COLLECTIVE.format(c="l.name") + """ THEN 'collective'
-               WHEN l.launch_type IN ('kernel', 'graph', 'memcpy', 'memset') THEN 'launch'
-               ELSE 'runtime_other' END
-             WHEN p.kind = 'op' THEN CASE
-               WHEN p.ref IN (SELECT op_id FROM d2h_ops) THEN 'd2h_copy'
-               WHEN """ + _COLLECTIVE.format(c="o.name") + """ THEN 'collective'
-               ELSE 'operator' END
-             WHEN p.kind = 'none' THEN 'python' ELSE p.kind END AS category,
+           CASE p.kind
+             WHEN 'call' THEN coalesce(l.category, 'runtime_other')
+             WHEN 'op' THEN CASE WHEN p.ref IN (SELECT op_id FROM d2h_ops) THEN 'd2h_copy' END
+             WHEN 'none' THEN 'python' ELSE p.kind END AS category,
            l.name AS call_name
     FROM pieces p
     LEFT JOIN pl l ON p.kind = 'call' AND l.launch_id = p.ref
-    LEFT JOIN po o ON p.kind = 'op' AND o.op_id = p.ref
     WHERE p.ns > 0
 )
-SELECT n.device, n.g0 AS gap_start_ns, n.ns, n.category, n.call_name, n.op_id, o.name AS operator
-FROM named n LEFT JOIN po o ON o.op_id = n.op_id
+SELECT n.device, n.g0 AS gap_start_ns, n.ns,
+       CASE WHEN n.kind = 'op' AND n.category IS NULL
+            THEN CASE WHEN c.collective THEN 'collective' ELSE 'operator' END ELSE n.category END AS category,
+       n.call_name, n.op_id, o.name AS operator
+FROM named n LEFT JOIN po o ON o.op_id = n.op_id LEFT JOIN coll c ON c.name = o.name
 """
 
 _PIECES_INSERT = ("INSERT INTO idle_pieces SELECT $trace, * FROM ("
