@@ -212,8 +212,9 @@ def test_overview_recommendations_reuse_cached_analyses(small, monkeypatch):
 
 def test_prefetch_computes_the_overview_analyses_at_once_on_their_own_cursors(small, monkeypatch):
     """cache.prefetch (the Overview calls it first): every named analysis ends up cached, each computed once,
-    on cursors other than the page's connection, and equal to computing it directly; the page then misses
-    nothing it prefetched. A second prefetch computes nothing."""
+    on cursors other than the page's connection, and equal to computing it directly, and so does what the
+    page computes besides (overview.THEN: idle split, busy bins, power); the page then computes nothing but
+    its recommendations. A second prefetch computes nothing."""
     from kernelscope.dashboard.pages import overview
 
     db, _, tid = small
@@ -226,17 +227,20 @@ def test_prefetch_computes_the_overview_analyses_at_once_on_their_own_cursors(sm
         return real(store, name, trace_ids, **opts)
     monkeypatch.setattr(cache, "analysis", spy)
     with open_store(db, read_only=True) as store:
-        cache.prefetch(store, tid, overview.PREFETCH)
-        assert sorted(n for n, _ in seen) == sorted(overview.PREFETCH)
+        cache.prefetch(store, tid, overview.PREFETCH, overview.THEN)
+        assert {n for n, _ in seen} == set(overview.PREFETCH)  # power reads the cached bandwidth once more
         assert all(t.startswith("ks-cursor") for _, t in seen)  # in the pool's threads
-        assert cache.stats()["entries"] == len(overview.PREFETCH)
+        assert sorted(k[2] for k in cache._CACHE) == sorted(
+            ["analysis:" + n for n in overview.PREFETCH] + ["idle_split", "busy_bins", "analysis:power"])
         for n in overview.PREFETCH:
             assert real(store, n, tid).to_json() == get_analysis(n).fn(store, tid).to_json(), n
         before = cache.stats()
         seen.clear()
-        cache.prefetch(store, tid, overview.PREFETCH)
+        cache.prefetch(store, tid, overview.PREFETCH, overview.THEN)
         assert seen == [] and cache.stats()["misses"] == before["misses"]
+        keys = set(cache._CACHE)
         overview.layout(store, tid, {})
+        assert [k[2] for k in cache._CACHE if k not in keys] == ["recommend"]
     names = [k[2] for k in list(cache._CACHE)]
     for n in overview.PREFETCH:
         assert names.count("analysis:" + n) == 1, n

@@ -150,11 +150,14 @@ def analysis(store, name: str, trace_ids, **opts):
     return call(store, trace_ids, "analysis:" + name, fn, **opts)
 
 
-def prefetch(store, trace_id: str, names) -> None:
+def prefetch(store, trace_id: str, names, then=()) -> None:
     """Compute the registered analyses ``names`` of ``trace_id`` into the cache at once, each in a thread on
     its own cursor (DuckDB runs queries outside the GIL, so the SQL of one overlaps the Python of another),
-    longest first as given. A page then reads them with ``analysis``; one that failed here runs again there
-    and says why. Nothing happens with one core, one analysis to compute, or a store without cursors."""
+    longest first as given; then, in the same threads, each ``fn(store, trace_id)`` of ``then`` (functions
+    that cache what they compute, e.g. through ``call``; one that needs an analysis still being computed
+    waits for it). A page then reads them from the cache; one that failed here runs again there and says
+    why. Nothing happens with one core, fewer than two of ``names`` to compute (the page's own calls are then
+    as quick), or a store without cursors."""
     cores = os.cpu_count() or 1
     identity, stamps = store_identity(store), trace_stamps(store, trace_id)  # once: a query each
     keys = {n: _key(identity, stamps, "analysis:" + n, trace_id, _with_defaults(get_analysis(n).fn, {}))
@@ -164,9 +167,12 @@ def prefetch(store, trace_id: str, names) -> None:
     if len(todo) < 2 or cores < 2 or not hasattr(store, "map_cursors"):
         return
 
-    def run(sub, name: str) -> None:
+    def run(sub, item) -> None:
         try:
-            analysis(sub, name, trace_id)
+            if callable(item):
+                item(sub, trace_id)
+            else:
+                analysis(sub, item, trace_id)
         except Exception:  # the page's own call runs it again and reports it
             pass
-    store.map_cursors(run, todo)
+    store.map_cursors(run, todo + list(then))
