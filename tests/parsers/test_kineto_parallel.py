@@ -175,7 +175,7 @@ def test_a_pool_that_does_not_answer(monkeypatch, pool, small_chunks):
 
 
 def test_a_cut_gzip_stream_is_the_same_error_through_the_prefetch(tmp_path, pool, small_chunks):
-    """The parallel reader decompresses a gzip file ahead in a thread (``_Prefetch``); a stream cut short raises
+    """The parallel reader decompresses a gzip file ahead in a thread (``source.ReadAhead``); a stream cut short raises
     the one-process reader's error, with the same message, from the block where it breaks."""
     from kernelscope.errors import ParseError
 
@@ -193,7 +193,7 @@ def test_a_cut_gzip_stream_is_the_same_error_through_the_prefetch(tmp_path, pool
     two._pool = object()  # as while a pool reads the file: the gzip stream is read through the prefetch
     s = two._source()
     try:
-        assert isinstance(s._f, parallel._Prefetch) and s.read() == gzip.decompress(data)[: source.BLOCK_BYTES]
+        assert isinstance(s._f, source.ReadAhead) and s.read() == gzip.decompress(data)[: source.BLOCK_BYTES]
     finally:
         s.close()
         two._hasher.close()

@@ -1,6 +1,7 @@
 """The bytes of one trace file, for every parser: the regular-file check, gzip told by its magic bytes, a
 sha256 of the decompressed bytes updated as they are read (so a ``.json`` and its ``.json.gz`` twin hash
-alike), and the salvage of a gzip stream cut short (``Source(path, salvage=True)``).
+alike), the salvage of a gzip stream cut short (``Source(path, salvage=True)``), and decompression ahead of
+the reader in a thread (``Source.read_ahead``, the parallel Kineto reader's).
 """
 
 from __future__ import annotations
@@ -84,6 +85,12 @@ class Source:
         self.offset += len(block)
         return block
 
+    def read_ahead(self) -> None:
+        """Decompress a gzip stream in a thread of its own, ahead of ``read`` (``ReadAhead``): the parallel
+        Kineto reader's parent cuts and hands off blocks meanwhile. Nothing for a plain file or a salvaging read."""
+        if isinstance(self._f, gzip.GzipFile):
+            self._f = ReadAhead(self._f)
+
     def close(self) -> None:
         try:
             if self._f is not self._raw:
@@ -145,3 +152,63 @@ class GzipSalvage:
     def close(self) -> None:
         pass
 
+
+class ReadAhead:
+    """A file object whose blocks are read ahead by a thread (a gzip stream: zlib frees the GIL while it
+    decompresses, so decompression runs beside the parent's cutting and hand-off). ``read(n)`` gives the blocks
+    in order, every call with the first call's ``n``; an error reading a block is raised by the ``read`` that
+    would have returned it. At most ``AHEAD`` blocks wait, so memory stays a few blocks."""
+
+    AHEAD = 4
+
+    def __init__(self, inner):
+        import queue
+
+        self._inner = inner
+        self._queue: queue.Queue = queue.Queue(maxsize=self.AHEAD)
+        self._n: int | None = None
+        self._thread = None
+        self._stop = False
+        self._done = False
+
+    def _start(self, n: int) -> None:
+        import threading
+
+        self._n = n
+        self._thread = threading.Thread(target=self._run, name="kernelscope-gunzip", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop:
+            try:
+                item = self._inner.read(self._n)
+            except BaseException as exc:  # raised in order by the reader's read
+                item = exc
+            self._queue.put(item)
+            if not isinstance(item, bytes) or not item:
+                return
+
+    def read(self, n: int) -> bytes:
+        if self._done:
+            return b""
+        if self._thread is None:
+            self._start(n)
+        elif n != self._n:
+            raise ValueError("a prefetched stream is read in blocks of one size")
+        item = self._queue.get()
+        if isinstance(item, BaseException):
+            self._done = True
+            raise item
+        if not item:
+            self._done = True
+        return item
+
+    def close(self) -> None:
+        self._stop = True
+        if self._thread is not None:
+            while self._thread.is_alive():  # let a put waiting on a full queue through
+                try:
+                    self._queue.get(timeout=0.05)
+                except Exception:
+                    pass
+        self._inner.close()

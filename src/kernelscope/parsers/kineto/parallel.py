@@ -25,7 +25,6 @@ process; files estimated under ``MIN_BYTES`` never start a pool.
 
 from __future__ import annotations
 
-import gzip
 import os
 import struct
 from collections import deque
@@ -165,8 +164,7 @@ class ParallelKinetoReader(KinetoReader):
         src = super()._source()
         if self._pool is not None:  # the sha256 of the bytes runs beside the parent's reading (it frees the GIL)
             src.sha = self._hasher = _HashThread(src.sha)
-            if isinstance(src._f, gzip.GzipFile):  # and gzip decompresses ahead of it, in a thread of its own
-                src._f = _Prefetch(src._f)
+            src.read_ahead()  # and a gzip stream decompresses ahead of it, in a thread of its own
         return src
 
     def _events(self, src: Source, buf: bytes, base: int, eof: bool) -> Iterator[pa.RecordBatch]:
@@ -324,67 +322,6 @@ class ParallelKinetoReader(KinetoReader):
             b.seq += n
             self.meta.events += n
             yield batch.set_column(_SEQ, RAW_EVENTS.field(_SEQ), seq)
-
-
-class _Prefetch:
-    """A file object whose blocks are read ahead by a thread (a gzip stream: zlib frees the GIL while it
-    decompresses, so decompression runs beside the parent's cutting and hand-off). ``read(n)`` gives the blocks
-    in order, every call with the first call's ``n``; an error reading a block is raised by the ``read`` that
-    would have returned it. At most ``AHEAD`` blocks wait, so memory stays a few blocks."""
-
-    AHEAD = 4
-
-    def __init__(self, inner):
-        import queue
-
-        self._inner = inner
-        self._queue: queue.Queue = queue.Queue(maxsize=self.AHEAD)
-        self._n: int | None = None
-        self._thread = None
-        self._stop = False
-        self._done = False
-
-    def _start(self, n: int) -> None:
-        import threading
-
-        self._n = n
-        self._thread = threading.Thread(target=self._run, name="kernelscope-gunzip", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop:
-            try:
-                item = self._inner.read(self._n)
-            except BaseException as exc:  # raised in order by the reader's read
-                item = exc
-            self._queue.put(item)
-            if not isinstance(item, bytes) or not item:
-                return
-
-    def read(self, n: int) -> bytes:
-        if self._done:
-            return b""
-        if self._thread is None:
-            self._start(n)
-        elif n != self._n:
-            raise ValueError("a prefetched stream is read in blocks of one size")
-        item = self._queue.get()
-        if isinstance(item, BaseException):
-            self._done = True
-            raise item
-        if not item:
-            self._done = True
-        return item
-
-    def close(self) -> None:
-        self._stop = True
-        if self._thread is not None:
-            while self._thread.is_alive():  # let a put waiting on a full queue through
-                try:
-                    self._queue.get(timeout=0.05)
-                except Exception:
-                    pass
-        self._inner.close()
 
 
 class _HashThread:
