@@ -54,7 +54,6 @@ import pandas as pd
 import pyarrow as pa
 
 from ..errors import UsageError
-from ..storage.intervals import union_length_sql
 from ..units import BYTES_PER_MIB, GFLOP_PER_TFLOP
 from .bandwidth_measured import (
     Measured,
@@ -91,34 +90,16 @@ __all__ = ["DEFAULT_INSTANCES", "DESCRIPTION", "PEAKS_ENV", "PEAK_COLUMNS", "ban
 DESCRIPTION = "FLOPs and minimum bytes per leaf operator, achieved GB/s and TFLOP/s, % of device peak, roofline."
 
 
-# Leaf operator instances, one row each, with their group's number (``grp``, from 0 in the order of the
-# signature (op_signatures: name and recorded inputs, schema 006), the element-size hint their kernels give
-# (cat kernels name OpaqueType<N>), the kernel-name dtype and the device): the groups are read and modelled
-# once, the instances stay flat arrays. An instance's GPU time is the union of its activity intervals: one
-# activity, its duration; two, the sum less their overlap; more (rare), sorted by start, each activity adds
-# the part of it that ends after every earlier one, end - max(start, running max of earlier ends).
+# Leaf operator instances, one row each (leaf_instances, schema 013: its GPU time, the union of its activity
+# intervals, and the element-size hint its kernels give, cat kernels naming OpaqueType<N>), with their group's
+# number (``grp``, from 0 in the order of the signature (op_signatures: name and recorded inputs, schema 006),
+# the hint, the kernel-name dtype and the device): the groups are read and modelled once, the instances stay
+# flat arrays (in no particular order: every table breaks ties by op id).
 _SQL_INSTANCES = """
-WITH a AS (
-  SELECT leaf_op_id AS op_id, leaf_sig_id, device, start_ns, end_ns, dur_ns{kcol}
-  FROM gpu_activities WHERE trace_id = $t AND leaf_op_id IS NOT NULL
-), per AS (
-  SELECT op_id, any_value(leaf_sig_id) AS sig_id, min(device) AS device, count(*) AS activities, {kdt} AS kdtype,
-         CASE WHEN count(*) = 1 THEN sum(dur_ns)
-              WHEN count(*) = 2 THEN sum(dur_ns) - greatest(0, min(end_ns) - max(start_ns)) END AS gpu_ns
-  FROM a {kjoin} GROUP BY op_id
-), hint AS (
-  SELECT leaf_op_id AS op_id, max(nullif(regexp_extract(name, 'OpaqueType<(\\d+)u?>', 1), '')) AS hint
-  FROM gpu_activities
-  WHERE trace_id = $t AND leaf_op_id IS NOT NULL AND contains(name, 'OpaqueType<') GROUP BY 1
-), many AS (
-""" + union_length_sql(
-    "(SELECT op_id, start_ns, end_ns FROM a WHERE op_id IN (SELECT op_id FROM per WHERE activities > 2))",
-    by=("op_id",), name="gpu_ns") + """
-), inst AS (
-  SELECT per.sig_id, hint.hint, per.kdtype, per.device, per.op_id, per.activities,
-         CAST(coalesce(per.gpu_ns, many.gpu_ns, 0) AS BIGINT) AS gpu_ns
-  FROM per LEFT JOIN many ON many.op_id = per.op_id LEFT JOIN hint ON hint.op_id = per.op_id
-  WHERE per.sig_id IS NOT NULL  -- an operator with no cpu_ops row has no signature (and no inputs to model)
+WITH inst AS (
+  SELECT li.sig_id, li.hint, {kdt} AS kdtype, li.device, li.op_id, li.activities, li.gpu_ns
+  FROM leaf_instances li {kjoin}
+  WHERE li.trace_id = $t AND li.sig_id IS NOT NULL  -- no cpu_ops row: no signature (and no inputs to model)
 ), grps AS (  -- the few distinct groups, numbered in order; each instance finds its number by a join on them
   SELECT CAST(row_number() OVER (ORDER BY sig_id, hint, kdtype, device) - 1 AS BIGINT) AS grp, *
   FROM (SELECT DISTINCT sig_id, hint, kdtype, device FROM inst)
@@ -132,12 +113,14 @@ SELECT sig_id, name, input_dims, input_types, input_strides, concrete_inputs FRO
 WHERE trace_id = $t ORDER BY sig_id
 """
 
-# Without kernel-name evidence every kernel's dtype word is NULL; with it, a kernel name's dtype comes from
-# the ($kn, $kd) pairs computed in Python (kernel_name_dtype: RE2 has no look-behind).
-_NO_EVIDENCE = {"kdt": "CAST(NULL AS VARCHAR)", "kjoin": "", "kcol": ""}
-_EVIDENCE = {"kdt": "CASE WHEN count(DISTINCT kd.dt) > 1 THEN 'mixed' ELSE min(kd.dt) END",
-             "kjoin": "LEFT JOIN (SELECT unnest($kn) AS kname, unnest($kd) AS dt) kd ON kd.kname = a.name",
-             "kcol": ", name"}
+# Without kernel-name evidence every kernel's dtype word is NULL; with it, an instance's is the one dtype the
+# names of its kernels state ('mixed' when they state several), from the ($kn, $kd) pairs computed in Python
+# (kernel_name_dtype: RE2 has no look-behind).
+_NO_EVIDENCE = {"kdt": "CAST(NULL AS VARCHAR)", "kjoin": ""}
+_EVIDENCE = {"kdt": "kd.kdtype", "kjoin": """LEFT JOIN (
+    SELECT a.leaf_op_id AS op_id, CASE WHEN count(DISTINCT e.dt) > 1 THEN 'mixed' ELSE min(e.dt) END AS kdtype
+    FROM gpu_activities a JOIN (SELECT unnest($kn) AS kname, unnest($kd) AS dt) e ON e.kname = a.name
+    WHERE a.trace_id = $t AND a.leaf_op_id IS NOT NULL GROUP BY 1) kd ON kd.op_id = li.op_id"""}
 
 # Names of kernels attributed to operators recorded with shapes but no dtypes (none on Kineto traces).
 _SQL_ANY_UNTYPED = """

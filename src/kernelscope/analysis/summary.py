@@ -136,14 +136,10 @@ FROM k, l
 """
 
 # An activity overlaps its stream when it starts before an earlier-starting activity on the same
-# (device, stream) has ended (programmatic dependent launch does this; it is not an error).
+# (device, stream) has ended (programmatic dependent launch does this; it is not an error): counted per stream at
+# ingest (stream_overlaps, schema 013).
 _SQL_SAME_STREAM_OVERLAPS = """
-SELECT count(*) AS same_stream_overlaps FROM (
-  SELECT start_ns,
-         max(end_ns) OVER (PARTITION BY device, stream ORDER BY start_ns, activity_id
-                           ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
-  FROM gpu_activities WHERE trace_id = $t
-) WHERE start_ns < prev_end
+SELECT CAST(coalesce(sum(overlapping), 0) AS BIGINT) AS same_stream_overlaps FROM stream_overlaps WHERE trace_id = $t
 """
 
 _SQL_TRACE = """

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from . import collectives, derive, idle, memory, pycontext, signatures, splits
+from . import collectives, derive, idle, instances, memory, pycontext, signatures, splits
 
 Source = Literal["staged", "stored"]
 
@@ -54,6 +54,9 @@ _STEPS = (
     Step("idle_rollup", ("idle_rollup",), ("idle",), "stored", 11, idle.insert_idle_rollup),
     Step("signatures", ("op_signatures", "gpu_activities.leaf_sig_id"), ("events",), "stored", 6,
          signatures.insert_signatures),
+    Step("leaf_instances", ("leaf_instances",), ("events", "signatures"), "stored", 13,
+         instances.insert_leaf_instances),
+    Step("stream_overlaps", ("stream_overlaps",), ("events",), "stored", 13, instances.insert_stream_overlaps),
     Step("collectives", ("collectives",), (), "staged", 4, collectives.insert_collectives),
     Step("device_time", ("device_time",), ("events", "collectives"), "stored", 7, collectives.insert_device_time),
     Step("memory", ("memory_events",), ("events",), "staged", 9, memory.insert_memory),
