@@ -36,6 +36,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from .result import Result
@@ -71,7 +72,7 @@ SELECT
   CAST(coalesce(sum(launch_delay_ns) FILTER (WHERE term), 0) AS BIGINT) AS launch_delay_ns,
   count(*) FILTER (WHERE kind = 'kernel' AND NOT is_graph) AS kernels,
   count(*) FILTER (WHERE kind = 'kernel' AND is_graph) AS graph_kernels,
-  count(DISTINCT launch_id) FILTER (WHERE is_graph) AS graph_launches,
+  (SELECT count(DISTINCT launch_id) FROM {x} g WHERE is_graph) AS graph_launches,  -- not a FILTER: 20x slower
   count(*) FILTER (WHERE lq_ns < 0) AS negative_lq,
   count(*) FILTER (WHERE lq_ns < 0 AND term) AS negative_lq_terms
 FROM {x} x
@@ -98,11 +99,13 @@ FROM {x} x WHERE term OR kind <> 'kernel'
 GROUP BY 1 ORDER BY 1
 """
 
-# One aggregate pass (no unpivot): quantile_disc per column, then one row per metric in Python.
+# The TKLQT terms' values of each metric, for the distribution (nearest-rank quantiles in numpy: one scan and a
+# partition per column instead of a sort per column, 0.14 s at 1M kernels).
 _DIST_METRICS = ("lq_ns", "api_ns", "queue_ns", "dispatch_ns", "launch_delay_ns")
-_DIST_SQL = "SELECT count(*) AS n, " + ", ".join(
-    f"quantile_disc({m}, [0.5, 0.9, 0.99]) AS {m}_q, max({m}) AS {m}_max" for m in _DIST_METRICS
-) + " FROM {x} x WHERE term"
+_DIST_SQL = "SELECT " + ", ".join(_DIST_METRICS) + " FROM {x} x WHERE term"
+#: The distribution's quantiles, in percent: p-th value = the ceil(n * p / 100)-th smallest (nearest rank, as
+#: DuckDB's quantile_disc), n the metric's non-null values.
+_QUANTILES = (50, 90, 99)
 
 # Per operator instance: TKLQT terms, launch-call time and the union of its activities' intervals;
 # then summed per operator name. {link} is 'top_op_id' or 'leaf_op_id' (chosen here, never user input).
@@ -166,15 +169,19 @@ def tklqt(store, trace_id: str) -> dict[str, Any]:
     return {"tklqt_ns": tk, "gpu_span_ns": span, "mean_queue_depth": round(tk / span, 6) if span else None}
 
 
-def _distribution(row: pd.DataFrame) -> pd.DataFrame:
-    """One row per metric (count, median, p90, p99, max; nearest-rank) from the one-row _DIST_SQL result;
-    no rows when there is no TKLQT term."""
-    n = int(row["n"].iloc[0])
+def _distribution(terms) -> pd.DataFrame:
+    """One row per metric (count, median, p90, p99, max; nearest-rank) from the TKLQT terms' values (an Arrow
+    table of _DIST_SQL); no rows when there is no TKLQT term. ``count`` is the number of terms."""
+    n = terms.num_rows
     recs = []
     for m in _DIST_METRICS if n else ():
-        q = [int(v) for v in row[f"{m}_q"].iloc[0]]
-        recs.append({"metric": m, "count": n, "median_ns": q[0], "p90_ns": q[1], "p99_ns": q[2],
-                     "max_ns": int(row[f"{m}_max"].iloc[0])})
+        v = terms.column(m).drop_null().to_numpy()
+        if not len(v):  # every value null (a term always has them): no quantile to give
+            continue
+        ranks = [max(0, -(-len(v) * p // 100) - 1) for p in _QUANTILES]  # ceil(len * p / 100) - 1, exact
+        part = np.partition(v, ranks + [len(v) - 1])
+        recs.append({"metric": m, "count": n, "median_ns": int(part[ranks[0]]), "p90_ns": int(part[ranks[1]]),
+                     "p99_ns": int(part[ranks[2]]), "max_ns": int(part[-1])})
     df = pd.DataFrame(recs, columns=["metric", "count", "median_ns", "p90_ns", "p99_ns", "max_ns"])
     return df.astype({"count": "int64", "median_ns": "int64", "p90_ns": "int64", "p99_ns": "int64",
                       "max_ns": "int64"})
@@ -228,7 +235,7 @@ def _launch(store, t: str, x: str, want: set[str]) -> Result:
     if "by_kind" in want:
         tables["by_kind"] = sq(_BY_KIND_SQL)
     if "distribution" in want:
-        tables["distribution"] = _distribution(sq(_DIST_SQL))
+        tables["distribution"] = _distribution(store.query_arrow(_DIST_SQL.format(x=x), {"t": t}))
     for name, link in (("per_op", "top"), ("per_leaf_op", "leaf")):
         if name in want or (name == "per_op" and "launch_bound" in want):
             df = tables[name] = sq(_PER_OP_SQL, link=link)
