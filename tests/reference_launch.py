@@ -18,6 +18,8 @@ terms (tklqt_ns, api_ns, queue_ns, dispatch_ns, launch_delay_ns).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 
@@ -59,6 +61,18 @@ def totals(split: pd.DataFrame) -> dict[str, int]:
     return {"tklqt_ns": int(terms["lq_ns"].sum()), "api_ns": int(terms["api_ns"].sum()),
             "queue_ns": int(terms["queue_ns"].sum()), "dispatch_ns": int(terms["dispatch_ns"].sum()),
             "launch_delay_ns": int(terms["launch_delay_ns"].sum())}
+
+
+def distribution(split: pd.DataFrame) -> dict[str, tuple[int, ...]]:
+    """Per metric over the TKLQT terms: (count, median, p90, p99, max), each quantile the nearest rank: the
+    ceil(n * p / 100)-th smallest of the n values (a full sort)."""
+    terms = split[split["term"]]
+    out = {}
+    for m in ("lq_ns", "api_ns", "queue_ns", "dispatch_ns", "launch_delay_ns"):
+        v = sorted(int(x) for x in terms[m])
+        if v:
+            out[m] = (len(terms), *(v[max(1, math.ceil(len(v) * p / 100)) - 1] for p in (50, 90, 99)), v[-1])
+    return out
 
 
 def assert_matches(got: pd.DataFrame, want: pd.DataFrame, what) -> None:

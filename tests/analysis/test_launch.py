@@ -164,6 +164,10 @@ def test_split_equals_the_reference_and_tables_sum_on_every_sample(session_store
             s = r.scalars
             want = reference_launch.totals(ref)
             assert {k: s[k] for k in want} == want, t
+            d = r.table("distribution")
+            got = {row.metric: (row.count, row.median_ns, row.p90_ns, row.p99_ns, row.max_ns)
+                   for row in d.itertuples(index=False)}
+            assert got == reference_launch.distribution(ref), t
             for table in ("per_op", "per_leaf_op", "per_phase"):
                 assert int(r.table(table)["tklqt_ns"].sum()) == s["tklqt_ns"], (t, table)
             assert int(df.loc[df.term, "lq_ns"].sum()) == s["tklqt_ns"]
