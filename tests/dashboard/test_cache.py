@@ -210,6 +210,27 @@ def test_overview_recommendations_reuse_cached_analyses(small, monkeypatch):
         assert names.count("analysis:" + n) == 1, n
 
 
+def test_analysis_part_is_the_whole_result_when_cached_else_a_part(small):
+    """cache.analysis_part computes only the tables asked for (launch's per_leaf_op: no per_op, distribution,
+    per_phase) with the same scalars and rows as the whole analysis; once the whole one is cached it is
+    returned instead, and the part is not computed again."""
+    db, _, tid = small
+    cache.clear()
+    with open_store(db, read_only=True) as store:
+        part = cache.analysis_part(store, "launch", tid, ("per_leaf_op",))
+        assert set(part.tables) == {"per_leaf_op"}
+        whole = get_analysis("launch").fn(store, tid)
+        assert {k: v for k, v in part.scalars.items() if k != "launch_bound_ops"} == \
+            {k: v for k, v in whole.scalars.items() if k != "launch_bound_ops"}
+        assert part.tables["per_leaf_op"].equals(whole.tables["per_leaf_op"])
+        assert cache.analysis_part(store, "launch", tid, ("per_leaf_op",)) is part  # cached
+        cached_whole = cache.analysis(store, "launch", tid)
+        misses = cache.stats()["misses"]
+        assert cache.analysis_part(store, "launch", tid, ("per_leaf_op",)) is cached_whole
+        assert cache.stats()["misses"] == misses
+    cache.clear()
+
+
 def test_prefetch_computes_the_overview_analyses_at_once_on_their_own_cursors(small, monkeypatch):
     """cache.prefetch (the Overview calls it first): every named analysis ends up cached, each computed once,
     on cursors other than the page's connection, and equal to computing it directly, and so does what the
@@ -228,10 +249,15 @@ def test_prefetch_computes_the_overview_analyses_at_once_on_their_own_cursors(sm
     monkeypatch.setattr(cache, "analysis", spy)
     with open_store(db, read_only=True) as store:
         cache.prefetch(store, tid, overview.PREFETCH, overview.THEN)
-        assert {n for n, _ in seen} == set(overview.PREFETCH)  # power reads the cached bandwidth once more
+        # launch and bound as parts (the tables the recommendations read); power reads the cached bandwidth
+        assert {n for n, _ in seen} == set(overview.PREFETCH) | {"launch", "bound"}
         assert all(t.startswith("ks-cursor") for _, t in seen)  # in the pool's threads
         assert sorted(k[2] for k in cache._CACHE) == sorted(
-            ["analysis:" + n for n in overview.PREFETCH] + ["idle_split", "busy_bins", "analysis:power"])
+            ["analysis:" + n for n in (*overview.PREFETCH, "launch", "bound")]
+            + ["idle_split", "busy_bins", "analysis:power"])
+        parts = {k[2]: dict(k[4]).get("_tables") for k in cache._CACHE if k[2] in ("analysis:launch", "analysis:bound")}
+        assert parts == {"analysis:launch": ("per_leaf_op",),
+                         "analysis:bound": ("devices", "idle_causes", "idle_operators")}
         for n in overview.PREFETCH:
             assert real(store, n, tid).to_json() == get_analysis(n).fn(store, tid).to_json(), n
         before = cache.stats()

@@ -15,7 +15,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from ..analysis import bound as analysis_bound
-from ..analysis.recommend import recommend
+from ..analysis.recommend import BOUND_TABLES, LAUNCH_TABLES, recommend
 from ..analysis.summary import no_gpu_reason
 from ..errors import KernelscopeError
 from ..storage import catalog
@@ -337,11 +337,15 @@ def recommendations(store, tid: str) -> tuple[list[dict], list[str]]:
 
 def _recommend_inputs(store, tid: str) -> dict:
     """The analyses recommend reads (``analysis.recommend.NEEDS`` and the what-if), each from the cache so it
-    runs once per trace and process; one that fails is left out (recommend reruns it and says why)."""
+    runs once per trace and process (bound and launch with only the tables the rules read, unless whole ones
+    are cached: ``recommend.BOUND_TABLES``, ``LAUNCH_TABLES``); one that fails is left out (recommend reruns
+    it and says why)."""
+    parts = {"bound": BOUND_TABLES, "launch": LAUNCH_TABLES}
     out = {}
     for name in ("bound", "launch", "whatif", "kernels", "bandwidth"):
         try:
-            out[name] = cache.analysis(store, name, tid)
+            out[name] = (cache.analysis_part(store, name, tid, parts[name]) if name in parts
+                         else cache.analysis(store, name, tid))
         except KernelscopeError:
             pass
     return out
@@ -358,7 +362,7 @@ def headline_extras(store, tid: str, has_gpu: bool) -> dict:
     recommendations (all from the analyses)."""
     power = power_result(store, tid)
     infl = inflation(store, tid)
-    out = {"launch": cache.analysis(store, "launch", tid).scalars,
+    out = {"launch": cache.analysis_part(store, "launch", tid, LAUNCH_TABLES).scalars,
            "energy": energy(power), "energy_why": energy_reason(power),
            "inflation": infl[:2], "inflation_why": infl[2],
            "kernels": cache.analysis(store, "kernels", tid)}

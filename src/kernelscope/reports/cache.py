@@ -150,6 +150,20 @@ def analysis(store, name: str, trace_ids, **opts):
     return call(store, trace_ids, "analysis:" + name, fn, **opts)
 
 
+def analysis_part(store, name: str, trace_id: str, tables):
+    """The registered analysis ``name`` on ``trace_id`` with only ``tables`` (its ``_tables`` option: every
+    scalar, and those tables), or its whole Result when that is cached already: for a page that shows a few
+    numbers of a large analysis (the Overview's launch and bound) without paying for the rest."""
+    fn = get_analysis(name).fn
+    whole = key(store, trace_id, "analysis:" + name, **_with_defaults(fn, {}))
+    with _LOCK:
+        if whole in _CACHE:
+            _CACHE.move_to_end(whole)
+            _STATS["hits"] += 1
+            return _CACHE[whole]
+    return analysis(store, name, trace_id, _tables=tuple(tables))
+
+
 def prefetch(store, trace_id: str, names, then=()) -> None:
     """Compute the registered analyses ``names`` of ``trace_id`` into the cache at once, each in a thread on
     its own cursor (DuckDB runs queries outside the GIL, so the SQL of one overlaps the Python of another),
