@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import re
 from dataclasses import dataclass
 
 from .. import __version__
@@ -150,6 +151,28 @@ def read_manifest(path) -> dict:
     return manifest
 
 
+def _derive_newer_tables(con, folder: pathlib.Path, exported: int) -> None:
+    """A dataset exported at an older schema than this kernelscope's: the tables the later migrations create are
+    made in memory and filled by their registered steps, as a store's migration backfills them (the dataset's
+    files are never written; each open derives them again). A later migration that changes an exported table
+    (ALTER) cannot be applied to files: StoreError, saying to export again. A newer dataset: StoreError too."""
+    from . import derivations
+    from .store import code_schema_version, migrations
+
+    code = code_schema_version()
+    if exported > code:
+        raise StoreError(f"{folder} was exported at schema {exported} but this kernelscope knows only up to {code}; "
+                         "upgrade kernelscope")
+    later = [(v, name, sql) for v, name, sql in migrations() if v > exported]
+    altering = [name for _v, name, sql in later if re.search(r"^\s*ALTER\s", sql, re.M | re.I)]
+    if altering:
+        raise StoreError(f"{folder} was exported at schema {exported}, before {altering[0]} changed its tables; "
+                         "export it again with this kernelscope (`kernelscope export --parquet DIR --db STORE`)")
+    for version, _name, sql in later:
+        con.execute(sql)
+        derivations.backfill(con, version)
+
+
 def open_parquet_store(path, *, config: dict | None = None, locked: bool = False):
     """A read-only ``Store`` over a Parquet export: an in-memory DuckDB with one view per table (the
     store's columns and types, partition columns restored from the paths) and ``schema_version``.
@@ -177,6 +200,7 @@ def open_parquet_store(path, *, config: dict | None = None, locked: bool = False
         else:
             body = ", ".join(f'CAST(NULL AS {t}) AS "{c}"' for c, t in cols)
             con.execute(f'CREATE VIEW "{table}" AS SELECT {body} WHERE false')
+    _derive_newer_tables(con, folder, int(manifest["schema_version"]))
     con.execute(f"CREATE VIEW schema_version AS SELECT {int(manifest['schema_version'])}::INTEGER AS version, "
                 f"'export'::VARCHAR AS name, 0::BIGINT AS applied_ns")
     if locked:
