@@ -206,8 +206,40 @@ def test_overview_recommendations_reuse_cached_analyses(small, monkeypatch):
     assert cache.stats()["misses"] == misses  # the second drawing computes nothing
     assert x["findings"] == y["findings"] and x["launch"] is y["launch"]
     names = [k[2] for k in list(cache._CACHE)]
-    for n in ("bound", "launch", "whatif", "kernels", "bandwidth", "power"):
+    for n in ("bound", "launch", "kernels", "bandwidth", "power"):
         assert names.count("analysis:" + n) == 1, n
+    # whatif feeds only host_bound_launch's saving, which does not fire here: not computed
+    assert "host_bound_launch" not in [f["rule"] for f in x["findings"]]
+    assert "analysis:whatif" not in names
+
+
+def test_whatif_is_computed_once_when_host_bound_launch_cites_it(sample_runs, monkeypatch):
+    """train_step (77% host wait, launch-heavy operators): host_bound_launch fires, so the Overview's prefetch
+    computes whatif in its threads and the finding states whatif's saving; recommend reads it from the cache
+    (its own sources are never used), and drawing the page again computes nothing."""
+    from kernelscope.dashboard.pages import overview
+
+    def boom(*a, **k):
+        raise AssertionError("recommend ran an analysis outside the cache")
+
+    monkeypatch.setattr(recommend_mod, "_sources", lambda: {n: boom for n in
+                                                             ("bound", "launch", "whatif", "kernels", "bandwidth")})
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    tid = sample_runs.ids["train_step"]
+    cache.clear()
+    with open_store(sample_runs.db, read_only=True) as store:
+        cache.prefetch(store, tid, overview.PREFETCH, overview.THEN)
+        assert "analysis:whatif" in [k[2] for k in cache._CACHE]  # computed in the prefetch's threads
+        x = rb.headline_extras(store, tid, True)
+        misses = cache.stats()["misses"]
+        rb.headline_extras(store, tid, True)
+        assert cache.stats()["misses"] == misses
+        w = cache.analysis(store, "whatif", tid).scalars
+    [f] = [f for f in x["findings"] if f["rule"] == "host_bound_launch"]
+    assert f["saving_ns"] == max(int(w["observed_ns"]) - int(w["predicted_ns"]), 0)
+    assert any(e.startswith("whatif.predicted_ns") for e in f["evidence"])
+    assert [k[2] for k in cache._CACHE].count("analysis:whatif") == 1
+    cache.clear()
 
 
 def test_analysis_part_is_the_whole_result_when_cached_else_a_part(small):

@@ -79,10 +79,10 @@ class _Results(dict):
     ``res.get(name)`` too; a failed one (KernelscopeError) becomes a warning and reads as missing. So an
     analysis runs only when a rule reaches it: whatif only for a host_bound_launch finding's saving."""
 
-    def __init__(self, store, trace_id: str, given: dict[str, Result], warnings: list[str]):
+    def __init__(self, store, trace_id: str, given: dict[str, Result], warnings: list[str], compute=None):
         super().__init__(given)
         self._store, self._trace, self._warnings, self._failed = store, trace_id, warnings, set()
-        self._fns = _sources()
+        self._fns = {**_sources(), **(compute or {})}
 
     def __missing__(self, name: str) -> Result:
         if name in self._failed or name not in self._fns:
@@ -326,15 +326,16 @@ def _slowing_options(store, trace_id: str) -> list[str]:
     return [k for k in ("with_stack", "profile_memory") if opts.get(k) is True]
 
 
-def recommend(store, trace_id: str, results: dict[str, Result] | None = None) -> Result:
+def recommend(store, trace_id: str, results: dict[str, Result] | None = None, _compute=None) -> Result:
     """Run the cited analyses on ``trace_id`` and check every rule (module docstring). An analysis that
     fails (a KernelscopeError) becomes a warning and the rules needing it are skipped.
 
-    ``results``: analyses already run on this trace by the caller (name -> Result, e.g. the report's or
-    the dashboard's), reused as they are; a missing one is run once, when a rule first needs it (launch
-    with only the tables the rules read; whatif only for a host_bound_launch finding's saving)."""
+    ``results``: analyses already run on this trace by the caller (name -> Result), reused as they are; a
+    missing one is run once, when a rule first needs it (launch and bound with only the tables the rules read;
+    whatif only for a host_bound_launch finding's saving). ``_compute``: name -> ``fn(store, trace_id)`` that
+    runs a missing one instead (the dashboard's and report's cache, so what recommend runs is kept)."""
     warnings: list[str] = []
-    res = _Results(store, trace_id, dict(results or {}), warnings)
+    res = _Results(store, trace_id, dict(results or {}), warnings, _compute)
     res.prefetch(sorted({n for rule in RULES for n in NEEDS[rule]}))  # whatif stays lazy
     findings, skipped = evaluate(res)
     slow = _slowing_options(store, trace_id) if any(f["rule"] in HOST_RULES for f in findings) else []

@@ -325,7 +325,7 @@ def evidence_text(e: dict) -> str:
 def recommendations(store, tid: str) -> tuple[list[dict], list[str]]:
     """(findings as dicts: rule, severity, message, saving_ns, evidence (texts)), warnings) from the
     recommend analysis. A trace without GPU activity gives none (the rules need GPU work)."""
-    r = cache.call(store, tid, "recommend", lambda s, t: recommend(s, t, results=_recommend_inputs(s, t)))
+    r = cache.call(store, tid, "recommend", lambda s, t: recommend(s, t, _compute=RECOMMEND_SOURCES))
     out = []
     for f in r.tables["findings"].to_dict("records"):
         saving = f["saving_ns"]
@@ -335,20 +335,14 @@ def recommendations(store, tid: str) -> tuple[list[dict], list[str]]:
     return out, list(r.warnings)
 
 
-def _recommend_inputs(store, tid: str) -> dict:
-    """The analyses recommend reads (``analysis.recommend.NEEDS`` and the what-if), each from the cache so it
-    runs once per trace and process (bound and launch with only the tables the rules read, unless whole ones
-    are cached: ``recommend.BOUND_TABLES``, ``LAUNCH_TABLES``); one that fails is left out (recommend reruns
-    it and says why)."""
-    parts = {"bound": BOUND_TABLES, "launch": LAUNCH_TABLES}
-    out = {}
-    for name in ("bound", "launch", "whatif", "kernels", "bandwidth"):
-        try:
-            out[name] = (cache.analysis_part(store, name, tid, parts[name]) if name in parts
-                         else cache.analysis(store, name, tid))
-        except KernelscopeError:
-            pass
-    return out
+#: How recommend runs what it reads, through the cache (each analysis once per trace and process, shared with the
+#: pages and the report): bound and launch with only the tables the rules read unless whole ones are cached
+#: (``recommend.BOUND_TABLES``, ``LAUNCH_TABLES``); whatif only when a rule cites it.
+RECOMMEND_SOURCES = {
+    "bound": lambda s, t: cache.analysis_part(s, "bound", t, BOUND_TABLES),
+    "launch": lambda s, t: cache.analysis_part(s, "launch", t, LAUNCH_TABLES),
+    **{n: (lambda s, t, n=n: cache.analysis(s, n, t)) for n in ("whatif", "kernels", "bandwidth")},
+}
 
 
 def recommendation_lines(findings: list[dict]) -> list[str]:
