@@ -228,7 +228,7 @@ def test_whatif_is_computed_once_when_host_bound_launch_cites_it(sample_runs, mo
     tid = sample_runs.ids["train_step"]
     cache.clear()
     with open_store(sample_runs.db, read_only=True) as store:
-        cache.prefetch(store, tid, overview.PREFETCH, overview.THEN)
+        cache.prefetch(store, tid, overview.PREFETCH)
         assert "analysis:whatif" in [k[2] for k in cache._CACHE]  # computed in the prefetch's threads
         x = rb.headline_extras(store, tid, True)
         misses = cache.stats()["misses"]
@@ -266,9 +266,12 @@ def test_analysis_part_is_the_whole_result_when_cached_else_a_part(small):
 def test_prefetch_computes_the_overview_analyses_at_once_on_their_own_cursors(small, monkeypatch):
     """cache.prefetch (the Overview calls it first): every named analysis ends up cached, each computed once,
     on cursors other than the page's connection, and equal to computing it directly, and so does what the
-    page computes besides (overview.THEN: idle split, busy bins, power); the page then computes nothing but
-    its recommendations. A second prefetch computes nothing."""
+    page computes besides (the functions in overview.PREFETCH: launch and bound parts, idle split, busy bins,
+    power; whatif only when cited, not here); the page then computes nothing but its recommendations. A second
+    prefetch computes nothing."""
     from kernelscope.dashboard.pages import overview
+
+    names = [i for i in overview.PREFETCH if isinstance(i, str)]
 
     db, _, tid = small
     monkeypatch.setattr("os.cpu_count", lambda: 2)  # the one-core shortcut must not hide the mechanism
@@ -280,25 +283,25 @@ def test_prefetch_computes_the_overview_analyses_at_once_on_their_own_cursors(sm
         return real(store, name, trace_ids, **opts)
     monkeypatch.setattr(cache, "analysis", spy)
     with open_store(db, read_only=True) as store:
-        cache.prefetch(store, tid, overview.PREFETCH, overview.THEN)
+        cache.prefetch(store, tid, overview.PREFETCH)
         # launch and bound as parts (the tables the recommendations read); power reads the cached bandwidth
-        assert {n for n, _ in seen} == set(overview.PREFETCH) | {"launch", "bound"}
+        assert {n for n, _ in seen} == set(names) | {"launch", "bound"}
         assert all(t.startswith("ks-cursor") for _, t in seen)  # in the pool's threads
         assert sorted(k[2] for k in cache._CACHE) == sorted(
-            ["analysis:" + n for n in (*overview.PREFETCH, "launch", "bound")]
+            ["analysis:" + n for n in (*names, "launch", "bound")]
             + ["idle_split", "busy_bins", "analysis:power"])
         parts = {k[2]: dict(k[4]).get("_tables") for k in cache._CACHE if k[2] in ("analysis:launch", "analysis:bound")}
         assert parts == {"analysis:launch": ("per_leaf_op",),
                          "analysis:bound": ("devices", "idle_causes", "idle_operators")}
-        for n in overview.PREFETCH:
+        for n in names:
             assert real(store, n, tid).to_json() == get_analysis(n).fn(store, tid).to_json(), n
         before = cache.stats()
         seen.clear()
-        cache.prefetch(store, tid, overview.PREFETCH, overview.THEN)
+        cache.prefetch(store, tid, overview.PREFETCH)
         assert seen == [] and cache.stats()["misses"] == before["misses"]
         keys = set(cache._CACHE)
         overview.layout(store, tid, {})
         assert [k[2] for k in cache._CACHE if k not in keys] == ["recommend"]
-    names = [k[2] for k in list(cache._CACHE)]
-    for n in overview.PREFETCH:
-        assert names.count("analysis:" + n) == 1, n
+    cached = [k[2] for k in list(cache._CACHE)]
+    for n in names:
+        assert cached.count("analysis:" + n) == 1, n

@@ -164,21 +164,21 @@ def analysis_part(store, name: str, trace_id: str, tables):
     return analysis(store, name, trace_id, _tables=tuple(tables))
 
 
-def prefetch(store, trace_id: str, names, then=()) -> None:
-    """Compute the registered analyses ``names`` of ``trace_id`` into the cache at once, each in a thread on
-    its own cursor (DuckDB runs queries outside the GIL, so the SQL of one overlaps the Python of another),
-    longest first as given; then, in the same threads, each ``fn(store, trace_id)`` of ``then`` (functions
-    that cache what they compute, e.g. through ``call``; one that needs an analysis still being computed
-    waits for it). A page then reads them from the cache; one that failed here runs again there and says
-    why. Nothing happens with one core, fewer than two of ``names`` to compute (the page's own calls are then
-    as quick), or a store without cursors."""
+def prefetch(store, trace_id: str, items) -> None:
+    """Compute ``items`` of ``trace_id`` into the cache at once, each in a thread on its own cursor (DuckDB runs
+    queries outside the GIL, so the SQL of one overlaps the Python of another), started in the order given
+    (longest first, and what a later item reads before it): a registered analysis's name, or a function
+    ``fn(store, trace_id)`` that caches what it computes (e.g. through ``call``; one that needs an analysis
+    still being computed waits for it). A page then reads them from the cache; one that failed here runs again
+    there and says why. Nothing happens with one core, fewer than two of the named analyses to compute (the
+    page's own calls are then as quick), or a store without cursors."""
     cores = os.cpu_count() or 1
     identity, stamps = store_identity(store), trace_stamps(store, trace_id)  # once: a query each
     keys = {n: _key(identity, stamps, "analysis:" + n, trace_id, _with_defaults(get_analysis(n).fn, {}))
-            for n in names}
+            for n in items if isinstance(n, str)}
     with _LOCK:
-        todo = [n for n in names if keys[n] not in _CACHE]
-    if len(todo) < 2 or cores < 2 or not hasattr(store, "map_cursors"):
+        cached_names = {n for n, k in keys.items() if k in _CACHE}
+    if len(keys) - len(cached_names) < 2 or cores < 2 or not hasattr(store, "map_cursors"):
         return
 
     def run(sub, item) -> None:
@@ -189,4 +189,4 @@ def prefetch(store, trace_id: str, names, then=()) -> None:
                 analysis(sub, item, trace_id)
         except Exception:  # the page's own call runs it again and reports it
             pass
-    store.map_cursors(run, todo + list(then))
+    store.map_cursors(run, [i for i in items if i not in cached_names])

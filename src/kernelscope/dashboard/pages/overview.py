@@ -49,10 +49,6 @@ NO_GPU_WHY = "no GPU activity"
 ENERGY_KIND = {"trace_energy_mj": "trace window", "energy_per_iteration_mj": "per iteration (un-profiled)"}
 
 
-#: The analyses the Overview reads whole (its headline, energy, recommendations), longest first at 1M kernels.
-PREFETCH = ("bandwidth", "summary", "kernels")
-
-
 def _launch_part(store, trace_id: str):
     """launch's scalars (the TKLQT headline) and the table the recommendations read: the Launch page's other
     tables cost ~0.3 s of CPU at 1M kernels that the Overview does not draw."""
@@ -79,14 +75,16 @@ def _busy_bins(store, trace_id: str):
     return cache.call(store, trace_id, "busy_bins", busy_bins)
 
 
-#: What else it draws, computed in the prefetch's threads once they are free (power after bandwidth, whose FLOP
-#: total it reads; whatif after launch and bound tell whether it is cited), so the page's own work after the
-#: prefetch is mostly reading the cache.
-THEN = (_launch_part, _bound_part, _whatif_if_cited, _idle_split, _busy_bins, rb.power_result)
+#: What the Overview computes, at once in the prefetch's threads (cache.prefetch), in the order they start: the
+#: longest at 1M kernels first, with what whatif waits for (the launch and bound parts tell whether it is cited)
+#: started beside it; power after bandwidth, whose FLOP total it reads. The page's own work after the prefetch is
+#: then mostly reading the cache.
+PREFETCH = ("bandwidth", _launch_part, _bound_part, _whatif_if_cited, "summary", "kernels", _idle_split, _busy_bins,
+            rb.power_result)
 
 
 def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
-    cache.prefetch(store, trace_id, PREFETCH, THEN)
+    cache.prefetch(store, trace_id, PREFETCH)
     result = cache.analysis(store, "summary", trace_id)
     s, trust = result.scalars, result.trust
     has_gpu = bool(s.get("devices_count"))
