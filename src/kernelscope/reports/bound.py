@@ -335,12 +335,23 @@ def recommendations(store, tid: str) -> tuple[list[dict], list[str]]:
     return out, list(r.warnings)
 
 
+def launch_part(store, tid: str):
+    """launch with only the table the recommendations read (its scalars, the TKLQT headline, all there), or the
+    whole Result when cached: the Launch page's other tables cost ~0.3 s of CPU at 1M kernels."""
+    return cache.analysis_part(store, "launch", tid, LAUNCH_TABLES)
+
+
+def bound_part(store, tid: str):
+    """bound with only the tables the recommendations read (not its binned queue and busy tables), or the whole
+    Result when cached."""
+    return cache.analysis_part(store, "bound", tid, BOUND_TABLES)
+
+
 #: How recommend runs what it reads, through the cache (each analysis once per trace and process, shared with the
-#: pages and the report): bound and launch with only the tables the rules read unless whole ones are cached
-#: (``recommend.BOUND_TABLES``, ``LAUNCH_TABLES``); whatif only when a rule cites it.
+#: pages and the report): bound and launch as parts; whatif only when a rule cites it.
 RECOMMEND_SOURCES = {
-    "bound": lambda s, t: cache.analysis_part(s, "bound", t, BOUND_TABLES),
-    "launch": lambda s, t: cache.analysis_part(s, "launch", t, LAUNCH_TABLES),
+    "bound": bound_part,
+    "launch": launch_part,
     **{n: (lambda s, t, n=n: cache.analysis(s, n, t)) for n in ("whatif", "kernels", "bandwidth")},
 }
 
@@ -356,7 +367,7 @@ def headline_extras(store, tid: str, has_gpu: bool) -> dict:
     recommendations (all from the analyses)."""
     power = power_result(store, tid)
     infl = inflation(store, tid)
-    out = {"launch": cache.analysis_part(store, "launch", tid, LAUNCH_TABLES).scalars,
+    out = {"launch": launch_part(store, tid).scalars,
            "energy": energy(power), "energy_why": energy_reason(power),
            "inflation": infl[:2], "inflation_why": infl[2],
            "kernels": cache.analysis(store, "kernels", tid)}

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dash import html
 
 from ...analysis.bound import idle_split
-from ...analysis.recommend import BOUND_TABLES, LAUNCH_TABLES, rule_host_bound_launch
+from ...analysis.recommend import rule_host_bound_launch
 from ...analysis.summary import no_gpu_reason
 from ...reports import bound as rb
 from ...reports import cache
@@ -49,21 +49,10 @@ NO_GPU_WHY = "no GPU activity"
 ENERGY_KIND = {"trace_energy_mj": "trace window", "energy_per_iteration_mj": "per iteration (un-profiled)"}
 
 
-def _launch_part(store, trace_id: str):
-    """launch's scalars (the TKLQT headline) and the table the recommendations read: the Launch page's other
-    tables cost ~0.3 s of CPU at 1M kernels that the Overview does not draw."""
-    return cache.analysis_part(store, "launch", trace_id, LAUNCH_TABLES)
-
-
-def _bound_part(store, trace_id: str):
-    """bound with the tables the recommendations read (not its binned queue and busy tables)."""
-    return cache.analysis_part(store, "bound", trace_id, BOUND_TABLES)
-
-
 def _whatif_if_cited(store, trace_id: str) -> None:
     """whatif (~0.4 s at 1M kernels), when the recommendation that cites it fires: host_bound_launch's saving,
     decided from the launch and bound parts; otherwise nothing on the page reads it."""
-    if rule_host_bound_launch({"bound": _bound_part(store, trace_id), "launch": _launch_part(store, trace_id)}):
+    if rule_host_bound_launch({"bound": rb.bound_part(store, trace_id), "launch": rb.launch_part(store, trace_id)}):
         cache.analysis(store, "whatif", trace_id)
 
 
@@ -79,8 +68,8 @@ def _busy_bins(store, trace_id: str):
 #: longest at 1M kernels first, with what whatif waits for (the launch and bound parts tell whether it is cited)
 #: started beside it; power after bandwidth, whose FLOP total it reads. The page's own work after the prefetch is
 #: then mostly reading the cache.
-PREFETCH = ("bandwidth", _launch_part, _bound_part, _whatif_if_cited, "summary", "kernels", _idle_split, _busy_bins,
-            rb.power_result)
+PREFETCH = ("bandwidth", rb.launch_part, rb.bound_part, _whatif_if_cited, "summary", "kernels", _idle_split,
+            _busy_bins, rb.power_result)
 
 
 def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
