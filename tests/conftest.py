@@ -47,6 +47,15 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 import stores  # noqa: E402  (tests/ is on sys.path from here on)
 
 
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto`` (pyproject.toml's addopts): one worker more than the usable cores. Some tests wait rather
+    than compute (a worker blocked on a template another builds, a writer waiting out a lock, Chromium drawing,
+    a subprocess sleeping), and a third worker on two cores fills those waits: measured back to back on this
+    project's 2-core machine (2026-11-28), 448 s against 475 s and 366 s against 410-440 s for the whole suite,
+    at the same CPU time; four workers took 520 s (more CPU to contention than the waits they filled)."""
+    return len(os.sched_getaffinity(0)) + 1 if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1) + 1
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _template_folders(tmp_path_factory):
     """Templates are built in a folder of the session (shared by pytest-xdist's workers: the parent of each
