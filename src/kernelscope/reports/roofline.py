@@ -245,9 +245,10 @@ def measured_vs_modelled(result) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=MEASURED_COLUMNS)
 
 
-def modelled_sentence(scalars: dict) -> str:
+def modelled_sentence(scalars: dict, *, say_no_shapes: bool = True) -> str:
     """The modelled share in words (``modelled_share``, ``modelled_gpu_ns``, ``gpu_ns``,
-    ``unattributed_gpu_ns``)."""
+    ``unattributed_gpu_ns``), and, unless ``say_no_shapes`` is off (a page that says it in its own message),
+    that a trace without shapes cannot be modelled and how to record them."""
     share, total = scalars.get("modelled_share"), scalars.get("gpu_ns") or 0
     un = scalars.get("unattributed_gpu_ns") or 0
     if not total:
@@ -259,7 +260,7 @@ def modelled_sentence(scalars: dict) -> str:
     if un:
         text += (f" {un / NS_PER_MS:,.3f} ms of GPU activity has no leaf operator (CUDA-graph replays or launches "
                  "outside the trace) and is not modelled.")
-    if scalars.get("shapes_recorded") is False:
+    if say_no_shapes and scalars.get("shapes_recorded") is False:
         text += " " + NO_SHAPES[0].upper() + NO_SHAPES[1:]
     return text
 

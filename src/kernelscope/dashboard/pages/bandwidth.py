@@ -103,12 +103,13 @@ def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
         _kpi("above_peak", "above 100% of a peak", count_text(s.get("above_peak")), s.get("above_peak"),
              "instances above a bandwidth or FLOP peak (see the warnings)"),
     ], className="ks-kpis", id="bw-kpis"))
-    body += [html.P(modelled_sentence(s), id="bw-modelled"),
-             html.P(peaks_sentence(s.get("device_peaks")), className="ks-hint", id="bw-peaks")]
-
     sig = r.tables.get("per_signature")
     rows = signature_rows(sig, s.get("gpu_ns"))
     selected = selected_signature(params, len(rows))
+    # a trace without shapes: the message above its roofline names the cause and the fix, so this sentence
+    # leaves them out (said once on the page)
+    body += [html.P(modelled_sentence(s, say_no_shapes=not len(rows)), id="bw-modelled"),
+             html.P(peaks_sentence(s.get("device_peaks")), className="ks-hint", id="bw-peaks")]
     if not len(rows):  # only unattributed GPU time (CUDA-graph replays): no signature, no figure, no table
         body.append(message("No GPU time is attributed to an operator signature, so there is no roofline to "
                             "draw (see the sentence above).", "msg-bw-nothing-modelled"))
