@@ -38,21 +38,30 @@ _BUILDING: dict = {}  # key -> Lock held while one thread builds it
 _STATS = {"hits": 0, "misses": 0}
 
 
+_MISSING = object()
+
+
+def _hit(key):
+    """The cached value for ``key`` (counted as a hit and made the most recently used), or ``_MISSING``.
+    Call with ``_LOCK`` held."""
+    if key not in _CACHE:
+        return _MISSING
+    _CACHE.move_to_end(key)
+    _STATS["hits"] += 1
+    return _CACHE[key]
+
+
 def cached(key, build):
     """The value for ``key``, ``build()`` once per key and process while it stays among the
     ``MAX_ENTRIES`` most recently used."""
     with _LOCK:
-        if key in _CACHE:
-            _CACHE.move_to_end(key)
-            _STATS["hits"] += 1
-            return _CACHE[key]
+        if (value := _hit(key)) is not _MISSING:
+            return value
         building = _BUILDING.setdefault(key, threading.Lock())
     with building:
         with _LOCK:  # built by another thread while this one waited
-            if key in _CACHE:
-                _CACHE.move_to_end(key)
-                _STATS["hits"] += 1
-                return _CACHE[key]
+            if (value := _hit(key)) is not _MISSING:
+                return value
             _STATS["misses"] += 1
         try:
             value = build()
@@ -157,11 +166,8 @@ def analysis_part(store, name: str, trace_id: str, tables):
     fn = get_analysis(name).fn
     whole = key(store, trace_id, "analysis:" + name, **_with_defaults(fn, {}))
     with _LOCK:
-        if whole in _CACHE:
-            _CACHE.move_to_end(whole)
-            _STATS["hits"] += 1
-            return _CACHE[whole]
-    return analysis(store, name, trace_id, _tables=tuple(tables))
+        value = _hit(whole)
+    return value if value is not _MISSING else analysis(store, name, trace_id, _tables=tuple(tables))
 
 
 def prefetch(store, trace_id: str, items) -> None:
