@@ -135,6 +135,32 @@ def test_every_ingest_connection_gets_the_settings(tmp_path, monkeypatch, spy):
         assert int(store.con.execute("SELECT current_setting('threads')").fetchone()[0]) != 64
 
 
+def test_a_small_trace_derives_on_one_thread_a_large_one_on_all(tmp_path, monkeypatch, machine, spy):
+    """Under ``SMALL_TRACE_EVENTS`` staged events a trace derives on one DuckDB thread, with the memory sized
+    for the machine's threads; at or above it, on those threads. The limit set to 50k here: the 10.5k-event
+    llama_prefill_b1 is small, the 88k-event llama_decode is not."""
+    machine(4)
+    monkeypatch.setattr(sizing, "SMALL_TRACE_EVENTS", 50_000)
+    want = ingest_resources()
+    assert want.threads == 4
+    with open_store(tmp_path / "s.duckdb") as store:
+        res = ingest_paths(store, [SAMPLES / "llama_prefill_b1" / "trace.json.gz",
+                                   SAMPLES / "llama_decode" / "trace.json.gz"])
+        assert [r.status for r in res] == ["ingested"] * 2, res
+        assert [r.events < 50_000 for r in res] == [True, False]
+    assert spy == [(1, _duckdb_text(want.memory)), (4, _duckdb_text(want.memory))]
+
+
+def test_out_of_memory_at_one_thread_asks_for_memory_not_fewer_threads(monkeypatch, machine):
+    machine(1)
+    one = str(sizing.db_error("t.json", duckdb.OutOfMemoryException("Out of Memory Error: stand-in")))
+    assert "now 256MB for 1 thread, e.g. KERNELSCOPE_MEMORY_LIMIT=2GB)" in one and "fewer threads" not in one, one
+    machine(8)
+    eight = str(sizing.db_error("t.json", duckdb.OutOfMemoryException("Out of Memory Error: stand-in")))
+    assert "now 2048MB for 8 threads, e.g. KERNELSCOPE_MEMORY_LIMIT=4096MB)" in eight, eight
+    assert "fewer threads (KERNELSCOPE_THREADS=2)" in eight, eight
+
+
 def test_fallback_order():
     """After out of memory: at most 2 threads and the least memory, then 1 thread, then give up; a memory
     given by the user is kept."""

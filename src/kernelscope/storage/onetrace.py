@@ -113,6 +113,7 @@ def ingest_reader(
                 str(path), "skipped", existing, f"already stored as {existing}", rows,
                 time.perf_counter() - t0,
             )
+        sizing.small_trace_threads(con, rows)
         facts = rawfacts.raw_facts(con, meta)
         retried = []
         while True:

@@ -81,6 +81,7 @@ def _parse_and_derive(path: str, out: str, python_functions: bool, res: sizing.R
             con.execute("SET enable_progress_bar = false")
             disable_bad_optimizers(con)
             sizing.apply_resources(con, res)  # as the one-file path derives (bounded memory)
+            sizing.small_trace_threads(con, rows)
             for _version, _name, sql in migrations():
                 con.execute(sql)
             staging.raw_view(con, staged_files)

@@ -28,6 +28,11 @@ MEMORY_PER_THREAD = 256 * 10**6
 MIN_MEMORY = 256 * 10**6
 #: The share of the machine's (or cgroup's) memory that ingest's DuckDB connections may take together.
 RAM_SHARE = 0.25
+#: A trace of fewer staged events is derived on one DuckDB thread (``small_trace_threads``): at this size the
+#: second thread cost CPU without saving time (2 cores: the 42 sample traces, 406k events, 25-27 s of CPU on one
+#: thread against 30-33 s on two, wall no longer; an 88k-event trace 2.6-2.8 s against 2.9-3.5 s), while a
+#: 787k-event one derived faster on two (links 1.5 s against 2.1 s).
+SMALL_TRACE_EVENTS = 200_000
 
 
 @dataclass(frozen=True)
@@ -159,6 +164,14 @@ def ingest_settings(con, res: Resources | None = None):
                 pass
 
 
+def small_trace_threads(con, events: int) -> None:
+    """One DuckDB thread on ``con`` for deriving a trace of fewer than ``SMALL_TRACE_EVENTS`` staged events,
+    unless ``KERNELSCOPE_THREADS`` forces a count; its memory limit stays as sized (``ingest_settings``
+    restores both afterwards)."""
+    if events < SMALL_TRACE_EVENTS and not (os.environ.get(THREADS_ENV) or "").strip():
+        con.execute("SET threads = 1")
+
+
 def _safe_setting(text: str) -> str:
     return re.sub(r"[^0-9A-Za-z. ]", "", text)
 
@@ -228,12 +241,16 @@ def db_error(path, exc: BaseException, rank_files: bool = False) -> StoreError:
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     msg = f"{path}: DuckDB failed while deriving the trace's tables: {first}"
     if "Out of Memory" in first or type(exc).__name__ == "OutOfMemoryException":
+        fewer, more = "", "2GB"
         try:
             res = ingest_resources()
             now = f"now {res.memory} for {res.threads} thread{'s' if res.threads != 1 else ''}"
+            if res.memory_bytes and 2 * res.memory_bytes > 2 * 10**9:  # at 2 GB, "e.g. 2GB" was no advice
+                more = _size_text(2 * res.memory_bytes)
+            if res.threads > 1:  # at one thread already, fewer threads is no advice
+                fewer = f" or fewer threads ({THREADS_ENV}={min(2, res.threads - 1)})"
         except UsageError:
             now = "now unreadable"
-        msg += (f"; give ingest more memory ({MEMORY_ENV}, {now}, e.g. {MEMORY_ENV}=2GB) or fewer threads "
-                f"({THREADS_ENV}=2)"
+        msg += (f"; give ingest more memory ({MEMORY_ENV}, {now}, e.g. {MEMORY_ENV}={more}){fewer}"
                 + (" or parse fewer rank files at once (KERNELSCOPE_INGEST_WORKERS=1)" if rank_files else ""))
     return StoreError(msg)
