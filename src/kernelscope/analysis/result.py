@@ -70,9 +70,16 @@ def json_safe(value: Any) -> Any:
 def table_records(df: pd.DataFrame) -> list[dict[str, Any]]:
     """A DataFrame as a list of JSON-safe row dicts (ints stay ints, missing values become null)."""
     cols = [str(c) for c in df.columns]
-    return [
-        {c: json_safe(v) for c, v in zip(cols, row)} for row in df.itertuples(index=False, name=None)
-    ]
+    return [{c: json_safe(v) for c, v in zip(cols, row)} for row in column_rows(df)]
+
+
+def column_rows(df: pd.DataFrame):
+    """The rows of ``df`` as tuples, the values ``itertuples`` gives (Python scalars for numpy columns, NA for
+    missing), read a column at a time: ``itertuples`` converts an Arrow-backed column one element at a time,
+    ~10x slower (a sixth of the suite's pandas time went there)."""
+    if not df.shape[1]:
+        return iter([()] * len(df))
+    return zip(*(df.iloc[:, k].tolist() for k in range(df.shape[1])))
 
 
 @dataclass

@@ -8,7 +8,7 @@ from typing import Any
 
 import pandas as pd
 
-from .result import py_scalar
+from .result import column_rows, py_scalar
 
 
 def query_rows(store, sql: str, **params) -> list[dict[str, Any]]:
@@ -16,7 +16,7 @@ def query_rows(store, sql: str, **params) -> list[dict[str, Any]]:
     df = store.query(sql, params)
     if not isinstance(df, pd.DataFrame):
         df = pd.DataFrame(df)
-    return [{c: py_scalar(v) for c, v in zip(df.columns, row)} for row in df.itertuples(index=False, name=None)]
+    return [{c: py_scalar(v) for c, v in zip(df.columns, row)} for row in column_rows(df)]
 
 
 def query_row(store, sql: str, **params) -> dict[str, Any]:

@@ -90,14 +90,12 @@ def gpu_activity_count(store, trace_id: str) -> int:
 def ingest_stamps(store, trace_ids=None) -> dict:
     """``{trace_id: ingested_ns or None}`` of the given trace ids (unknown ids left out), or of every trace
     of the store when ``trace_ids`` is None, in id order for the whole store."""
-    if trace_ids is None:
-        df = store.query("SELECT trace_id, ingested_ns FROM traces ORDER BY trace_id")
+    if trace_ids is None:  # fetchall, not a DataFrame: every cached analysis asks (reports/cache.py's key)
+        rows = store.con.execute("SELECT trace_id, ingested_ns FROM traces ORDER BY trace_id").fetchall()
     else:
-        df = store.query("SELECT trace_id, ingested_ns FROM traces WHERE trace_id IN (SELECT unnest($ids))",
-                         {"ids": list(trace_ids)})
-    import pandas as pd
-
-    return {str(t): None if pd.isna(n) else int(n) for t, n in zip(df["trace_id"], df["ingested_ns"])}
+        rows = store.con.execute("SELECT trace_id, ingested_ns FROM traces WHERE trace_id IN (SELECT unnest($ids))",
+                                 {"ids": list(trace_ids)}).fetchall()
+    return {str(t): None if n is None else int(n) for t, n in rows}
 
 
 def runs(store) -> pd.DataFrame:
