@@ -4,7 +4,9 @@ that tests open or copy.
 - ``session_store``: every Kineto trace file the repo ships, each ingested on its own through the real CLI
   (``*.json`` / ``*.json.gz`` under ``sample_traces/``, real traces from a GPU, and directly under
   ``tests/data/``, small real traces), so a file the parser refuses is recorded as a failure (tests decide
-  whether that is right) and ``.json``/``.json.gz`` twins map to the same trace id. Open it read-only.
+  whether that is right) and ``.json``/``.json.gz`` twins map to the same trace id. It starts as a copy of
+  ``sample_runs``' store, so a run directory's trace is the run's (its name, labels and telemetry) and is
+  derived once per session. Open it read-only.
 - ``sample_runs``: README's main job, ``kernelscope ingest sample_traces/``: every collector run directory
   (run.json + trace.json.gz: name, labels, telemetry, un-profiled timings) ingested as a run, and the rest of
   the folder; ``ids`` maps each run directory to its trace id. Open it read-only.
@@ -152,13 +154,22 @@ _LINE = re.compile(r"^(ingested|skipped)\s+(\S+)\s+(.*?)\s+\(")
 
 
 def _ingest_files(db: Path) -> tuple[dict, dict]:
+    """Every trace file through `kernelscope ingest FILE`, into a copy of README's main job's store (the
+    ``sample_runs`` template), except the files that job already stored (its lines name each trace's file or
+    run directory): those map to the trace it stored, so each sample's tables are derived once per session."""
     from click.testing import CliRunner
 
     from kernelscope.cli import cli
 
+    said, _runs = stores.copy("sample_traces", _ingest_samples, db)
+    stored = {Path(m.group(3)): m.group(2) for m in map(_LINE.match, said.stdout.splitlines()) if m}
     ids, failures = {}, {}
     runner = CliRunner()
     for path in trace_files():
+        tid = stored.get(path) or (stored.get(path.parent) if path.name.startswith("trace.json") else None)
+        if tid is not None:
+            ids[path] = tid
+            continue
         res = runner.invoke(cli, ["ingest", str(path), "--db", str(db)])
         m = _LINE.match(res.stdout.strip()) if res.stdout.strip() else None
         if res.exit_code == 0 and m:
