@@ -266,3 +266,25 @@ def test_rm_of_every_rank_removes_the_run(tmp_path):
         remove_traces(store, ids[1:])
         assert _count(store, "runs") == 0 and _count(store, "rank_clocks") == 0
         assert _count(store, "collectives") == 0
+
+
+def test_one_file_of_a_stored_run_ingested_again_is_skipped(tmp_path):
+    """README's main job stored tb_ddp's two worker files as one run; `ingest` of one of those files again says
+    'skipped' with the trace it is, exit 0, and stores nothing (it said 'rank 0 is already stored outside this
+    run; remove it', exit 1: the file alone made a run of its own, a partial one with another run id)."""
+    import stores
+    from conftest import _LINE, SAMPLES, _ingest_samples
+
+    db = tmp_path / "s.duckdb"
+    stores.copy("sample_traces", _ingest_samples, db)
+    (one,) = sorted((SAMPLES / "tb_ddp").glob("vm_534.*.pt.trace.json.gz"))
+    with open_store(db, read_only=True) as store:
+        (tid, run), = store.con.execute("SELECT trace_id, run_id FROM traces WHERE source = ?", [str(one)]).fetchall()
+        before = _count(store, "traces"), _count(store, "gpu_activities")
+    res = CliRunner().invoke(cli, ["ingest", str(one), "--db", str(db)])
+    assert res.exit_code == 0 and not res.stderr, res.output
+    m = _LINE.match(res.stdout)
+    assert m and m.group(1) == "skipped" and m.group(2) == tid, res.stdout
+    assert f"(rank 0 of run {run})" in res.stdout
+    with open_store(db, read_only=True) as store:
+        assert (_count(store, "traces"), _count(store, "gpu_activities")) == before

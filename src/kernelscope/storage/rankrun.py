@@ -249,7 +249,8 @@ def ingest_rank_run(store, folder, members, *, labels=None, python_functions=Tru
     table once over all ranks, the run row and the per-rank clock offsets. Any failure (a bad file, a rank
     collision, mixed runs) gives one 'failed' result for the folder and leaves no rows. A partial run (ranks of
     the world size without a trace) is ingested, its missing ranks stored (``runs.missing_ranks``) and named on
-    every rank's line. Already stored as this run: one 'skipped' result per rank. Results: one per rank, in
+    every rank's line. Already stored as this run, or as ranks of one stored run (one file of a run ingested
+again): one 'skipped' result per rank. Results: one per rank, in
     rank order (message names the rank and its source).
 
     ``publish`` (``ingest --parquet DIR``): the workers (or Ray tasks) write each rank's derived tables as its
@@ -296,9 +297,10 @@ def ingest_rank_run(store, folder, members, *, labels=None, python_functions=Tru
             in_run = {r[0] for r in con.execute(
                 "SELECT DISTINCT run_id FROM traces WHERE trace_id IN (SELECT unnest(?))",
                 [list(stored.values())]).fetchall()}
-            if in_run == {run_id}:
+            if len(in_run) == 1 and None not in in_run:  # this run, or ranks of one stored run given again
+                (stored_run,) = in_run
                 return [IngestResult(str(m.path), "skipped", stored[h], f"already stored as {stored[h]} "
-                                     f"(rank {m.rank} of run {run_id})", p.rows, time.perf_counter() - t0)
+                                     f"(rank {m.rank} of run {stored_run})", p.rows, time.perf_counter() - t0)
                         for m, h, p in sorted(zip(members, hashes, parsed), key=lambda x: x[0].rank)]
         clash = next(((m, stored[h]) for m, h in zip(members, hashes) if stored[h]), None)
         if clash:
