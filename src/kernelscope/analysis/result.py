@@ -75,11 +75,11 @@ def table_records(df: pd.DataFrame) -> list[dict[str, Any]]:
 
 def column_rows(df: pd.DataFrame):
     """The rows of ``df`` as tuples, the values ``itertuples`` gives (Python scalars for numpy columns, NA for
-    missing), read a column at a time: ``itertuples`` converts an Arrow-backed column one element at a time,
-    ~10x slower (a sixth of the suite's pandas time went there)."""
+    missing), read a column at a time: ``itertuples`` converts an Arrow-backed column one element at a time
+    (2,000 rows x 8 columns: 7.3 ms against 0.9 ms; 3 rows: 0.43 against 0.16 ms)."""
     if not df.shape[1]:
         return iter([()] * len(df))
-    return zip(*(df.iloc[:, k].tolist() for k in range(df.shape[1])))
+    return zip(*(column.tolist() for _name, column in df.items()))
 
 
 @dataclass
