@@ -250,8 +250,8 @@ def ingest_rank_run(store, folder, members, *, labels=None, python_functions=Tru
     collision, mixed runs) gives one 'failed' result for the folder and leaves no rows. A partial run (ranks of
     the world size without a trace) is ingested, its missing ranks stored (``runs.missing_ranks``) and named on
     every rank's line. Already stored as this run, or as ranks of one stored run (one file of a run ingested
-again): one 'skipped' result per rank. Results: one per rank, in
-    rank order (message names the rank and its source).
+    again): one 'skipped' result per rank. Results: one per rank, in rank order (message names the rank and its
+    source).
 
     ``publish`` (``ingest --parquet DIR``): the workers (or Ray tasks) write each rank's derived tables as its
     partitions of the Parquet dataset at ``publish`` instead of the transaction inserting them; ``store`` then
