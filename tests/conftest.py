@@ -1,12 +1,12 @@
 """Shared fixtures: the sample traces ingested once per test session into template stores (tests/stores.py)
 that tests open or copy.
 
-- ``session_store``: every Kineto trace file the repo ships, each ingested on its own through the real CLI
-  (``*.json`` / ``*.json.gz`` under ``sample_traces/``, real traces from a GPU, and directly under
-  ``tests/data/``, small real traces), so a file the parser refuses is recorded as a failure (tests decide
-  whether that is right) and ``.json``/``.json.gz`` twins map to the same trace id. It starts as a copy of
-  ``sample_runs``' store, so a run directory's trace is the run's (its name, labels and telemetry) and is
-  derived once per session. Open it read-only.
+- ``session_store``: every Kineto trace file the repo ships (``*.json`` / ``*.json.gz`` under
+  ``sample_traces/``, real traces from a GPU, and directly under ``tests/data/``, small real traces), mapped to
+  its trace id. It starts as a copy of ``sample_runs``' store: a file README's main job stored is that job's
+  trace (a run directory's, with its name, labels and telemetry), derived once per session; every other file
+  is ingested on its own through the real CLI, so a file the parser refuses is recorded as a failure (tests
+  decide whether that is right) and ``.json``/``.json.gz`` twins map to the same trace id. Open it read-only.
 - ``sample_runs``: README's main job, ``kernelscope ingest sample_traces/``: every collector run directory
   (run.json + trace.json.gz: name, labels, telemetry, un-profiled timings) ingested as a run, and the rest of
   the folder; ``ids`` maps each run directory to its trace id. Open it read-only.
@@ -153,6 +153,12 @@ class SessionStore:
 _LINE = re.compile(r"^(ingested|skipped)\s+(\S+)\s+(.*?)\s+\(")
 
 
+def _stored(stdout: str) -> dict[Path, str]:
+    """``{path: trace id}`` of the 'ingested'/'skipped' lines of `kernelscope ingest` (a file, or a rank's
+    folder)."""
+    return {Path(m.group(3)): m.group(2) for m in map(_LINE.match, stdout.splitlines()) if m}
+
+
 def _ingest_files(db: Path) -> tuple[dict, dict]:
     """Every trace file through `kernelscope ingest FILE`, into a copy of README's main job's store (the
     ``sample_runs`` template), except the files that job already stored (its lines name each trace's file or
@@ -162,7 +168,7 @@ def _ingest_files(db: Path) -> tuple[dict, dict]:
     from kernelscope.cli import cli
 
     said, _runs = stores.copy("sample_traces", _ingest_samples, db)
-    stored = {Path(m.group(3)): m.group(2) for m in map(_LINE.match, said.stdout.splitlines()) if m}
+    stored = _stored(said.stdout)
     ids, failures = {}, {}
     runner = CliRunner()
     for path in trace_files():
@@ -214,7 +220,7 @@ def _ingest_samples(db: Path) -> tuple[Said, dict[str, str]]:
 
     res = CliRunner().invoke(cli, ["ingest", str(SAMPLES), "--db", str(db)])
     said = Said(res.exit_code, res.stdout, res.stderr)
-    stored = {Path(m.group(3)): m.group(2) for m in map(_LINE.match, res.stdout.splitlines()) if m}
+    stored = _stored(res.stdout)
     ids = {}
     for run in run_dirs():  # a run dir's line names the folder (a rank of a run) or its trace.json.gz
         tid = stored.get(run) or stored.get(run / "trace.json.gz")

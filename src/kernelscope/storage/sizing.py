@@ -89,6 +89,11 @@ def _size_text(n: int) -> str:
     return f"{n // 10**6}MB"
 
 
+def _env_threads() -> str:
+    """``$KERNELSCOPE_THREADS`` as given (stripped; '' when unset): a thread count the user forces."""
+    return (os.environ.get(THREADS_ENV) or "").strip()
+
+
 def ingest_resources(processes: int = 1) -> Resources:
     """DuckDB threads and memory for one ingest connection, sized together (docs/ingest.md "Memory and
     threads"); every connection ingest opens or uses gets them (``apply_resources``).
@@ -105,7 +110,7 @@ def ingest_resources(processes: int = 1) -> Resources:
     2 threads on a 1.1 GB trace but not 16 threads on a 120 MB one (docs/ingest.md). What still runs out
     of memory is derived again with less (``fallback_resources``)."""
     processes = max(1, int(processes))
-    env_threads = (os.environ.get(THREADS_ENV) or "").strip()
+    env_threads = _env_threads()
     forced_threads = None
     if env_threads:
         if not env_threads.isdigit() or not 1 <= int(env_threads) <= 1024:
@@ -168,7 +173,7 @@ def small_trace_threads(con, events: int) -> None:
     """One DuckDB thread on ``con`` for deriving a trace of fewer than ``SMALL_TRACE_EVENTS`` staged events,
     unless ``KERNELSCOPE_THREADS`` forces a count; its memory limit stays as sized (``ingest_settings``
     restores both afterwards)."""
-    if events < SMALL_TRACE_EVENTS and not (os.environ.get(THREADS_ENV) or "").strip():
+    if events < SMALL_TRACE_EVENTS and not _env_threads():
         con.execute("SET threads = 1")
 
 
