@@ -334,8 +334,10 @@ def test_bandwidth_page_and_report_say_first_that_the_trace_has_no_shapes(conf, 
     from dashboard.tree import find_json, text_json
 
     no, yes = _first(conf, "qwen2_defaults"), _first(conf, "qwen2_full")
-    msg = find_json(_page(client, f"/trace/{no}/bandwidth"), "msg-bw-nothing-modelled")
+    page = _page(client, f"/trace/{no}/bandwidth")
+    msg = find_json(page, "msg-bw-nothing-modelled")
     assert msg is not None and "record_shapes=True" in text_json(msg)
+    assert text_json(page).count("record_shapes=True") == 1  # said there, not again in the warnings below
     assert find_json(_page(client, f"/trace/{yes}/bandwidth"), "msg-bw-nothing-modelled") is None
     out = tmp_path / "r.md"
     assert _run(conf, "report", no, "-o", str(out), "--format", "md").exit_code == 0

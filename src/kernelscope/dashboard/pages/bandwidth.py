@@ -110,11 +110,13 @@ def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
     # leaves them out (said once on the page)
     body += [html.P(modelled_sentence(s, say_no_shapes=not len(rows)), id="bw-modelled"),
              html.P(peaks_sentence(s.get("device_peaks")), className="ks-hint", id="bw-peaks")]
+    said_no_shapes = False
     if not len(rows):  # only unattributed GPU time (CUDA-graph replays): no signature, no figure, no table
         body.append(message("No GPU time is attributed to an operator signature, so there is no roofline to "
                             "draw (see the sentence above).", "msg-bw-nothing-modelled"))
     else:
-        if s.get("shapes_recorded") is False:
+        said_no_shapes = s.get("shapes_recorded") is False
+        if said_no_shapes:
             body.append(message("No operator has input shapes, so the roofline has no points: " + NO_SHAPES
                                 + " The operators' GPU time is listed below.", "msg-bw-nothing-modelled"))
         elif not s.get("modelled_gpu_ns"):
@@ -158,8 +160,10 @@ def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
                              ("reason", "why unmodelled", "text")], "bw-unmodelled"))
     else:
         body.append(message("Every operator with GPU time has a FLOP/byte rule.", "msg-bw-all-modelled"))
-    if r.warnings:
-        body.append(html.Div(warning_lines(r.warnings), id="bw-warnings"))
+    # the no-shapes warning is the message above the roofline: not said again at the bottom
+    warnings = [w for w in r.warnings if not (said_no_shapes and w == NO_SHAPES)]
+    if warnings:
+        body.append(html.Div(warning_lines(warnings), id="bw-warnings"))
     return html.Div(body)
 
 
