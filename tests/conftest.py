@@ -100,28 +100,31 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
 
 
-#: The modules that take longest (measured with --durations on this project's 2-core machine, 2026-11-27, after
-#: the shared read-only store instance),
-#: longest first, for pytest_collection_modifyitems. A stale list costs time, never correctness.
+#: The modules that take longest (the sum of their tests' wall times, measured on this project's 2-core machine,
+#: 2026-11-28), longest first, for pytest_collection_modifyitems. A stale list costs time, never correctness.
 LONGEST_FIRST = [
     "tests/test_conformance.py",
-    "tests/test_summary.py",
-    "tests/test_sample_traces.py",
-    "tests/storage/test_ingest_resources.py",
-    "tests/dashboard/test_browser_timeline.py",
-    "tests/collectors/test_sweep_cli.py",
     "tests/test_hostile.py",
     "tests/storage/test_ranks.py",
-    "tests/storage/test_derivations.py",
-    "tests/dashboard/test_browser_bw_power.py",
-    "tests/dashboard/test_url_params.py",
-    "tests/collectors/test_profile_options.py",
+    "tests/storage/test_ingest_resources.py",
+    "tests/collectors/test_sweep_cli.py",
+    "tests/dashboard/test_browser_launch_bound.py",
+    "tests/storage/test_logdir.py",
+    "tests/collectors/test_profile.py",
+    "tests/storage/test_engine.py",
+    "tests/dashboard/test_browser_timeline.py",
     "tests/analysis/test_issue4_properties.py",
     "tests/test_cli.py",
-    "tests/collectors/test_profile.py",
-    "tests/storage/test_logdir.py",
+    "tests/collectors/test_profile_options.py",
+    "tests/storage/test_export.py",
+    "tests/dashboard/test_url_params.py",
+    "tests/test_sql.py",
+    "tests/dashboard/test_browser_ranks.py",
+    "tests/storage/test_store.py",
+    "tests/test_summary.py",
+    "tests/dashboard/test_browser_bw_power.py",
+    "tests/storage/test_derivations.py",
     "tests/storage/test_lock.py",
-    "tests/dashboard/test_browser_launch_bound.py",
 ]
 
 

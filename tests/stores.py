@@ -9,7 +9,10 @@ the sample traces takes tens of seconds. So:
 - ``template(key, build)`` builds the store ``key`` once per session with ``build(db_path) -> meta`` (ids and
   such; picklable) and returns ``(path, meta)``: ``path`` is this process's own copy, to open read-only or
   read-write as a session-wide store;
-- ``copy(key, build, dst)`` puts another copy at ``dst`` (for a test or module that writes) and returns ``meta``.
+- ``copy(key, build, dst)`` puts another copy at ``dst`` (for a test or module that writes) and returns ``meta``;
+- ``once(key, build)`` is the same mechanism for any costly, picklable result (``build(folder) -> meta``): a
+  module fixture that runs the hostile corpus, say, which pytest-xdist would otherwise set up again in every
+  worker that runs one of the module's tests.
 
 Under pytest-xdist the first worker that needs a template builds it (the others wait for it, through a file
 lock) and every worker works on its own copy: DuckDB stores are never shared between processes here, so a
@@ -42,23 +45,34 @@ def _folders() -> tuple[Path, Path]:
     return SHARED, OWN
 
 
-def _built(key: str, build: Callable[[Path], Any]) -> tuple[Path, Any]:
-    """The shared template ``key`` (built here unless another process already did): (path, meta)."""
+def once(key: str, build: Callable[[Path], Any]) -> Any:
+    """``build(folder)``'s result (picklable), computed once per session: by the first process that asks, in the
+    session's folder ``key`` (where ``build`` may leave files the result names); the other processes wait for it
+    and read it."""
+    return _once(key, build)[1]
+
+
+def _once(key: str, build: Callable[[Path], Any]) -> tuple[Path, Any]:
     if key in _BUILT:
         return _BUILT[key]
     shared, _ = _folders()
-    folder = shared / key
-    folder.mkdir(parents=True, exist_ok=True)
-    db, meta_file = folder / "store.duckdb", folder / "meta.pickle"
-    with open(folder / "lock", "w") as lock:
+    folder = shared / key  # made and filled only under the lock
+    meta_file = folder / "meta.pickle"
+    with open(shared / f"{key}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # held while building: another worker waits, then finds it built
         if not meta_file.exists():
-            if db.exists():  # a build that failed half-way (an exception) left a store: start again
-                db.unlink()
-            meta = build(db)
+            shutil.rmtree(folder, ignore_errors=True)  # a build that failed half-way left files: start again
+            folder.mkdir()
+            meta = build(folder)
             meta_file.write_bytes(pickle.dumps(meta))
-    _BUILT[key] = (db, pickle.loads(meta_file.read_bytes()))
+    _BUILT[key] = (folder, pickle.loads(meta_file.read_bytes()))
     return _BUILT[key]
+
+
+def _built(key: str, build: Callable[[Path], Any]) -> tuple[Path, Any]:
+    """The shared template ``key`` (built here unless another process already did): (path, meta)."""
+    folder, meta = _once(key, lambda folder: build(folder / "store.duckdb"))
+    return folder / "store.duckdb", meta
 
 
 def template(key: str, build: Callable[[Path], Any]) -> tuple[Path, Any]:

@@ -57,8 +57,15 @@ def _snapshot(path: Path):
 
 
 @pytest.fixture(scope="module")
-def hostile(tmp_path_factory):
-    root = tmp_path_factory.mktemp("hostile")
+def hostile():
+    """The whole corpus through the harness, once per session (tests/stores.py's ``once``: the first pytest-xdist
+    worker to run one of these tests runs it, the others read its results)."""
+    import stores
+
+    return stores.once("hostile", _run_corpus)
+
+
+def _run_corpus(root: Path) -> dict:
     seed = compiled_copy(root / "seed.duckdb")  # `kernelscope ingest sample_traces/compiled`, once per session
     lanes = []
     for i in range(LANES):
