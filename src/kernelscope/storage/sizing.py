@@ -250,7 +250,7 @@ def db_error(path, exc: BaseException, rank_files: bool = False) -> StoreError:
         try:
             res = ingest_resources()
             now = f"now {res.memory} for {res.threads} thread{'s' if res.threads != 1 else ''}"
-            if res.memory_bytes and 2 * res.memory_bytes > 2 * 10**9:  # at 2 GB, "e.g. 2GB" was no advice
+            if res.memory_bytes and res.memory_bytes > 10**9:  # twice what it has, once that is over 2 GB
                 more = _size_text(2 * res.memory_bytes)
             if res.threads > 1:  # at one thread already, fewer threads is no advice
                 fewer = f" or fewer threads ({THREADS_ENV}={min(2, res.threads - 1)})"
