@@ -144,6 +144,25 @@ def test_foreach_without_any_gradient_in_the_trace_says_so(tmp_path):
     assert r.scalars["modelled_gpu_ns"] == 0
 
 
+def test_foreach_after_gradients_without_shapes_says_shapes_were_not_recorded(tmp_path):
+    """A training step recorded without shapes (torch.profiler's default): AccumulateGrad calls carry no
+    Input Dims, so no tensor list can be inferred, and the reason says so (it said 'the 0 gradients
+    accumulated before it need 0 thread blocks, its kernels ran 3', on HTA's public V100 trace too)."""
+    ag = "torch::autograd::AccumulateGrad"
+    events = [x("cpu_op", ag, 10, 1, **{"External id": 101}), x("cpu_op", ag, 12, 1, **{"External id": 102}),
+              x("cpu_op", "aten::_foreach_mul_", 20, 5, **{"External id": 1}), rt("cudaLaunchKernel", 21, 1, 1, 1),
+              _kern(MTA.format(d=1, f="BinaryOpScalarFunctor"), 30, 10, 1, 1, 3)]
+    path = write_trace(tmp_path / "noshapes.json", events, deviceProperties=[{"id": 0, "name": "NVIDIA H200"}])
+    with open_store(tmp_path / "s.duckdb") as s:
+        res = ingest_file(s, path)
+        assert res.status == "ingested", res.message
+        un = bandwidth(s, res.trace_id).table("unmodelled")
+    assert list(un["name"]) == ["aten::_foreach_mul_"]
+    reason = un["reason"].iloc[0]
+    assert "AccumulateGrad calls before it have no shapes" in reason and "record_shapes=True" in reason, reason
+    assert "thread blocks" not in reason, reason
+
+
 def _sample(session_store, name):
     with open_store(session_store.db, read_only=True) as s:
         row = s.query("SELECT trace_id FROM traces WHERE name = $n", {"n": name})

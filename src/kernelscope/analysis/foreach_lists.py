@@ -122,7 +122,14 @@ def foreach_lists(store, trace_id: str) -> dict[int, ForeachList]:
                 by_text[text] = (got, foreach_chunks(got))
             lists_at[(lo, i, dtype)] = by_text[text]
         shapes, blocks = lists_at[(lo, i, dtype)]
-        if not shapes or blocks != int(n_blocks):
+        if not shapes:  # "the 0 gradients ... need 0 thread blocks" told a user nothing: say what is missing
+            recorded = any(g_shape[k] is not None for k in range(lo, i))
+            out[int(op_id)] = _none(
+                f"tensor-list shapes not recorded, and no gradient accumulated before it is {dtype}" if recorded
+                else "tensor-list shapes not recorded, and the AccumulateGrad calls before it have no shapes "
+                     "either (recorded without record_shapes=True)")
+            continue
+        if blocks != int(n_blocks):
             out[int(op_id)] = _none(f"tensor-list shapes not recorded; the {len(shapes)} gradients "
                                     f"accumulated before it need {blocks} thread blocks, its kernels ran "
                                     f"{int(n_blocks)}")
