@@ -103,3 +103,26 @@ def test_a_click_on_the_lower_half_of_the_last_row_opens_it(page, base_url):
     finally:
         page.set_viewport_size({"width": 1400, "height": 1000})
     assert page.console_errors == []
+
+
+def test_a_trace_opened_from_low_on_the_list_shows_its_page_from_the_top(page, base_url):
+    """The traces list scrolled down to its last row: the row's overview opens at the top of the window, its
+    tabs in view (it opened at the list's scroll position, below its tabs and KPIs)."""
+    page.set_viewport_size({"width": 1400, "height": 400})  # the list is taller than the window
+    try:
+        page.goto(base_url + "/")
+        page.wait_for_selector(_ROWS)
+        last = page.locator(f"{_ROWS}[row-index]").last
+        last.scroll_into_view_if_needed()
+        assert page.evaluate("() => window.scrollY") > 100
+        row_id = last.get_attribute("row-id")
+        box = last.bounding_box()
+        page.mouse.click(box["x"] + 60, box["y"] + box["height"] / 2)
+        page.wait_for_url(f"**/trace/{row_id}", timeout=30_000)
+        page.wait_for_selector("#nav-overview")
+        page.wait_for_function("() => window.scrollY === 0", timeout=10_000)
+        tabs = page.locator("#nav-overview").bounding_box()
+        assert 0 <= tabs["y"] < 400
+    finally:
+        page.set_viewport_size({"width": 1400, "height": 1000})
+    assert page.console_errors == []

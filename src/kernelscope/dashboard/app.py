@@ -27,7 +27,7 @@ import secrets
 from urllib.parse import urlencode
 
 import dash
-from dash import Input, Output, State, dcc, html
+from dash import ClientsideFunction, Input, Output, State, dcc, html
 
 from ..errors import KernelscopeError, TraceNotFound, UsageError
 from ..storage.queries import resolve_trace
@@ -160,6 +160,7 @@ def create_app(db_path, token: str | None = None, logdir=None) -> dash.Dash:
     app.index_string = _INDEX
     app.layout = html.Div([
         dcc.Location(id="url", refresh="callback-nav"),
+        dcc.Store(id="url-shown"),  # the path last scrolled to the top for (toTop)
         html.Div([dcc.Link("kernelscope", href="/", className="ks-brand"),
                   dcc.Link("traces", href="/"),
                   *[dcc.Link(getattr(m, "TITLE", n), href=f"/{n}") for n, m in STORE_PAGES.items()],
@@ -168,6 +169,11 @@ def create_app(db_path, token: str | None = None, logdir=None) -> dash.Dash:
         html.Div(id=ERROR_ID),
         dcc.Loading(html.Div(id="page"), delay_show=300),
     ])
+
+    # another page opens at its top (the window kept the old page's scroll: a trace opened from low on the
+    # traces list showed its overview below its tabs and KPIs); a change of the query string alone (a zoom) does not
+    app.clientside_callback(ClientsideFunction("kernelscope", "toTop"), Output("url-shown", "data"),
+                            Input("url", "pathname"), prevent_initial_call=True)
 
     @app.callback(Output("page", "children"), Input("url", "pathname"), State("url", "search"))
     def _render(pathname, search):

@@ -10,6 +10,7 @@
  *   zoomFilter(relayout)  keeps a figure's x-range changes and the double-click reset, drops the rest
  *   timelineZoom(relayout, graphId)  zoomFilter's answer with "px": the width of the graph's plot area in
  *                         pixels (the Timeline fits the names it writes in bars to it)
+ *   toTop(pathname)       scrolls the window to the top when another page opens; returns the path
  */
 (function () {
     "use strict";
@@ -77,6 +78,10 @@
 
     window.dash_clientside = Object.assign({}, window.dash_clientside, {
         kernelscope: {
+            toTop: function (pathname) {
+                window.scrollTo(0, 0);
+                return pathname;
+            },
             timelineZoom: function (r, graphId) {
                 var out = window.dash_clientside.kernelscope.zoomFilter(r);
                 if (out === window.dash_clientside.no_update) { return out; }
