@@ -235,23 +235,28 @@ def test_process_sampler_child_failure_warns_once_and_returns_empty(fake, monkey
     assert t.num_rows == 0 and t.schema == nvml.TELEMETRY_SCHEMA and s.info()["samples"] == 0
 
 
-def test_process_sampler_runs_beside_a_busy_interpreter(fake):
-    """The child samples on its own GIL: a pure-Python busy loop here does not stretch its period."""
-    fake()
-    s = nvml.make_sampler(devices=[UUIDS[0]], period_ms=5, mode="process").start()
+def _inside_one_gil_holding_call(sampler):
+    """Timestamps the sampler took while this interpreter sat in one C call that never releases the GIL."""
+    sampler.start()
     t_busy = time.time_ns()
-    t_end = time.time() + 0.5
-    x = 0
-    while time.time() < t_end:  # holds this interpreter's GIL except at switch points
-        x += 1
+    sum(range(30_000_000))  # ~0.3-0.7 s in one builtin call: no switch point, no other thread of ours runs
     t_done = time.time_ns()
-    t = s.stop()
-    # timing bars live in benchmarks/sampler_overhead.py; here: it sampled all through the busy loop
-    ts = sorted(t.column("ts_ns").to_pylist())
-    inside = [x for x in ts if t_busy <= x <= t_done]
-    assert len(inside) >= 5 and s.info()["kind"] == "process"
-    assert max(b - a for a, b in zip([t_busy] + inside, inside + [t_done])) < 0.25e9  # no GIL-long gap
+    t = sampler.stop()
+    return [x for x in t.column("ts_ns").to_pylist() if t_busy <= x <= t_done]
+
+
+def test_process_sampler_runs_beside_a_busy_interpreter(fake):
+    """The child samples on its own GIL; a thread sampler, under the same call, cannot.
+
+    Counts, not gaps: on a loaded 2-core CI box the child may be descheduled for a few hundred ms (a 374 ms gap
+    once failed a gap bar), but it still samples inside the call, where a thread sampler takes at most the one
+    samples it may squeeze in just before and just after the call. Timing bars live in benchmarks/sampler_overhead.py."""
+    fake()
+    s = nvml.make_sampler(devices=[UUIDS[0]], period_ms=5, mode="process")
+    assert len(_inside_one_gil_holding_call(s)) >= 10 and s.info()["kind"] == "process"  # ~125 on a quiet box
     assert s.info()["startup_s"] is not None and s.info()["startup_s"] < 30
+    thread = nvml.make_sampler(devices=[UUIDS[0]], period_ms=5, mode="thread")
+    assert len(_inside_one_gil_holding_call(thread)) <= 5  # 2: one just before the call, one just after
 
 
 def test_unknown_mode_is_a_usage_error(fake):
