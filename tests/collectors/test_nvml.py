@@ -149,10 +149,11 @@ def test_one_second_stall_keeps_sampling_with_real_timestamps(fake, mode, tmp_pa
     assert alive
     assert ts == sorted(ts)
     gaps = [b - a for a, b in zip(ts, ts[1:])]
-    big = [g for g in gaps if g > 500e6]
+    big = [g for g in gaps if g > 900e6]  # a loaded CI box has descheduled the sampler for 374 ms, never 900
     assert len(big) == 1 and 1.0e9 <= big[0] < 3e9  # the stall is visible as one gap (load only stretches it)
-    # the stalled sample is stamped when its values were actually read (after the stall), not on schedule
-    assert any(0 <= x - stall_end_ns < 50e6 for x in ts)
+    # the stalled sample is stamped when its values were actually read (after the stall), not on schedule (1 s
+    # before); the margin is for a loaded box
+    assert any(0 <= x - stall_end_ns < 300e6 for x in ts)
     after = [x for x in ts if x > stall_end_ns]
     assert len(after) >= 3  # it kept sampling after the stall (about 0.4 s at 10 ms)
     assert ts[-1] <= t_stopped  # nothing stamped after stop() returned (a child may tick while stopping)
