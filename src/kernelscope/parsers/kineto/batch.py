@@ -9,6 +9,7 @@ are not what their column holds are read as null and counted (``bad_numbers``, b
 
 from __future__ import annotations
 
+import decimal
 import gc
 import re
 from collections import Counter
@@ -62,8 +63,12 @@ _PH_KIND = {"M": "meta", "s": "flow", "f": "flow", "t": "flow", "i": "instant", 
 _DROPPED_TEXT = re.compile(
     r"(dropp?ed|lost)\b.*\b(record|event|activit)|(record|event|activit)\w*\s+(were\s+)?(dropp?ed|lost)|overflow", re.I
 )
-#: µs with 3 fractional digits; its unscaled value (< 10^18) is the time in ns and fits int64.
-_DEC_US = pa.decimal128(18, 3)
+#: µs with 3 fractional digits; its unscaled value is the time in ns. 19 digits: epoch µs at ns resolution
+#: ("1712195495519689.047", torch's and HTA's traces since ~2024) have 16 before the point; the unscaled value
+#: fits int64 only below 2^63 ns, checked against these bounds.
+_DEC_US = pa.decimal128(19, 3)
+_DEC_US_MAX = pa.scalar(decimal.Decimal("9223372036854775.807"), _DEC_US)
+_DEC_US_MIN = pa.scalar(decimal.Decimal("-9223372036854775.808"), _DEC_US)
 _astuple = msgspec.structs.astuple
 
 #: ``number`` args by the column they fill, first field first (``ev_idx``: "Ev Idx", else the older
@@ -202,9 +207,10 @@ class BatchBuilder:
 
 def _times(raws: list[Raw], which: str, seq0: int) -> pa.Array:
     """Decimal µs texts -> exact int64 ns (null where absent). Vectorised: Arrow reads the texts as
-    decimal128(18, 3) µs -- exact, and an error for anything it cannot hold exactly (more than 3
-    fractional digits, 10^15 µs or more, non-numbers) -- whose unscaled integer is the ns value.
-    Otherwise every text goes through ``units.us_text_to_ns`` one by one."""
+    decimal128(19, 3) µs -- exact, and an error for anything it cannot hold exactly (more than 3
+    fractional digits, 10^16 µs or more, non-numbers) -- whose unscaled integer, inside int64, is the ns
+    value. Otherwise every text goes through ``units.us_text_to_ns`` one by one (it rounds past the third
+    digit and says which event is not a number or too large)."""
     text = _raw_strings(raws)
     if (pc.max(pc.binary_length(text)).as_py() or 0) > 40:  # pyarrow's decimal cast reads a 1,000-digit
         return _times_slow(text, which, seq0)  # number as 0 (seen with 26.0): the exact path instead
@@ -212,6 +218,10 @@ def _times(raws: list[Raw], which: str, seq0: int) -> pa.Array:
         dec = pc.cast(text, _DEC_US)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return _times_slow(text, which, seq0)
+    lo_hi = pc.min_max(dec)
+    if lo_hi["max"].is_valid and (pc.greater(lo_hi["max"], _DEC_US_MAX).as_py()
+                                  or pc.less(lo_hi["min"], _DEC_US_MIN).as_py()):
+        return _times_slow(text, which, seq0)  # past int64 ns: its one-line error
     n = len(dec)
     low = np.frombuffer(dec.buffers()[1], np.int64, count=2 * n, offset=16 * dec.offset)[::2]
     return pa.Array.from_buffers(
