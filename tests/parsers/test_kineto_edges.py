@@ -298,3 +298,33 @@ def test_tiny_blocks_give_the_same_rows(tmp_path, monkeypatch, name, block):
 def test_batch_rows_caps_batches(tmp_path):
     r = kineto.read_kineto(et.cuda_graph(tmp_path), batch_rows=3)
     assert [b.num_rows for b in r] == [3, 1]
+
+
+def test_null_number_counts_equal_the_definition_on_random_text():
+    """count_null_numbers (a backwards look from each `null`) counts what its definition, the regex
+    `"key"\\s*:\\s*null` with a key of 1-40 characters without quote or backslash, finds: on random mixes of
+    keys, whitespace, quotes, backslashes and nulls, and on the edges (41-character keys, an escaped quote)."""
+    import random
+    import re
+    from collections import Counter
+
+    from kernelscope.parsers.kineto.fields import NUMERIC_ARG_KEYS
+    from kernelscope.parsers.kineto.repair import count_null_numbers
+
+    definition = re.compile(rb'"([^"\\]{1,40})"\s*:\s*null')
+
+    def expected(text):
+        return Counter(m.group(1).decode() for m in definition.finditer(text) if m.group(1) in NUMERIC_ARG_KEYS)
+
+    keys = sorted(NUMERIC_ARG_KEYS) + [b"x" * 40, b"y" * 41, b"a\\b", b"null", b""]
+    parts = [b'"', b"\\", b":", b" ", b"\n\t", b"null", b"1", b",", b"{", b"}"]
+    rng = random.Random(7)
+    for _ in range(3000):
+        text = b"".join(rng.choice([b'"' + rng.choice(keys) + b'"', *parts]) for _ in range(rng.randint(1, 30)))
+        got = Counter()
+        count_null_numbers(text, got)
+        assert got == expected(text), text
+    key = sorted(NUMERIC_ARG_KEYS)[0]
+    got = Counter()
+    count_null_numbers(b'{"' + key + b'" :\n null, "' + key + b'":null, "\\"' + key + b'": null}', got)
+    assert got == {key.decode(): 3} == expected(b'{"' + key + b'" :\n null, "' + key + b'":null, "\\"' + key + b'": null}')

@@ -24,7 +24,7 @@ from kernelscope.parsers.kineto.fields import DECODE_ERRORS, LOOSE_DEC, NUMERIC_
 _BAD_ESCAPE = re.compile(rb'\\(["\\/bfnrt]|u[0-9a-fA-F]{4})?')
 _COMMA_DECIMAL = re.compile(rb"(:\s*-?\d+),(\d+)(?=\s*[,}\]])")
 _NAN_VALUE = re.compile(rb'("(?!ts"|dur")[^"\\]{1,60}"\s*:\s*)[-+]?(?:NaN|Infinity)(?=\s*[,}\]])')
-_NULL_KEY = re.compile(rb'"([^"\\]{1,40})"\s*:\s*null')
+_WS, _COLON, _QUOTE = frozenset(b" \t\n\r\f\v"), ord(":"), ord('"')  # re's \s for bytes
 _BAD_NUMBER_TEXT = {"", "inf", "-inf", "+inf", "infinity", "-infinity", "nan", "n/a", "na", "none", "null"}
 
 
@@ -190,9 +190,22 @@ def loose_event(text: bytes, fixes: Counter) -> EventTyped | None:
 
 def count_null_numbers(text: bytes, bad: Counter) -> None:
     """Count, under the arg's name, each ``null`` given for a number arg (``NUMERIC_ARG_KEYS``) in ``text``
-    (the decoder reads it as absent; the count says it was there)."""
-    if b"null" not in text:
-        return
-    for m in _NULL_KEY.finditer(text):
-        if m.group(1) in NUMERIC_ARG_KEYS:
-            bad[m.group(1).decode()] += 1
+    (the decoder reads it as absent; the count says it was there): each ``"key" : null`` whose key is 1-40
+    characters without a quote or backslash. Found from each ``null`` backwards (a memchr-speed search, then a
+    few bytes each), not by a regex tried at every quote: that took half the parse of a trace with stacks."""
+    end = len(text)
+    i = text.find(b"null")
+    while i >= 0:
+        j = i
+        while j > 0 and text[j - 1] in _WS:
+            j -= 1
+        if j > 0 and text[j - 1] == _COLON:
+            j -= 1
+            while j > 0 and text[j - 1] in _WS:
+                j -= 1
+            if j > 1 and text[j - 1] == _QUOTE:
+                k = text.rfind(b'"', max(0, j - 42), j - 1)  # the key's opening quote: the nearest one before
+                key = text[k + 1:j - 1] if k >= 0 else b""
+                if key and b"\\" not in key and key in NUMERIC_ARG_KEYS:
+                    bad[key.decode()] += 1
+        i = text.find(b"null", i + 4, end)
