@@ -201,6 +201,9 @@ def test_traces_json_and_csv(store):
     assert [r["id"] for r in table] == [trace_id]
     text = invoke("traces", db=db).stdout
     assert trace_id in text and "batch=8" in text
+    # the table names device indices as such: "0" under "devices" read as a count of none on a GPU trace
+    header, _, row = text.splitlines()[:3]
+    assert header.split()[6] == "device_ids" and row.split()[row.split().index("model=mlp") + 1:][:2] == ["0", "2"]
 
 
 def test_summary_csv_table_and_scalars(store):

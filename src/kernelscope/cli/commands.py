@@ -115,7 +115,8 @@ def ingest(paths, labels, name, no_python, salvage, engine, ray_address, parquet
 def traces(fmt, as_json, db):
     """List stored traces: id, name, source, labels and headline counts.
 
-    Columns: id, name, source, format, rank, labels, devices, kernels, gpu_span_ns (first to last GPU
+    Columns: id, name, source, format, rank, labels, devices (the device indices; device_ids in the table),
+    kernels, gpu_span_ns (first to last GPU
     activity over all devices), ingested_ns (JSON and CSV only), notes (a TRUNCATED trace, a partial run,
     negative durations stored as 0, device events set aside; `summary TRACE` has the details).
     """
@@ -128,7 +129,8 @@ def traces(fmt, as_json, db):
         df["labels"] = [" ".join(f"{k}={v}" for k, v in lab.items()) for lab in df["labels"]]
         df["devices"] = [",".join(map(str, d)) for d in df["devices"]]
         df["notes"] = ["; ".join(n) for n in df["notes"]]
-        df = df.drop(columns=["ingested_ns"])
+        # the device indices, not a count: "0" under "devices" read as no device on a GPU trace
+        df = df.drop(columns=["ingested_ns"]).rename(columns={"devices": "device_ids"})
     else:
         from ..storage.labels import typed_label
 
