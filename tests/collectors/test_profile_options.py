@@ -240,6 +240,7 @@ def test_ncu_pass_chooses_kernels_from_the_stored_kineto_trace_and_joins_them(tm
     res = runner.RunResult(rc=0, run_dir=run)
     runner._ingest_all(run, "encoder2", None, db, res, lines.append)
     assert res.trace_id and res.failed is None
+    assert lines[0] == f"trace.json.gz ingested as trace {res.trace_id}", lines  # not again "(ingested as <id>)"
     child = []
 
     def child_cmd(mode, *rest):

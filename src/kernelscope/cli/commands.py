@@ -100,10 +100,7 @@ def ingest(paths, labels, name, no_python, salvage, engine, ray_address, parquet
         elif r.status == "skipped":
             click.echo(f"skipped   {r.trace_id}  {r.path}  ({r.message or 'already stored'})")
         else:
-            msg = r.message or ""
-            if msg.startswith("ingested as"):  # the id is printed already: keep only what follows it
-                msg = msg.split("; ", 1)[1] if "; " in msg else ""
-            note = f"; {msg}" if msg else ""
+            note = f"; {r.notes}" if r.notes else ""  # the id is printed already
             click.echo(f"ingested  {r.trace_id}  {r.path}  ({r.events} events, {r.seconds:.2f} s{note})")
     if failed:
         sys.exit(1)

@@ -197,7 +197,7 @@ def _ingest_all(run_dir: Path, name, labels, db, res: RunResult, log) -> None:
             log(f"{r.path}: {r.message}")
             res.failed = res.failed or f"ingest of {Path(r.path).name} failed"
             continue
-        log(f"{Path(r.path).name} {r.status} as trace {r.trace_id}" + (f" ({r.message})" if r.message else ""))
+        log(f"{Path(r.path).name} {r.status} as trace {r.trace_id}" + (f" ({r.notes})" if r.notes else ""))
 
 
 def run_script(argv: list[str], *, name=None, labels=None, db=None, run_dir=None, ingest=True,

@@ -41,6 +41,12 @@ class IngestResult:
     events: int = 0
     seconds: float = 0.0
 
+    @property
+    def notes(self) -> str:
+        """The message less its leading ``ingested as <id>`` (for lines that print the id already)."""
+        head, _, rest = self.message.partition("; ")
+        return rest if head == f"ingested as {self.trace_id}" else self.message
+
 
 def failed(path, exc: BaseException, t0: float) -> IngestResult:
     """A 'failed' result whose message is the error's first line, less a leading ``path: ``."""
