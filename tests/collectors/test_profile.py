@@ -91,6 +91,19 @@ def test_start_stop_without_with_and_range_is_a_user_annotation(tmp_path):
     assert len(m) == 2 and m[0][0] <= phase[0]["ts"] and m[1][0] >= phase[0]["ts"] + phase[0]["dur"]
 
 
+def test_with_modules_records_an_eager_models_module_ranges(tmp_path):
+    """torch.profiler's with_modules=True alone records no nn.Module range of an eager model (seen on an H200,
+    torch 2.11, and here): profile(with_modules=True) turns the Python tracer (with_stack) on and says so."""
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU())
+    with profile(name="mods", run_dir=tmp_path / "r", ingest=False, telemetry=False, with_modules=True):
+        model(torch.randn(2, 8))
+    names = [e.get("name", "") for e in _events(tmp_path / "r") if e.get("cat") == "python_function"]
+    assert sorted(n for n in names if n.startswith("nn.Module: ")) == [
+        "nn.Module: Linear_0", "nn.Module: ReLU_0", "nn.Module: Sequential_0"]
+    opts = json.loads((tmp_path / "r" / "run.json").read_text())["profiler_options"]
+    assert opts["with_modules"] and opts["with_stack"] and opts["with_stack_for_modules"]
+
+
 def test_default_run_dir_is_under_runs(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     p = profile(name="dflt", ingest=False, telemetry=False)

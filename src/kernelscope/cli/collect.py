@@ -20,7 +20,9 @@ def profile_options(fn):
     opts = [
         click.option("--memory", is_flag=True, help="Record tensor allocations (torch.profiler profile_memory)."),
         click.option("--stack", is_flag=True, help="Record Python call stacks of operators (with_stack)."),
-        click.option("--modules", is_flag=True, help="Record the nn.Module hierarchy of operators (with_modules)."),
+        click.option("--modules", is_flag=True,
+                     help="Record the nn.Module hierarchy of operators (with_modules; with_stack too, which "
+                          "records an eager model's module ranges)."),
         click.option("--no-shapes", is_flag=True, help="Do not record input shapes (record_shapes=False)."),
         click.option("--schedule", default=None, metavar="WAIT,WARMUP,ACTIVE[,REPEAT]",
                      help="Record only some steps (torch.profiler.schedule; REPEAT defaults to 1). Steps: each "

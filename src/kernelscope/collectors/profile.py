@@ -148,7 +148,9 @@ class profile:
       when no ``schedule`` is given; with one, recording stops after step N).
     - ``profiler_options``: ``with_stack``, ``profile_memory``, ``with_flops``, ``with_modules``,
       ``record_shapes`` (default True) -- passed to ``torch.profiler.profile``; run.json
-      ``profiler_options`` records each (False when off) and the schedule.
+      ``profiler_options`` records each (False when off) and the schedule. ``with_modules=True`` turns
+      ``with_stack`` on too (``with_stack_for_modules`` in run.json): torch records an eager model's
+      ``nn.Module`` ranges only through the Python tracer; with_modules alone gives none (torch 2.11, 2.13).
     - ``extra``: more run.json fields (the runner's ``step_rule``, ...).
     """
 
@@ -283,7 +285,12 @@ class profile:
         acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self._cuda else [])
         opts = {"record_shapes": True}
         opts.update(self.profiler_options)
+        modules_need_stack = bool(opts.get("with_modules")) and not opts.get("with_stack")
+        if modules_need_stack:  # an eager model's nn.Module ranges come from the Python tracer, which with_stack
+            opts["with_stack"] = True  # turns on; with_modules alone records them for TorchScript only
         self._opts_used = {k: bool(opts.get(k, False)) for k in PROFILER_OPTIONS}
+        if modules_need_stack:
+            self._opts_used["with_stack_for_modules"] = True
         import inspect
 
         params = inspect.signature(torch.profiler.profile.__init__).parameters
