@@ -287,6 +287,46 @@ def test_hand_trace_rates_and_bound(hand):
     assert sig.loc["aten::mm", "calls"] == 1 and sig.loc["aten::mm", "gpu_ns"] == 6000
 
 
+def _copies(path, kinds):
+    """aten::copy_ of a 4 MiB fp32 tensor (8 MiB read + written) per entry of ``kinds`` (a memcpy name, or None: a
+    kernel), each 60 us of GPU time."""
+    dims, types = [[1024, 1024], [1024, 1024], []], ["float", "float", "Scalar"]
+    ev = []
+    for i, memcpy in enumerate(kinds):
+        ts = 10 + 100 * i
+        ev += [x("cpu_op", "aten::copy_", ts, 80, **{"External id": i + 1}, **_args(dims, types)),
+               rt("cudaMemcpyAsync" if memcpy else "cudaLaunchKernel", ts + 1, 2, 20 + i, i + 1),
+               kern(memcpy or "copy_kernel", ts + 5, 60, 20 + i, i + 1, cat="gpu_memcpy" if memcpy else "kernel")]
+    return write_trace(path, ev, deviceProperties=[{"id": 0, "name": "NVIDIA H200"}])
+
+
+def test_a_host_device_copy_is_not_measured_against_the_dram_peak(tmp_path):
+    """aten::copy_ whose GPU work is a "Memcpy HtoD (Pageable -> Device)" (weights moved by model.cuda() in a
+    whole-script profile: 46% of GPT-2's GPU time on an H200, reported at 0% of the DRAM peak with a 'fuse it'
+    recommendation) is unmodelled with the host-link reason; the same copy as a DtoD memcpy and as a kernel stays
+    modelled (a signature holding both has no bytes, as any partly unmodelled signature)."""
+    from kernelscope.analysis.bandwidth import HOST_COPY_REASON
+    from kernelscope.analysis.recommend import recommend
+
+    store = open_store(empty(tmp_path / "copies.duckdb"))
+    t = ingest_file(store, _copies(tmp_path / "c.json", ["Memcpy HtoD (Pageable -> Device)",
+                                                         "Memcpy DtoD (Device -> Device)", None])).trace_id
+    r = bandwidth(store, t)
+    un = r.table("unmodelled")
+    assert list(zip(un["name"], un["calls"], un["gpu_ns"], un["reason"])) == [
+        ("aten::copy_", 1, 60_000, HOST_COPY_REASON)]
+    inst = r.table("per_instance")
+    assert list(inst["gpu_ns"]) == [60_000] * 3
+    assert [None if pd.isna(b) else int(b) for b in inst["bytes"]] == [None, 2 * 4 * 2**20, 2 * 4 * 2**20]
+    assert (r.scalars["gpu_ns"], r.scalars["modelled_gpu_ns"]) == (180_000, 120_000)
+    # alone, the HtoD copy (8 MiB / 60 us = 140 GB/s, 2.9% of the H200's 4800 GB/s, all of the GPU time) is no
+    # low-bandwidth finding; the same copy as a kernel is one
+    for kind, rules in (("Memcpy HtoD (Pageable -> Device)", []), (None, ["low_bandwidth"])):
+        one = open_store(empty(tmp_path / f"{bool(kind)}.duckdb"))
+        t = ingest_file(one, _copies(tmp_path / f"{bool(kind)}.json", [kind])).trace_id
+        assert list(recommend(one, t).table("findings")["rule"]) == rules
+
+
 def test_unknown_device_user_table_and_measured_bytes(hand, tmp_path, monkeypatch):
     store, t = hand("Test GPU")
     r = bandwidth(store, t)

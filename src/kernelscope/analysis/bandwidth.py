@@ -16,6 +16,9 @@ Definitions (docs/metrics.md, "Bandwidth and compute utilisation"; the per-opera
   convolution and attention; the non-tensor-core fp32 peak for all other work).
 - ``intensity = flops / bytes`` (FLOP/byte); ``bound`` is ``memory`` when intensity is below the ridge
   ``peak_flops / peak_bw`` of the operator's peak, else ``compute``; null when bytes are 0 or unknown.
+- An operator whose GPU work is all copies between host and device memory (memcpy HtoD/DtoH: ``model.cuda()``,
+  ``.cpu()``, ``.item()``) is unmodelled, reason ``HOST_COPY_REASON``: the host link bounds its rate, and a % of
+  the DRAM peak would call it slow.
 - ``modelled_share = modelled_gpu_ns / gpu_ns``: the share of leaf-operator GPU time whose operator has
   a rule (``bytes`` not null). Per signature (name + input shapes + dtypes) sums flops, bytes and
   ``gpu_ns`` over its instances.
@@ -96,18 +99,29 @@ DESCRIPTION = "FLOPs and minimum bytes per leaf operator, achieved GB/s and TFLO
 # the hint, the kernel-name dtype and the device): the groups are read and modelled once, the instances stay
 # flat arrays (in no particular order: every table breaks ties by op id).
 _SQL_INSTANCES = """
-WITH inst AS (
-  SELECT li.sig_id, li.hint, {kdt} AS kdtype, li.device, li.op_id, li.activities, li.gpu_ns
-  FROM leaf_instances li {kjoin}
+WITH hc AS (  -- operators whose GPU work is all copies between host and device memory
+  SELECT leaf_op_id AS op_id FROM gpu_activities
+  WHERE trace_id = $t AND leaf_op_id IS NOT NULL
+  GROUP BY 1 HAVING bool_and(kind = 'memcpy' AND regexp_matches(name, '{host_copy_re}'))
+), inst AS (
+  SELECT li.sig_id, li.hint, {kdt} AS kdtype, li.device, hc.op_id IS NOT NULL AS host_copy, li.op_id,
+         li.activities, li.gpu_ns
+  FROM leaf_instances li LEFT JOIN hc ON hc.op_id = li.op_id {kjoin}
   WHERE li.trace_id = $t AND li.sig_id IS NOT NULL  -- no cpu_ops row: no signature (and no inputs to model)
 ), grps AS (  -- the few distinct groups, numbered in order; each instance finds its number by a join on them
-  SELECT CAST(row_number() OVER (ORDER BY sig_id, hint, kdtype, device) - 1 AS BIGINT) AS grp, *
-  FROM (SELECT DISTINCT sig_id, hint, kdtype, device FROM inst)
+  SELECT CAST(row_number() OVER (ORDER BY sig_id, hint, kdtype, device, host_copy) - 1 AS BIGINT) AS grp, *
+  FROM (SELECT DISTINCT sig_id, hint, kdtype, device, host_copy FROM inst)
 )
 SELECT g.grp, i.* FROM inst i JOIN grps g
   ON g.sig_id = i.sig_id AND g.hint IS NOT DISTINCT FROM i.hint AND g.kdtype IS NOT DISTINCT FROM i.kdtype
-     AND g.device IS NOT DISTINCT FROM i.device
+     AND g.device IS NOT DISTINCT FROM i.device AND g.host_copy = i.host_copy
 """
+#: Memcpy names of a copy with one end in host memory: CUDA's "Memcpy HtoD (Pageable -> Device)", "Memcpy DtoH
+#: (Device -> Pinned)"; ROCm's "CopyHostToDevice", "CopyDeviceToHost".
+HOST_COPY_RE = "(?i)HtoD|DtoH|HostToDevice|DeviceToHost"
+#: The reason a host-device copy is not modelled against the device's memory bandwidth.
+HOST_COPY_REASON = ("a copy between host and device memory: its rate is bound by the host link (PCIe or "
+                    "NVLink-C2C), not by the GPU's memory bandwidth, so no % of the DRAM peak applies")
 _SQL_SIGNATURES = """
 SELECT sig_id, name, input_dims, input_types, input_strides, concrete_inputs FROM op_signatures
 WHERE trace_id = $t ORDER BY sig_id
@@ -116,8 +130,8 @@ WHERE trace_id = $t ORDER BY sig_id
 # Without kernel-name evidence every kernel's dtype word is NULL; with it, an instance's is the one dtype the
 # names of its kernels state ('mixed' when they state several), from the ($kn, $kd) pairs computed in Python
 # (kernel_name_dtype: RE2 has no look-behind).
-_NO_EVIDENCE = {"kdt": "CAST(NULL AS VARCHAR)", "kjoin": ""}
-_EVIDENCE = {"kdt": "kd.kdtype", "kjoin": """LEFT JOIN (
+_NO_EVIDENCE = {"kdt": "CAST(NULL AS VARCHAR)", "kjoin": "", "host_copy_re": HOST_COPY_RE}
+_EVIDENCE = {"host_copy_re": HOST_COPY_RE, "kdt": "kd.kdtype", "kjoin": """LEFT JOIN (
     SELECT a.leaf_op_id AS op_id, CASE WHEN count(DISTINCT e.dt) > 1 THEN 'mixed' ELSE min(e.dt) END AS kdtype
     FROM gpu_activities a JOIN (SELECT unnest($kn) AS kname, unnest($kd) AS dt) e ON e.kname = a.name
     WHERE a.trace_id = $t AND a.leaf_op_id IS NOT NULL GROUP BY 1) kd ON kd.op_id = li.op_id"""}
@@ -339,13 +353,13 @@ def _read_groups(store, trace_id: str, evidence: dict[str, str]) -> tuple[Instan
     starts = (np.flatnonzero(np.r_[True, inst.group_of[1:] != inst.group_of[:-1]]) if len(inst.group_of)
               else np.zeros(0, "int64"))
     starts = order[starts]  # a row of each group in the fetched table
-    heads = table.select(["sig_id", "hint", "kdtype", "device"]).take(starts)
+    heads = table.select(["sig_id", "hint", "kdtype", "device", "host_copy"]).take(starts)
     sigs = store.query_arrow(_SQL_SIGNATURES, {"t": trace_id})  # sig_id = row number (0, 1, ...)
     sigs = (sigs.take(np.asarray(heads.column("sig_id").to_numpy(), dtype="int64")) if len(starts)
             else sigs.slice(0, 0))
     groups = pa.table({**{c: sigs.column(c) for c in ("name", "input_dims", "input_types", "input_strides",
                                                  "concrete_inputs")},
-                  **{c: heads.column(c) for c in ("hint", "kdtype", "device")}}).to_pandas()
+                  **{c: heads.column(c) for c in ("hint", "kdtype", "device", "host_copy")}}).to_pandas()
     groups["shapes_source"] = pd.Series(["trace"] * len(groups), dtype="object")
     groups["list_reason"] = pd.Series([None] * len(groups), dtype="object")
     return inst, groups
@@ -394,6 +408,9 @@ def _model_groups(groups: pd.DataFrame, *, tf32_matmul: bool, tf32_conv: bool) -
     groups["reason"] = pd.Series([lr if c.bytes is None and isinstance(lr, str) else c.reason
                                   for c, lr in zip(costs, groups["list_reason"])], dtype="object")
     groups["dtype_source"] = pd.Series(sources, dtype="object")
+    host = groups["host_copy"].to_numpy(bool) if len(groups) else np.zeros(0, bool)
+    groups.loc[host, ["flops", "bytes"]] = pd.NA  # a host-device copy: unmodelled, with its reason
+    groups.loc[host, "reason"] = HOST_COPY_REASON
 
 
 def _match_devices(groups: pd.DataFrame, unattributed: pd.Series, names: dict[int, str], peak_table: list,
