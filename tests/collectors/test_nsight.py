@@ -232,6 +232,12 @@ def test_top_kernels_and_targets_against_real_kernel_names(nsight_store):
     one = nsight.ncu_targets(nsight.parse_ncu_spec("layer_norm"), top, max_launches=5)
     assert one.names == ["vectorized_layer_norm_kernel"] and one.launches == 12 and one.launch_count == 5
     assert len(one.kernels) == 1 and "(anonymous namespace)" in one.kernels[0]
+    from kernelscope.collectors.nsight_passes import ncu_plan_line
+
+    assert ncu_plan_line(t).startswith("ncu pass: 3 kernel names, 24 launches (sgemm_largek_lds64, ")
+    assert ncu_plan_line(one) == ("ncu pass: 1 kernel name, the first 5 of their 12 traced launches "
+                                  "(vectorized_layer_norm_kernel); ncu replays each launch, so hundreds take minutes: "
+                                  "a regex (--ncu NAME_REGEX) or a shorter --schedule profiles fewer")
     with pytest.raises(UsageError) as e:
         nsight.ncu_targets(nsight.parse_ncu_spec("no_such_kernel"), top)
     assert "sgemm_largek_lds64" in _one_line(e)

@@ -46,8 +46,8 @@ DESCRIPTION = ("nn.Module tree (with_modules): calls, CPU time and forward/backw
 
 NO_MODULES = ("this trace has no nn.Module ranges: record it with torch.profiler.profile(with_stack=True, "
               "with_modules=True) (an eager model's module ranges come from the Python tracer that with_stack=True "
-              "turns on; with_modules=True alone does not record them) or kernelscope.profile(with_modules=True), which "
-              "turns both on, to see time per module.")
+              "turns on; with_modules=True alone does not record them) or kernelscope.profile(with_modules=True), "
+              "which turns both on, to see time per module.")
 
 _SUMS = ["cpu_ns", "cpu_self_ns", "cpu_bwd_ns", "gpu_fwd_ns", "gpu_bwd_ns", "gpu_ns", "gpu_self_ns", "kernels",
          "launches"]

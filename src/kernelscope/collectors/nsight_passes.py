@@ -44,8 +44,7 @@ def run_ncu(tools: dict, opts, run_dir: Path, name: str, script, how, labels, re
         res.failed = res.failed or msg
         return None
     targets = nsight.ncu_targets(tools["ncu_spec"], nsight.stored_kernels(db, res.trace_id))
-    log(f"ncu pass: {len(targets.names)} kernel names, {targets.launch_count} launches "
-        f"({', '.join(targets.names[:5])}{', ...' if len(targets.names) > 5 else ''})")
+    log(ncu_plan_line(targets))
     argv = child_cmd("ncu", run_dir, script, how, name, labels, opts)
     out = nsight.ncu_pass(tools["ncu"], run_dir, name, argv, targets, env=child_env(),
                               capture_range=_schedule(opts) is not None)
@@ -53,6 +52,18 @@ def run_ncu(tools: dict, opts, run_dir: Path, name: str, script, how, labels, re
     if not out.ok and res.failed is None:
         res.failed = out.message
     return out
+
+
+def ncu_plan_line(targets) -> str:
+    """What the ncu pass will profile, in one line; a capped launch count says so (on an H200, 500 launches of
+    three kernels of a training step had not finished after two minutes: ncu replays every launch)."""
+    names = f"{', '.join(targets.names[:5])}{', ...' if len(targets.names) > 5 else ''}"
+    k = f"{len(targets.names)} kernel name{'s' if len(targets.names) != 1 else ''}"
+    if targets.launch_count < targets.launches:
+        return (f"ncu pass: {k}, the first {targets.launch_count:,} of their "
+                f"{targets.launches:,} traced launches ({names}); ncu replays each launch, so hundreds take "
+                "minutes: a regex (--ncu NAME_REGEX) or a shorter --schedule profiles fewer")
+    return f"ncu pass: {k}, {targets.launch_count:,} launches ({names})"
 
 
 def ingest_all(run_dir: Path, *, name, labels, db) -> list:
