@@ -259,3 +259,22 @@ def test_ncu_pass_chooses_kernels_from_the_stored_kineto_trace_and_joins_them(tm
     runner._ingest_all(run, "encoder2", None, db, res, lines.append)
     joined = [ln for ln in lines if ln.startswith("encoder2_ncu.csv ingested")]
     assert len(joined) == 1 and f"as trace {res.trace_id}" in joined[0], lines
+
+
+def test_the_python_tracer_on_a_whole_run_is_said_before_it_runs(tmp_path, monkeypatch):
+    """--stack or --modules without --steps/--schedule records every Python call of the run (2.4 GB of JSON for a
+    GPT-2 generate() script on an H200): one line says so before the script runs; with a schedule, nothing."""
+    from click.testing import CliRunner
+
+    from kernelscope.cli import cli
+    from kernelscope.cli.collect import PYTHON_TRACER_NOTE
+    from kernelscope.collectors import runner
+
+    ran = []
+    monkeypatch.setattr(runner, "run_passes", lambda argv, **kw: ran.append(argv) or runner.RunResult(rc=0, run_dir=tmp_path))
+    for args, said in ((["--stack"], True), (["--modules"], True), (["--modules", "--steps", "2"], False),
+                       (["--stack", "--schedule", "1,1,2"], False), ([], False)):
+        res = CliRunner().invoke(cli, ["profile", *args, "--db", str(tmp_path / "ks.duckdb"), "--", "python", "s.py"])
+        assert res.exit_code == 0, res.output
+        assert (PYTHON_TRACER_NOTE in res.stderr) is said, (args, res.stderr)
+    assert len(ran) == 5

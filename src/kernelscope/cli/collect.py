@@ -99,8 +99,16 @@ def profile(name, labels, run_dir, memory, stack, modules, no_shapes, schedule, 
     argv = _argv(command)
     if not argv:
         raise UsageError("give the command to profile after `--`, e.g. `kernelscope profile -- python s.py`.")
+    if (stack or modules) and not schedule and not steps:
+        click.echo(PYTHON_TRACER_NOTE, err=True)
     res = run_passes(argv, name=name, labels=label_pairs(labels), db=db_path(db), run_dir=run_dir, options=opts)
     sys.exit(res.rc)
+
+
+#: Said before a whole-script profile with the Python tracer on (--stack, --modules): its size surprises.
+PYTHON_TRACER_NOTE = ("kernelscope: --stack/--modules record every Python call of the whole run (a GPT-2 generate() "
+                      "script wrote 2.4 GB of JSON on an H200); --steps N or --schedule W,U,A records only some "
+                      "steps")
 
 
 def _grid(texts) -> dict:
