@@ -144,6 +144,10 @@ def test_a_cycle_appearing_while_watched_is_ingested_once_complete_and_listed(tm
     page = _traces_page(db, logdir)
     assert "node_101.steps10-11" in page and "node_102.steps10-11" in page and "Watching" in page
     assert w.poll(now + 1) == []  # nothing twice
+    from kernelscope.storage.onetrace import IngestResult  # a one-file ingest's line names its id once
+
+    w._tell(IngestResult(str(logdir / "one.json"), "ingested", "abc123", "ingested as abc123"))
+    assert said[-1] == "kernelscope: logdir: ingested abc123        one.json"
 
 
 def test_a_file_cut_for_good_is_salvaged_and_marked_truncated(tmp_path):

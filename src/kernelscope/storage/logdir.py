@@ -342,7 +342,8 @@ class Watcher:
 
     def _tell(self, r: IngestResult) -> IngestResult:
         where = os.path.relpath(r.path, self.logdir)
-        self.say(f"kernelscope: logdir: {r.status:<8} {r.trace_id or '-':<12}  {where}  ({r.message})")
+        note = f"  ({r.notes})" if r.notes else ""  # the id is on the line already
+        self.say(f"kernelscope: logdir: {r.status:<8} {r.trace_id or '-':<12}  {where}{note}")
         return r
 
     def _ingest(self, unit: Unit) -> list[IngestResult]:
