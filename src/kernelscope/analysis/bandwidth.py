@@ -99,10 +99,11 @@ DESCRIPTION = "FLOPs and minimum bytes per leaf operator, achieved GB/s and TFLO
 # the hint, the kernel-name dtype and the device): the groups are read and modelled once, the instances stay
 # flat arrays (in no particular order: every table breaks ties by op id).
 _SQL_INSTANCES = """
-WITH hc AS (  -- operators whose GPU work is all copies between host and device memory
+WITH hc AS (  -- operators whose GPU work is all copies with one end in host memory (memcpy names: CUDA's
+              -- "Memcpy HtoD (Pageable -> Device)", "Memcpy DtoH (Device -> Pinned)"; ROCm's "CopyHostToDevice")
   SELECT leaf_op_id AS op_id FROM gpu_activities
   WHERE trace_id = $t AND leaf_op_id IS NOT NULL
-  GROUP BY 1 HAVING bool_and(kind = 'memcpy' AND regexp_matches(name, '{host_copy_re}'))
+  GROUP BY 1 HAVING bool_and(kind = 'memcpy' AND regexp_matches(name, '(?i)HtoD|DtoH|HostToDevice|DeviceToHost'))
 ), inst AS (
   SELECT li.sig_id, li.hint, {kdt} AS kdtype, li.device, hc.op_id IS NOT NULL AS host_copy, li.op_id,
          li.activities, li.gpu_ns
@@ -116,9 +117,6 @@ SELECT g.grp, i.* FROM inst i JOIN grps g
   ON g.sig_id = i.sig_id AND g.hint IS NOT DISTINCT FROM i.hint AND g.kdtype IS NOT DISTINCT FROM i.kdtype
      AND g.device IS NOT DISTINCT FROM i.device AND g.host_copy = i.host_copy
 """
-#: Memcpy names of a copy with one end in host memory: CUDA's "Memcpy HtoD (Pageable -> Device)", "Memcpy DtoH
-#: (Device -> Pinned)"; ROCm's "CopyHostToDevice", "CopyDeviceToHost".
-HOST_COPY_RE = "(?i)HtoD|DtoH|HostToDevice|DeviceToHost"
 #: The reason a host-device copy is not modelled against the device's memory bandwidth.
 HOST_COPY_REASON = ("a copy between host and device memory: its rate is bound by the host link (PCIe or "
                     "NVLink-C2C), not by the GPU's memory bandwidth, so no % of the DRAM peak applies")
@@ -130,8 +128,8 @@ WHERE trace_id = $t ORDER BY sig_id
 # Without kernel-name evidence every kernel's dtype word is NULL; with it, an instance's is the one dtype the
 # names of its kernels state ('mixed' when they state several), from the ($kn, $kd) pairs computed in Python
 # (kernel_name_dtype: RE2 has no look-behind).
-_NO_EVIDENCE = {"kdt": "CAST(NULL AS VARCHAR)", "kjoin": "", "host_copy_re": HOST_COPY_RE}
-_EVIDENCE = {"host_copy_re": HOST_COPY_RE, "kdt": "kd.kdtype", "kjoin": """LEFT JOIN (
+_NO_EVIDENCE = {"kdt": "CAST(NULL AS VARCHAR)", "kjoin": ""}
+_EVIDENCE = {"kdt": "kd.kdtype", "kjoin": """LEFT JOIN (
     SELECT a.leaf_op_id AS op_id, CASE WHEN count(DISTINCT e.dt) > 1 THEN 'mixed' ELSE min(e.dt) END AS kdtype
     FROM gpu_activities a JOIN (SELECT unnest($kn) AS kname, unnest($kd) AS dt) e ON e.kname = a.name
     WHERE a.trace_id = $t AND a.leaf_op_id IS NOT NULL GROUP BY 1) kd ON kd.op_id = li.op_id"""}
