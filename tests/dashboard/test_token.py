@@ -168,3 +168,23 @@ def test_a_given_token_is_used_and_a_bad_one_refused(dash_store):
                           "--token", "short"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 6 and bad.stderr.strip().startswith("kernelscope: --token must be 8 to 256")
     assert len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_a_port_in_use_is_one_line_before_any_url(tmp_path):
+    """A second `kernelscope dashboard` on a held port printed the URL (of the other server, maybe over another
+    store) and then Dash's two-line failure; now one line, a usage exit code, and no URL."""
+    from stores import empty
+
+    db = empty(tmp_path / "s.duckdb")
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        proc = subprocess.run([sys.executable, "-m", "kernelscope", "dashboard", "--db", str(db), "--port", str(port)],
+                              capture_output=True, text=True, timeout=60)
+    from kernelscope.errors import UsageError
+
+    assert proc.returncode == UsageError.exit_code and proc.stdout == "", (proc.returncode, proc.stdout)
+    assert proc.stderr.strip().splitlines() == [
+        f"kernelscope: cannot serve on 127.0.0.1:{port}: Address already in use (another kernelscope dashboard or "
+        "server holds it?); stop it, or choose another port with --port"]

@@ -274,6 +274,24 @@ def new_token() -> str:
     return secrets.token_urlsafe(18)
 
 
+def _check_port_free(host: str, port: int) -> None:
+    """UsageError when ``host:port`` cannot be bound (another dashboard, or any server, holds it)."""
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError:
+        return  # an unresolvable host: the server's own error says so
+    family, kind, proto, _name, addr = infos[0]
+    with socket.socket(family, kind, proto) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server binds: TIME_WAIT is no conflict
+        try:
+            sock.bind(addr)
+        except OSError as exc:
+            raise UsageError(f"cannot serve on {host}:{port}: {exc.strerror or exc} (another kernelscope dashboard "
+                             "or server holds it?); stop it, or choose another port with --port") from None
+
+
 def serve(db_path, host: str = "127.0.0.1", port: int = 8050, debug: bool = False,
           token: str | None = None, logdir=None) -> None:
     """Print the URL and serve the dashboard until interrupted. Beyond loopback a token is required (one is
@@ -285,6 +303,7 @@ def serve(db_path, host: str = "127.0.0.1", port: int = 8050, debug: bool = Fals
         print(f"kernelscope: warning: serving on {host}, beyond this machine: every trace, name and file path "
               "in the store can be read by anyone who can reach this port and has the token in the URL below; "
               "serve on 127.0.0.1 (the default) unless you mean it.", file=sys.stderr, flush=True)
+    _check_port_free(host, port)  # before the URL: printed for a port another server holds, it pointed there
     app = create_app(db_path, token=token, logdir=logdir)
     query = f"?token={token}" if token else ""
     shown_host = f"[{host}]" if ":" in host and not host.startswith("[") else host
