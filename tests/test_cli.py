@@ -244,6 +244,22 @@ def test_bad_trace_reference(store):
     assert "doesnotexist" in proc.stderr
 
 
+def test_a_trace_ingested_through_a_symlink_is_found_by_the_name_ingest_printed(tmp_path):
+    """`ingest latest.json` (a symlink) printed latest.json but stored the target's path, so `summary latest.json`
+    found nothing (HTA's trace behind a link, a newcomer's first try). The link's name and the target's full path
+    both find it now."""
+    target = write_trace(tmp_path / "run_2026_11_28.pt.trace.json", tiny_trace("linked"))
+    link = tmp_path / "latest.json"
+    link.symlink_to(target)
+    db = tmp_path / "ks.duckdb"
+    res = invoke("ingest", str(link), db=db)
+    assert res.exit_code == 0 and "latest.json" in res.stdout, res.stderr
+    tid = res.stdout.split()[1]
+    for ref in ("latest.json", str(link), str(target)):
+        got = invoke("summary", ref, "--json", db=db)
+        assert got.exit_code == 0 and json.loads(got.stdout)["trace_id"] == tid, (ref, got.stderr)
+
+
 def test_ambiguous_prefix(tmp_path):
     """Two traces whose ids share their first hex digit: that digit alone is ambiguous."""
     db = tmp_path / "ks.duckdb"

@@ -139,8 +139,9 @@ def resolve_trace(store, ref, *, exclude_format: str | None = None) -> str:
 
 
 def _same_path(source: str, ref: str) -> bool:
+    """Both name one file: the source is stored as given (a symlink keeps its name), so both are resolved."""
     try:
-        return pathlib.Path(ref).expanduser().resolve() == pathlib.Path(source)
+        return pathlib.Path(ref).expanduser().resolve() == pathlib.Path(source).resolve()
     except (OSError, RuntimeError):
         return False
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import pathlib
 import time
 from collections.abc import Callable
@@ -150,7 +151,7 @@ class TraceRecord:
             rank = RankOf(meta.rank if meta.rank is not None else 0,
                           "distributedInfo" if meta.rank is not None else "default", meta.world_size)
         return cls(
-            trace_id=trace_id, name=given.name or trace_name(path), source=str(path.resolve()),
+            trace_id=trace_id, name=given.name or trace_name(path), source=os.path.abspath(path),
             content_hash=content_hash, format=meta.format, run_id=given.run_id, rank=int(rank.rank),
             world_size=rank.world_size, rank_source=rank.rank_source, base_time_ns=staged.base,
             start_ns=staged.start_ns, end_ns=staged.end_ns, device_properties=meta.device_properties or [],
