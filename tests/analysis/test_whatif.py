@@ -181,3 +181,20 @@ def test_cli_json_and_keys_documented(runs):
     assert type(got["predicted_ns"]) is int and type(got["naive_ns"]) is int
     missing = sorted(k for k in set(got) | set(got["trust"]) if k not in documented)
     assert not missing, f"undocumented whatif keys: {missing}"
+
+
+def test_long_gpu_idle_stretches_are_counted_and_said(store, tmp_path):
+    """Times in us. Three 10 us kernels launched 5 ms apart (host work between them, as in a whole script
+    profiled without steps): the GPU idles [20, 5010] and [5020, 10010], 4,990 us each, both >= 1 ms, so
+    long_idle_ns = 9,980,000 of traced_ns = 0 -> 10,020 us, which the free-launch replay removes; a warning says
+    so. The same kernels launched 20 us apart leave only short gaps: 0 and no warning."""
+    def events(step_us):
+        return [e for i in range(3) for e in (rt("cudaLaunchKernel", i * step_us, 2, i + 1, 0),
+                                             kern(f"k{i}", i * step_us + 10, 10, i + 1, 0))]
+    s_far = whatif(store, far := _ingest(store, tmp_path, "far", events(5000)))
+    assert far and (s_far.scalars["long_idle_ns"], s_far.scalars["traced_ns"]) == (9_980_000, 10_020_000)
+    (said,) = [w for w in s_far.warnings if "stretches of 1 ms or more" in w]
+    assert said.startswith("10.0 ms of the traced scope (100%) are 2 stretches")
+    near = whatif(store, _ingest(store, tmp_path, "near", events(20)))
+    assert near.scalars["long_idle_ns"] == 0
+    assert not any("stretches of 1 ms" in w for w in near.warnings)

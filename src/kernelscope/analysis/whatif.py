@@ -36,6 +36,9 @@ Definitions (docs/metrics.md "What-if" is the canonical text; every time is inte
 - ``twin`` option (trace id or name; e.g. the CUDA-graph capture of the same work): ``twin_observed_ns``
   (its observed time, same rules), ``observed_speedup`` = ``observed_ns / twin_observed_ns``,
   ``prediction_error`` = ``predicted_ns / twin_observed_ns - 1`` and ``naive_error`` likewise.
+- ``long_idle_ns``: GPU-idle time inside the traced scope in gaps of at least 1 ms (``idle_gaps``; the device
+  with the most): host work, not launch overhead, which the replay removes too. A warning says so when it is
+  at least half of ``traced_ns - predicted_ns``.
 """  # noqa: E501 - the module docstring is the result's definition text, kept byte for byte
 
 from __future__ import annotations
@@ -343,6 +346,21 @@ def _residual(store, t: str, acts: pd.DataFrame, twin: str | None) -> tuple[np.n
     return gap, info, warnings
 
 
+#: A GPU-idle stretch at least this long is host work (set-up, data loading, Python, a stall), not launch overhead.
+LONG_GAP_NS = 1_000_000
+# Per device, the GPU-idle time inside [$s, $e) in gaps of at least LONG_GAP_NS (idle_gaps: between busy intervals).
+_LONG_GAPS_SQL = """
+SELECT device, sum(least(gap_end_ns, $e) - greatest(gap_start_ns, $s))::BIGINT AS ns, count(*) AS n
+FROM idle_gaps
+WHERE trace_id = $t AND gap_end_ns - gap_start_ns >= $min AND gap_end_ns > $s AND gap_start_ns < $e
+GROUP BY device ORDER BY ns DESC, device LIMIT 1"""
+LONG_GAPS_WARNING = (
+    "{ms:,.1f} ms of the traced scope ({pct:.0f}%) are {n:,} stretches of 1 ms or more with the GPU idle: host "
+    "work (set-up, data loading, Python, a stall), not launch overhead. The replay removes them too, so "
+    "predicted_speedup counts them as removable; record steps around the work you would capture "
+    "(prof.step(), kernelscope profile --steps or --schedule), or read the launch overhead in `analyze launch`.")
+
+
 def whatif(store, trace_id: str, twin: Any = None) -> Result:
     """Predicted time with free launches for one stored trace (definitions in the module docstring)."""
     t = trace_id
@@ -409,6 +427,14 @@ def whatif(store, trace_id: str, twin: Any = None) -> Result:
         warnings.append(f"predicted_ns exceeds observed_ns ({source.split(':')[0]}): the traced GPU work alone "
                         "takes longer than the observed time, so no launch-overhead speed-up is expected; "
                         "read predicted_speedup_traced for the within-trace figure.")
+    long_ns, long_n = 0, 0
+    if traced and predicted and traced > predicted:
+        row = store.query(_LONG_GAPS_SQL, {"t": t, "s": scope_start, "e": scope_end, "min": LONG_GAP_NS})
+        if len(row):
+            long_ns, long_n = int(row["ns"].iloc[0]), int(row["n"].iloc[0])
+        if 2 * long_ns >= traced - predicted:
+            warnings.append(LONG_GAPS_WARNING.format(ms=long_ns / 1e6, pct=100 * long_ns / traced, n=long_n))
+    scalars["long_idle_ns"] = long_ns
     trust = {
         "activities_in_trace": sc.get("activities"),
         "activities_without_launch": sc.get("without_launch"),
