@@ -121,6 +121,9 @@ def test_launch_page_numbers_equal_the_launch_and_whatif_results(client, dash_st
     wf = _find(page, "whatif-figure")["props"]["figure"]["data"][0]
     assert _vals(wf["customdata"]) == [ws["predicted_ns"], ws["observed_ns"], ws["traced_ns"], ws["naive_ns"]]
     assert _dv(page, "predicted_ns") == str(ws["predicted_ns"])
+    assert ws["long_idle_ns"] == 0  # a prefill of back-to-back launches: the speed-up alone under the headline
+    assert _find(page, "kpi-predicted_ns-extra")["props"]["children"] == \
+        f"{ws['predicted_speedup']:.2f}× faster than observed"
     # distribution: the medians drawn are the table's (µs)
     dist = lr.tables["distribution"].set_index("metric")
     med = _find(page, "launch-distribution")["props"]["figure"]["data"][0]
@@ -128,6 +131,18 @@ def test_launch_page_numbers_equal_the_launch_and_whatif_results(client, dash_st
                                        ["lq_ns", "api_ns", "queue_ns", "dispatch_ns", "launch_delay_ns"]]
     lb = _find(page, "launch-bound-table")["props"]["rowData"]
     assert [r["name"] for r in lb] == list(lr.tables["launch_bound"]["name"])
+
+
+def test_launch_page_says_how_much_long_gpu_idle_the_what_if_removes(client, dash_store, store):
+    """ddp rank 1 has GPU-idle stretches of 1 ms or more inside its traced scope (1.95 ms; whatif long_idle_ns):
+    the headline's extra line says how much of the speed-up is that time, in ms."""
+    tid = dash_store.ids["ddp_rank1"]
+    ws = get_analysis("whatif").fn(store, tid).scalars
+    assert 1_000_000 <= ws["long_idle_ns"] < ws["traced_ns"]
+    page = _page(client, f"/trace/{tid}/launch")
+    assert _find(page, "kpi-predicted_ns-extra")["props"]["children"] == (
+        f"{ws['predicted_speedup']:.2f}× faster than observed, counting {ws['long_idle_ns'] / 1e6:,.3f} ms of GPU "
+        "idle in stretches ≥ 1 ms as removable")
 
 
 def test_launch_page_graph_trace_and_cpu_only(client, dash_store, store):

@@ -15,6 +15,17 @@ from ..widgets import count_text, graph, grid, kpi, message, tklqt_kpis, warning
 TITLE = "Launch"
 
 
+def whatif_extra(ws: dict) -> str:
+    """Under the what-if headline: the speed-up, and how much of the observed time was GPU idle in stretches of
+    1 ms or more (host work the replay counts as removable: set-up, data loading, a stall)."""
+    if ws.get("predicted_speedup") is None:
+        return ""
+    text = f"{ws['predicted_speedup']:.2f}× faster than observed"
+    if ws.get("long_idle_ns"):
+        text += f", counting {ms_text(ws['long_idle_ns'])} of GPU idle in stretches ≥ 1 ms as removable"
+    return text
+
+
 def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
     lr, wr = rl.launch_results(store, trace_id)
     ls, ws = lr.scalars, wr.scalars
@@ -33,8 +44,7 @@ def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
              count_text(ls.get("launch_bound_ops")), "",
              "top-level operator instances whose launch calls outlast their GPU work"),
         kpi("predicted_ns", "what-if predicted", ws.get("predicted_ns"), ms_text(ws.get("predicted_ns")),
-             "" if ws.get("predicted_speedup") is None else f"{ws['predicted_speedup']:.2f}× faster than observed",
-             "GPU work replayed with free launches"),
+             whatif_extra(ws), "GPU work replayed with free launches"),
     ], className="ks-kpis", id="launch-kpis"))
     body.append(html.P(f"{ls.get('kernels', 0):,} kernels and {ls.get('graph_launches', 0):,} graph launches "
                        f"({ls.get('graph_kernels', 0):,} graph kernels) are the TKLQT terms. The naive per-node sum "
