@@ -52,6 +52,7 @@ import pandas as pd
 from ..errors import TraceNotFound, UsageError
 from ..storage.intervals import union_sql
 from ..storage.queries import resolve_trace
+from ..units import NS_PER_MS
 from .result import Result
 from .rows import query_row
 
@@ -347,7 +348,7 @@ def _residual(store, t: str, acts: pd.DataFrame, twin: str | None) -> tuple[np.n
 
 
 #: A GPU-idle stretch at least this long is host work (set-up, data loading, Python, a stall), not launch overhead.
-LONG_GAP_NS = 1_000_000
+LONG_GAP_NS = NS_PER_MS
 # Per device, the GPU-idle time inside [$s, $e) in gaps of at least LONG_GAP_NS (idle_gaps: between busy intervals).
 _LONG_GAPS_SQL = """
 SELECT device, sum(least(gap_end_ns, $e) - greatest(gap_start_ns, $s))::BIGINT AS ns, count(*) AS n
@@ -433,7 +434,7 @@ def whatif(store, trace_id: str, twin: Any = None) -> Result:
         if len(row):
             long_ns, long_n = int(row["ns"].iloc[0]), int(row["n"].iloc[0])
         if 2 * long_ns >= traced - predicted:
-            warnings.append(LONG_GAPS_WARNING.format(ms=long_ns / 1e6, pct=100 * long_ns / traced, n=long_n))
+            warnings.append(LONG_GAPS_WARNING.format(ms=long_ns / NS_PER_MS, pct=100 * long_ns / traced, n=long_n))
     scalars["long_idle_ns"] = long_ns
     trust = {
         "activities_in_trace": sc.get("activities"),
