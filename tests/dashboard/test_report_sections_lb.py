@@ -43,6 +43,10 @@ def test_one_trace_has_launch_bound_extras_but_no_sweep(dash_store, store):
     assert row["TKLQT: sum over kernels (ms)"] == f"{round(ls['tklqt_ns'] / 1e6, 3):,.3f}"
     assert row["mean queue depth q"] == f"{ls['mean_queue_depth']:,.3f}"
     assert row["what-if predicted (ms)"] == f"{round(ws['predicted_ns'] / 1e6, 3):,.3f}"
+    assert row["GPU idle in gaps >= 1 ms (ms)"] == "0.000"  # back-to-back prefill launches
+    long_ns = get_analysis("whatif").fn(store, dash_store.ids["ddp_rank1"]).scalars["long_idle_ns"]
+    (ddp,) = _md_rows(report(store, [dash_store.ids["ddp_rank1"]], fmt="md"), "## Launch overhead")
+    assert long_ns >= 1_000_000 and ddp["GPU idle in gaps >= 1 ms (ms)"] == f"{long_ns / 1e6:,.3f}"
     # the split adds up to TKLQT (ms, 3 decimals: within rounding)
     parts = sum(float(row[c].replace(",", "")) for c in ["api (ms)", "queue (ms)", "dispatch (ms)"])
     assert abs(parts - ls["tklqt_ns"] / 1e6) < 0.002

@@ -217,7 +217,7 @@ def headline(ls: dict, ws: dict) -> pd.DataFrame:
         "dispatch (ms)": ms(ls.get("dispatch_ns")), "launch delay (ms)": ms(ls.get("launch_delay_ns")),
         "launch-bound op instances": ls.get("launch_bound_ops"),
         "what-if predicted (ms)": ms(ws.get("predicted_ns")), "observed (ms)": ms(ws.get("observed_ns")),
-        "naive (ms)": ms(ws.get("naive_ns")),
+        "naive (ms)": ms(ws.get("naive_ns")), "GPU idle in gaps >= 1 ms (ms)": ms(ws.get("long_idle_ns")),
     }])
 
 
