@@ -191,8 +191,8 @@ def test_long_gpu_idle_stretches_are_counted_and_said(store, tmp_path):
     def events(step_us):
         return [e for i in range(3) for e in (rt("cudaLaunchKernel", i * step_us, 2, i + 1, 0),
                                              kern(f"k{i}", i * step_us + 10, 10, i + 1, 0))]
-    s_far = whatif(store, far := _ingest(store, tmp_path, "far", events(5000)))
-    assert far and (s_far.scalars["long_idle_ns"], s_far.scalars["traced_ns"]) == (9_980_000, 10_020_000)
+    s_far = whatif(store, _ingest(store, tmp_path, "far", events(5000)))
+    assert (s_far.scalars["long_idle_ns"], s_far.scalars["traced_ns"]) == (9_980_000, 10_020_000)
     (said,) = [w for w in s_far.warnings if "stretches of 1 ms or more" in w]
     assert said.startswith("10.0 ms of the traced scope (100%) are 2 stretches")
     near = whatif(store, _ingest(store, tmp_path, "near", events(20)))

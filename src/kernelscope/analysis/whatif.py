@@ -428,14 +428,12 @@ def whatif(store, trace_id: str, twin: Any = None) -> Result:
         warnings.append(f"predicted_ns exceeds observed_ns ({source.split(':')[0]}): the traced GPU work alone "
                         "takes longer than the observed time, so no launch-overhead speed-up is expected; "
                         "read predicted_speedup_traced for the within-trace figure.")
-    long_ns, long_n = 0, 0
-    if traced and predicted and traced > predicted:
-        row = store.query(_LONG_GAPS_SQL, {"t": t, "s": scope_start, "e": scope_end, "min": LONG_GAP_NS})
-        if len(row):
-            long_ns, long_n = int(row["ns"].iloc[0]), int(row["n"].iloc[0])
-        if 2 * long_ns >= traced - predicted:
-            warnings.append(LONG_GAPS_WARNING.format(ms=long_ns / NS_PER_MS, pct=100 * long_ns / traced, n=long_n))
+    row = (store.query(_LONG_GAPS_SQL, {"t": t, "s": scope_start, "e": scope_end, "min": LONG_GAP_NS})
+           if traced else ())
+    long_ns, long_n = (int(row["ns"].iloc[0]), int(row["n"].iloc[0])) if len(row) else (0, 0)
     scalars["long_idle_ns"] = long_ns
+    if predicted and traced and 2 * long_ns >= traced - predicted > 0:
+        warnings.append(LONG_GAPS_WARNING.format(ms=long_ns / NS_PER_MS, pct=100 * long_ns / traced, n=long_n))
     trust = {
         "activities_in_trace": sc.get("activities"),
         "activities_without_launch": sc.get("without_launch"),

@@ -113,9 +113,9 @@ def traces(fmt, as_json, db):
     """List stored traces: id, name, source, labels and headline counts.
 
     Columns: id, name, source, format, rank, labels, devices (the device indices; device_ids in the table),
-    kernels, gpu_span_ns (first to last GPU
-    activity over all devices), ingested_ns (JSON and CSV only), notes (a TRUNCATED trace, a partial run,
-    negative durations stored as 0, device events set aside; `summary TRACE` has the details).
+    kernels, gpu_span_ns (first to last GPU activity over all devices), ingested_ns (JSON and CSV only), notes
+    (a TRUNCATED trace, a partial run, negative durations stored as 0, device events set aside; `summary TRACE`
+    has the details).
     """
     from ..storage.queries import list_traces
 

@@ -193,7 +193,6 @@ def count_null_numbers(text: bytes, bad: Counter) -> None:
     (the decoder reads it as absent; the count says it was there): each ``"key" : null`` whose key is 1-40
     characters without a quote or backslash. Found from each ``null`` backwards (a memchr-speed search, then a
     few bytes each), not by a regex tried at every quote: that took half the parse of a trace with stacks."""
-    end = len(text)
     i = text.find(b"null")
     while i >= 0:
         j = i
@@ -208,4 +207,4 @@ def count_null_numbers(text: bytes, bad: Counter) -> None:
                 key = text[k + 1:j - 1] if k >= 0 else b""
                 if key and b"\\" not in key and key in NUMERIC_ARG_KEYS:
                     bad[key.decode()] += 1
-        i = text.find(b"null", i + 4, end)
+        i = text.find(b"null", i + 4)
