@@ -13,7 +13,7 @@ What is measured:
   with inputs taken from it: a figure's ``clickData`` = its first point, a table's ``cellClicked`` = row
   *i* (varied per request), the Bound page's bins dropdown cycling through its choices (each new bin
   count is a new bound analysis: a miss), other inputs as the page renders them.
-  **Cold** for a page = its first request right after the per-process cache (``reports/cache.py``: the
+  **Cold** for a page = its first request right after the per-process cache (``analysis/cache.py``: the
   analysis Results and the Timeline's base bins) was emptied, so each page pays for its own analyses;
   for a callback = its first request after its page was drawn (the page's analyses cached, as in the
   browser). The Timeline's callback is three series: zooms (windows of 1 ms .. the whole
@@ -463,8 +463,8 @@ def main(argv=None) -> int:
     series: list[Series] = []
 
     # every page, each followed by the callbacks living on it (module docstring)
+    from kernelscope.analysis import cache
     from kernelscope.dashboard.pages.bound import BIN_CHOICES
-    from kernelscope.reports import cache
 
     layouts, done, totals = {}, set(), {}
     paths = [("traces", "/", "")] + [(n, f"/trace/{trace_id}/{n}", "") for n in TRACE_PAGES] + \
@@ -539,7 +539,7 @@ def main(argv=None) -> int:
         f"(1 min) {load0:.2f} at the start, {load1:.2f} at the end. kernelscope {__version__}, duckdb "
         f"{duckdb.__version__}, pandas {pandas.__version__}, python {sys.version.split()[0]}.", "",
         "Requests through the Flask test client. Cold: for a page, its first request after the per-process "
-        "cache (reports/cache.py) was emptied, so it runs its own analyses; for a callback, its first request "
+        "cache (analysis/cache.py) was emptied, so it runs its own analyses; for a callback, its first request "
         f"after its page was drawn. Then up to {args.requests} warm requests or {args.budget_s:.0f} s of them per callback "
         "(at least 3). "
         "p50/p95 nearest rank over the warm requests. KB = largest response body. Cold CPU ms: the process's "

@@ -73,7 +73,7 @@ def pytest_collection_modifyitems(config, items):
     """Every test that drives Chromium (through the ``browser`` fixture of tests/dashboard/conftest.py) is
     marked ``browser``. The conformance matrix runs variant by variant (every check of one corpus variant, then
     the next), so the report, the pages and the diff of a variant share the analyses the process's result
-    cache (reports/cache.py, 48 entries) holds from its first use instead of recomputing them per check."""
+    cache (analysis/cache.py, 48 entries) holds from its first use instead of recomputing them per check."""
     for item in items:
         if "browser" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.browser)

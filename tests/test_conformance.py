@@ -141,8 +141,8 @@ def test_every_analysis_works_or_says_why(conf, name, capsys):
     CLI path itself is exercised on three variants below). Computed through the process's result cache, as the
     report and the dashboard compute them: this is the variant's first check that runs them (the matrix runs
     variant by variant), and its report and pages then reuse these Results."""
+    from kernelscope.analysis import cache
     from kernelscope.cli.render import emit_result as _emit_result
-    from kernelscope.reports import cache
     from kernelscope.storage.store import open_store
 
     tid = _first(conf, name)

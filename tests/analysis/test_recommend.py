@@ -12,7 +12,6 @@ import pytest
 from click.testing import CliRunner
 from conftest import ROOT
 
-from kernelscope.analysis import bandwidth, bound, kernels, launch, whatif
 from kernelscope.analysis import recommend as rec
 from kernelscope.analysis.registry import ANALYSES
 from kernelscope.analysis.result import Result
@@ -192,15 +191,19 @@ def test_low_tensor_core_silent(gemm, tc):
 
 # the whole analysis with faked sources ------------------------------------------------------------------
 
-def test_recommend_with_fake_analyses(monkeypatch):
-    monkeypatch.setattr(bound, "bound", lambda s, t, **kw: fake_bound())
-    monkeypatch.setattr(launch, "launch", lambda s, t, **kw: fake_launch())
-    monkeypatch.setattr(whatif, "whatif", lambda s, t: fake_whatif())
-    monkeypatch.setattr(kernels, "kernels", lambda s, t: fake_kernels(short=0.4))
+def fake_sources(monkeypatch, **given):
+    """recommend reads ``given`` (name -> fn(store, trace_id)) and the fakes above for the rest."""
+    fakes = {"bound": lambda s, t: fake_bound(), "launch": lambda s, t: fake_launch(),
+             "whatif": lambda s, t: fake_whatif(), "kernels": lambda s, t: fake_kernels(),
+             "bandwidth": lambda s, t: fake_bandwidth(), **given}
+    assert set(fakes) == set(rec._sources())  # every analysis recommend reads
+    monkeypatch.setattr(rec, "_sources", lambda: dict(fakes))
 
+
+def test_recommend_with_fake_analyses(monkeypatch):
     def broken(s, t):
         raise UsageError("no device peak for this GPU.")
-    monkeypatch.setattr(bandwidth, "bandwidth", broken)
+    fake_sources(monkeypatch, kernels=lambda s, t: fake_kernels(short=0.4), bandwidth=broken)
     monkeypatch.setattr(rec, "_slowing_options", lambda s, t: ["with_stack"])
     r = rec.recommend(None, "t1")
     assert r.scalars["rules_fired"] == ["host_bound_launch", "short_kernels"]
@@ -217,11 +220,7 @@ def test_recommend_with_fake_analyses(monkeypatch):
 def test_host_bound_and_gpu_bound_together_are_reconciled(monkeypatch, depth, both):
     """HTA's public training trace (torch.profiler defaults) fired both: 41% host wait and a mean queue depth of
     7.03. A warning then says they are different stretches of the run and where to see them; not otherwise."""
-    monkeypatch.setattr(bound, "bound", lambda s, t, **kw: fake_bound())
-    monkeypatch.setattr(launch, "launch", lambda s, t, **kw: fake_launch(depth=depth))
-    monkeypatch.setattr(whatif, "whatif", lambda s, t: fake_whatif())
-    monkeypatch.setattr(kernels, "kernels", lambda s, t: fake_kernels())
-    monkeypatch.setattr(bandwidth, "bandwidth", lambda s, t: fake_bandwidth())
+    fake_sources(monkeypatch, launch=lambda s, t: fake_launch(depth=depth))
     monkeypatch.setattr(rec, "_slowing_options", lambda s, t: [])
     r = rec.recommend(None, "t1")
     assert "host_bound_launch" in r.scalars["rules_fired"]

@@ -287,7 +287,7 @@ def test_steps_are_recorded_without_a_schedule(tmp_path):
     records from the start, every step, in one cycle, so step() leaves steps for the steps analysis (a ViT
     training loop profiled with `kernelscope profile`'s defaults on an H100 had none, and the analysis told the
     user to call prof.step(), which kernelscope profile already did). run.json still says no schedule was given."""
-    from kernelscope.reports import cache
+    from kernelscope.analysis import cache
 
     m = torch.nn.Linear(16, 16)
     opt = torch.optim.SGD(m.parameters(), lr=0.1)

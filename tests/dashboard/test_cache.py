@@ -1,4 +1,4 @@
-"""The per-process cache of analysis Results (reports/cache.py): hits, misses, keys with options and their
+"""The per-process cache of analysis Results (analysis/cache.py): hits, misses, keys with options and their
 defaults, LRU eviction by count, invalidation when a trace is re-ingested or removed, one build for
 concurrent requests, and the Overview's recommendations reusing the cached analyses."""
 
@@ -12,11 +12,10 @@ import pytest
 import stores
 from stores import empty
 
-from kernelscope.analysis import recommend as recommend_mod
+from kernelscope.analysis import cache
 from kernelscope.analysis.registry import get_analysis
 from kernelscope.errors import KernelscopeError
 from kernelscope.reports import bound as rb
-from kernelscope.reports import cache
 from kernelscope.storage.ingest import ingest_paths
 from kernelscope.storage.queries import remove_traces
 from kernelscope.storage.store import open_store
@@ -189,15 +188,11 @@ def test_build_error_is_not_cached():
 
 
 def test_overview_recommendations_reuse_cached_analyses(small, monkeypatch):
-    """headline_extras (Overview page and report) gives recommend the analyses it has: recommend runs none
-    itself, and each analysis runs once per trace however often the page is drawn."""
+    """headline_extras (Overview page and report): recommend reads its analyses through the cache, which the
+    headline's own launch and power share, so each analysis runs once per trace (no part beside a whole one, no
+    bandwidth for power beside recommend's) however often the page is drawn."""
     db, _, tid = small
-
-    def boom(*a, **k):
-        raise AssertionError("recommend reran an analysis it was given")
-
-    monkeypatch.setattr(recommend_mod, "_sources", lambda: {n: boom for n in
-                                                             ("bound", "launch", "whatif", "kernels", "bandwidth")})
+    cache.clear()
     with open_store(db, read_only=True) as store:
         x = rb.headline_extras(store, tid, True)
         misses = cache.stats()["misses"]
@@ -216,14 +211,9 @@ def test_overview_recommendations_reuse_cached_analyses(small, monkeypatch):
 def test_whatif_is_computed_once_when_host_bound_launch_cites_it(sample_runs, monkeypatch):
     """train_step (77% host wait, launch-heavy operators): host_bound_launch fires, so the Overview's prefetch
     computes whatif in its threads and the finding states whatif's saving; recommend reads it from the cache
-    (its own sources are never used), and drawing the page again computes nothing."""
+    (not computing it again), and drawing the page again computes nothing."""
     from kernelscope.dashboard.pages import overview
 
-    def boom(*a, **k):
-        raise AssertionError("recommend ran an analysis outside the cache")
-
-    monkeypatch.setattr(recommend_mod, "_sources", lambda: {n: boom for n in
-                                                             ("bound", "launch", "whatif", "kernels", "bandwidth")})
     monkeypatch.setattr("os.cpu_count", lambda: 2)
     tid = sample_runs.ids["train_step"]
     cache.clear()
@@ -285,7 +275,7 @@ def test_prefetch_computes_the_overview_analyses_at_once_on_their_own_cursors(sm
     with open_store(db, read_only=True) as store:
         cache.prefetch(store, tid, overview.PREFETCH)
         # launch and bound as parts (the tables the recommendations read); power reads the cached bandwidth
-        assert {n for n, _ in seen} == set(names) | {"launch", "bound"}
+        assert {n for n, _ in seen} == set(names) | {"launch", "bound", "power"}
         assert all(t.startswith("ks-cursor") for _, t in seen)  # in the pool's threads
         assert sorted(k[2] for k in cache._CACHE) == sorted(
             ["analysis:" + n for n in (*names, "launch", "bound")]
@@ -301,7 +291,7 @@ def test_prefetch_computes_the_overview_analyses_at_once_on_their_own_cursors(sm
         assert seen == [] and cache.stats()["misses"] == before["misses"]
         keys = set(cache._CACHE)
         overview.layout(store, tid, {})
-        assert [k[2] for k in cache._CACHE if k not in keys] == ["recommend"]
+        assert [k[2] for k in cache._CACHE if k not in keys] == ["analysis:recommend"]
     cached = [k[2] for k in list(cache._CACHE)]
     for n in names:
         assert cached.count("analysis:" + n) == 1, n

@@ -33,7 +33,9 @@ from typing import Any
 
 import pandas as pd
 
+from ..errors import KernelscopeError
 from ..units import FLOP_PER_TFLOP, MJ_PER_J, MW_PER_W, NS_PER_S, mw_to_w, ns_to_ms, ns_to_s
+from . import cache
 from .result import Result, int_or_none
 
 DESCRIPTION = "Energy per trace/phase/unit (counter or integrated power), J/TFLOP, busy/idle power, clocks, throttling."
@@ -112,9 +114,8 @@ def _integrated_mj(samples: pd.DataFrame, a: int, b: int) -> float | None:
     return float(np.sum((p[1:] + p[:-1]) / 2 * np.diff(grid)) / NS_PER_S)  # mW x s = mJ
 
 
-def power(store, trace_id: str, _bandwidth: Result | None = None) -> Result:
-    """Energy and power of one trace (definitions in the module docstring). ``_bandwidth``: the trace's bandwidth
-    Result when the caller already has it (its FLOP total is read from it instead of running it again)."""
+def power(store, trace_id: str) -> Result:
+    """Energy and power of one trace (definitions in the module docstring)."""
     t = trace_id
     warnings: list[str] = []
     tr = store.query("SELECT start_ns, end_ns, clock_offset_ns FROM traces WHERE trace_id = $t", {"t": t})
@@ -187,7 +188,7 @@ def power(store, trace_id: str, _bandwidth: Result | None = None) -> Result:
     elif "batch" in lab and "seq" in lab:
         unit, units = "batch*seq", lab["batch"] * lab["seq"]
     per_unit = per_iter / units if per_iter is not None and units else None
-    flops, j_tflop = _flops(store, t, warnings, _bandwidth), None
+    flops, j_tflop = _flops(store, t, warnings), None
     steps = int(store.query("SELECT count(*) AS n FROM annotations WHERE trace_id = $t AND kind = 'step'",
                             {"t": t})["n"].iloc[0])
     if flops and per_iter is not None:
@@ -276,23 +277,16 @@ def power(store, trace_id: str, _bandwidth: Result | None = None) -> Result:
                   warnings=warnings, trust=trust)
 
 
-def _flops(store, trace_id: str, warnings: list[str], res: Result | None = None) -> float | None:
-    """The bandwidth analysis' FLOP total for the trace (from ``res`` when given), or None (with a warning) when
-    unavailable."""
+def _flops(store, trace_id: str, warnings: list[str]) -> float | None:
+    """The bandwidth analysis' FLOP total for the trace, read through the process's cache (analysis/cache.py:
+    bandwidth runs once per trace and process, whoever asks first), or None (with a warning)."""
     try:
-        from . import bandwidth  # written by another engineer; optional until it lands
-    except ImportError:
-        warnings.append("FLOPs unknown (the bandwidth analysis is not available): j_per_tflop is null.")
+        res = cache.analysis(store, "bandwidth", trace_id)
+    except KernelscopeError as e:
+        warnings.append(f"FLOPs unknown (the bandwidth analysis failed: {e}): j_per_tflop is null.")
         return None
-    fn = getattr(bandwidth, "bandwidth", None)
-    if fn is None and res is None:
-        warnings.append("FLOPs unknown (analysis.bandwidth has no bandwidth()): j_per_tflop is null.")
+    v = res.scalars.get("flops")
+    if v is None:
+        warnings.append("the bandwidth analysis gave no FLOP total: j_per_tflop is null.")
         return None
-    if res is None:
-        res = fn(store, trace_id)
-    for key in ("flops", "total_flops", "flops_total", "modelled_flops"):
-        v = res.scalars.get(key)
-        if v is not None:
-            return float(v)
-    warnings.append("the bandwidth analysis gave no FLOP total: j_per_tflop is null.")
-    return None
+    return float(v)

@@ -32,7 +32,7 @@ import pandas as pd
 
 from ..errors import KernelscopeError
 from ..units import NS_PER_US, ns_to_ms
-from . import bandwidth, bound, kernels, launch, whatif
+from . import cache
 from .result import Result, py_scalar
 
 DESCRIPTION = "Rules over bound/launch/whatif/kernels/bandwidth: findings with cited evidence and savings."
@@ -68,10 +68,12 @@ BOUND_TABLES = ("devices", "idle_causes", "idle_operators")
 
 
 def _sources() -> dict[str, Callable[..., Result]]:
-    """The analyses recommend reads, looked up at call time (tests replace them with fakes)."""
-    return {"bound": lambda s, t: bound.bound(s, t, _tables=BOUND_TABLES),
-            "launch": lambda s, t: launch.launch(s, t, _tables=LAUNCH_TABLES),
-            "whatif": whatif.whatif, "kernels": kernels.kernels, "bandwidth": bandwidth.bandwidth}
+    """The analyses recommend reads, through the process's cache (analysis/cache.py: each once per trace and
+    process, shared with the pages and the report; bound and launch as the parts the rules read unless whole
+    ones are cached); looked up at call time (tests replace them with fakes)."""
+    return {"bound": lambda s, t: cache.analysis_part(s, "bound", t, BOUND_TABLES),
+            "launch": lambda s, t: cache.analysis_part(s, "launch", t, LAUNCH_TABLES),
+            **{n: (lambda s, t, n=n: cache.analysis(s, n, t)) for n in ("whatif", "kernels", "bandwidth")}}
 
 
 class _Results(dict):
@@ -79,10 +81,10 @@ class _Results(dict):
     ``res.get(name)`` too; a failed one (KernelscopeError) becomes a warning and reads as missing. So an
     analysis runs only when a rule reaches it: whatif only for a host_bound_launch finding's saving."""
 
-    def __init__(self, store, trace_id: str, given: dict[str, Result], warnings: list[str], compute=None):
+    def __init__(self, store, trace_id: str, given: dict[str, Result], warnings: list[str]):
         super().__init__(given)
         self._store, self._trace, self._warnings, self._failed = store, trace_id, warnings, set()
-        self._fns = {**_sources(), **(compute or {})}
+        self._fns = _sources()
 
     def __missing__(self, name: str) -> Result:
         if name in self._failed or name not in self._fns:
@@ -326,16 +328,15 @@ def _slowing_options(store, trace_id: str) -> list[str]:
     return [k for k in ("with_stack", "profile_memory") if opts.get(k) is True]
 
 
-def recommend(store, trace_id: str, results: dict[str, Result] | None = None, _compute=None) -> Result:
+def recommend(store, trace_id: str, results: dict[str, Result] | None = None) -> Result:
     """Run the cited analyses on ``trace_id`` and check every rule (module docstring). An analysis that
     fails (a KernelscopeError) becomes a warning and the rules needing it are skipped.
 
     ``results``: analyses already run on this trace by the caller (name -> Result), reused as they are; a
-    missing one is run once, when a rule first needs it (launch and bound with only the tables the rules read;
-    whatif only for a host_bound_launch finding's saving). ``_compute``: name -> ``fn(store, trace_id)`` that
-    runs a missing one instead (the dashboard's and report's cache, so what recommend runs is kept)."""
+    missing one is read through the process's cache (``_sources``) when a rule first needs it (whatif only for a
+    host_bound_launch finding's saving)."""
     warnings: list[str] = []
-    res = _Results(store, trace_id, dict(results or {}), warnings, _compute)
+    res = _Results(store, trace_id, dict(results or {}), warnings)
     res.prefetch(sorted({n for rule in RULES for n in NEEDS[rule]}))  # whatif stays lazy
     findings, skipped = evaluate(res)
     slow = _slowing_options(store, trace_id) if any(f["rule"] in HOST_RULES for f in findings) else []

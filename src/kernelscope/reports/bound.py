@@ -15,12 +15,12 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from ..analysis import bound as analysis_bound
-from ..analysis.recommend import BOUND_TABLES, LAUNCH_TABLES, recommend
+from ..analysis import cache
+from ..analysis.recommend import BOUND_TABLES, LAUNCH_TABLES
 from ..analysis.summary import no_gpu_reason
 from ..errors import KernelscopeError
 from ..storage import catalog
 from ..units import NS_PER_MS, mj_to_j, ms_text
-from . import cache
 from . import launch as rl
 from .blocks import Section, Table
 from .figures import styled
@@ -325,7 +325,7 @@ def evidence_text(e: dict) -> str:
 def recommendations(store, tid: str) -> tuple[list[dict], list[str]]:
     """(findings as dicts: rule, severity, message, saving_ns, evidence (texts)), warnings) from the
     recommend analysis. A trace without GPU activity gives none (the rules need GPU work)."""
-    r = cache.call(store, tid, "recommend", lambda s, t: recommend(s, t, _compute=RECOMMEND_SOURCES))
+    r = cache.analysis(store, "recommend", tid)
     out = []
     for f in r.tables["findings"].to_dict("records"):
         saving = f["saving_ns"]
@@ -345,15 +345,6 @@ def bound_part(store, tid: str):
     """bound with only the tables the recommendations read (not its binned queue and busy tables), or the whole
     Result when cached."""
     return cache.analysis_part(store, "bound", tid, BOUND_TABLES)
-
-
-#: How recommend runs what it reads, through the cache (each analysis once per trace and process, shared with the
-#: pages and the report): bound and launch as parts; whatif only when a rule cites it.
-RECOMMEND_SOURCES = {
-    "bound": bound_part,
-    "launch": launch_part,
-    **{n: (lambda s, t, n=n: cache.analysis(s, n, t)) for n in ("whatif", "kernels", "bandwidth")},
-}
 
 
 def recommendation_lines(findings: list[dict]) -> list[str]:

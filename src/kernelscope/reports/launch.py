@@ -12,10 +12,10 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
+from ..analysis import cache
 from ..analysis.summary import no_gpu_reason
 from ..storage import catalog
 from ..units import NS_PER_MS, NS_PER_US, ms_text
-from . import cache
 from .blocks import Section, Table
 from .figures import styled
 from .missing import value_or_na

@@ -9,9 +9,9 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from ..analysis import cache
 from ..storage import catalog
 from ..units import BYTES_PER_MIB, NS_PER_MS
-from . import cache
 from .blocks import Section, Table
 from .figures import styled
 from .missing import shown

@@ -7,10 +7,10 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
+from ..analysis import cache
 from ..storage import catalog
 from ..storage import modules as sm
 from ..units import NS_PER_MS
-from . import cache
 from .blocks import Section, Table
 from .missing import shown
 

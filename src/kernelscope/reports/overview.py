@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pandas as pd
 
+from ..analysis import cache
 from ..analysis.bound import idle_split
 from ..analysis.summary import no_gpu_reason
 from ..units import NS_PER_MS, ms_text
-from . import cache
 from .blocks import Section, Table
 from .data import busy_bins
 from .figures import busy_fraction_figure

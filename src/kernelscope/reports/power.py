@@ -16,11 +16,9 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..analysis.power import power as power_analysis
-from ..errors import KernelscopeError
+from ..analysis import cache
 from ..storage import catalog, series
 from ..units import MJ_PER_J, NS_PER_MS
-from . import cache
 from .blocks import Section, Table
 from .data import busy_bins
 from .figures import MAX_BINS, bin_width_ns, busy_fraction_bins, styled
@@ -28,16 +26,9 @@ from .missing import na, shown
 
 
 def power_result(store, tid: str):
-    """The power analysis of ``tid`` through the cache (the entry ``cache.analysis(store, "power", tid)`` reads),
-    handed the cached bandwidth Result for its FLOP total, so bandwidth runs once per trace and process (the
-    Overview's recommendations read it too)."""
-    def run(s, t):
-        try:
-            bw = cache.analysis(s, "bandwidth", t)
-        except KernelscopeError:
-            bw = None  # power runs it itself and says why it has no FLOP total
-        return power_analysis(s, t, _bandwidth=bw)
-    return cache.call(store, tid, "analysis:power", run)
+    """The power analysis of ``tid`` through the cache (it reads the cached bandwidth Result for its FLOP
+    total, so bandwidth runs once per trace and process)."""
+    return cache.analysis(store, "power", tid)
 
 
 def has_telemetry(store, trace_id: str) -> bool:

@@ -19,9 +19,9 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from .. import __version__
+from ..analysis import cache
 from ..storage import catalog
 from . import bound as _bound  # issue 5: launch, bound-ness, sweep
-from . import cache
 from . import launch as _launch
 from . import memory as _memory  # issue 13: memory
 from . import modules as _modules  # issue 13: modules, call stacks

@@ -19,11 +19,11 @@ import math
 import pandas as pd
 import plotly.graph_objects as go
 
+from ..analysis import cache
 from ..analysis.bandwidth import NO_SHAPES
 from ..storage import catalog
 from ..storage.ncu import measured_dram_bytes
 from ..units import GFLOP_PER_TFLOP, NS_PER_MS
-from . import cache
 from .blocks import Section, Table
 from .figures import styled
 

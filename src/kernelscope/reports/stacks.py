@@ -9,11 +9,11 @@ import posixpath
 import pandas as pd
 import plotly.graph_objects as go
 
+from ..analysis import cache
 from ..storage import catalog
 from ..storage import stacks as ss
 from ..storage.pycontext import MODULE_PREFIX
 from ..units import NS_PER_MS
-from . import cache
 from .blocks import Section, Table
 from .missing import shown
 

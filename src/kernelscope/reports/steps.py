@@ -8,9 +8,9 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from ..analysis import cache
 from ..storage import catalog
 from ..units import NS_PER_MS, ms_text
-from . import cache
 from .blocks import Section, Table
 from .figures import styled
 from .missing import shown

@@ -16,10 +16,10 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from ..analysis import cache
 from ..errors import UsageError
 from ..storage import catalog
 from ..units import NS_PER_MS, ms_text
-from . import cache
 from .blocks import Section, Table
 from .figures import styled
 

@@ -27,6 +27,8 @@ import re
 import numpy as np
 import pandas as pd
 
+# the per-process cache shared with the other pages and the report
+from ..analysis.cache import cached
 from ..analysis.comm import run_traces
 from ..errors import UsageError
 from ..storage import operators as _ops
@@ -50,9 +52,6 @@ from ..storage.timeline import (
     trace_info,
     window_matches,
 )
-
-# the per-process cache shared with the other pages and the report
-from .cache import cached
 
 __all__ = ["ANN_KINDS", "BASE_BINS", "EVENT_LIMIT", "EXPORT_LIMIT", "LANE_COLUMNS", "NAME_LIMIT", "TELEMETRY_COLUMNS",
            "bin_sql_query", "binned", "cached", "chrome_trace", "chrome_trace_text", "count_events", "event_detail",

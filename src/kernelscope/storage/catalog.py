@@ -90,7 +90,7 @@ def gpu_activity_count(store, trace_id: str) -> int:
 def ingest_stamps(store, trace_ids=None) -> dict:
     """``{trace_id: ingested_ns or None}`` of the given trace ids (unknown ids left out), or of every trace
     of the store when ``trace_ids`` is None, in id order for the whole store."""
-    if trace_ids is None:  # fetchall, not a DataFrame: every cached analysis asks (reports/cache.py's key)
+    if trace_ids is None:  # fetchall, not a DataFrame: every cached analysis asks (analysis/cache.py's key)
         rows = store.con.execute("SELECT trace_id, ingested_ns FROM traces ORDER BY trace_id").fetchall()
     else:
         rows = store.con.execute("SELECT trace_id, ingested_ns FROM traces WHERE list_contains($ids, trace_id)",

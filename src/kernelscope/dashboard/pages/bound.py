@@ -8,10 +8,10 @@ from __future__ import annotations
 import dash
 from dash import Input, Output, State, dcc, html
 
+from ...analysis import cache
 from ...analysis.summary import no_gpu_reason
 from ...errors import KernelscopeError
 from ...reports import bound as rb
-from ...reports import cache
 from ...storage.store import open_store
 from ...units import ms_text
 from .. import params as P

@@ -11,8 +11,8 @@ from __future__ import annotations
 import dash
 from dash import Input, Output, State, dcc, html
 
+from ...analysis import cache
 from ...errors import KernelscopeError, TraceNotFound, UsageError
-from ...reports import cache
 from ...reports.compare import group_rows, groups_figure, headline_figure, headline_rows
 from ...storage import catalog
 from ...storage.queries import resolve_trace

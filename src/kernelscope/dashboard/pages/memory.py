@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dash import dcc, html
 
-from ...reports import cache
+from ...analysis import cache
 from ...reports import memory as rm
 from ...reports.missing import shown
 from ...units import NS_PER_MS

@@ -9,9 +9,9 @@ from __future__ import annotations
 import dash
 from dash import Input, Output, State, dcc, html
 
+from ...analysis import cache
 from ...analysis.modules import NO_MODULES
 from ...errors import KernelscopeError
-from ...reports import cache
 from ...reports import modules as rm
 from ...reports.missing import shown
 from ...storage.store import open_store

@@ -28,8 +28,8 @@ import numpy as np
 import pandas as pd
 from dash import Input, Output, State, dcc, html
 
+from ...analysis import cache
 from ...analysis.summary import no_gpu_reason
-from ...reports import cache
 from ...reports import timeline_data as td
 from ...storage.store import open_store
 from ...units import FLOP_PER_GFLOP, NS_PER_MS

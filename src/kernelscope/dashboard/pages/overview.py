@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from dash import html
 
+from ...analysis import cache
 from ...analysis.bound import idle_split
 from ...analysis.recommend import rule_host_bound_launch
 from ...analysis.summary import no_gpu_reason
 from ...reports import bound as rb
-from ...reports import cache
 from ...reports.data import busy_bins
 from ...reports.figures import busy_fraction_figure
 from ...reports.missing import kpi_parts, shown

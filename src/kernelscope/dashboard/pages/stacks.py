@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dash import html
 
+from ...analysis import cache
 from ...analysis.stacks import NO_STACKS
-from ...reports import cache
 from ...reports import stacks as rs
 from ...reports.missing import shown
 from ...units import ms_text

@@ -12,8 +12,8 @@ from __future__ import annotations
 import dash
 from dash import Input, Output, State, dcc, html
 
+from ...analysis import cache
 from ...errors import UsageError
-from ...reports import cache
 from ...reports import steps as rs
 from ...reports import timeline_data as td
 from ...reports.missing import shown

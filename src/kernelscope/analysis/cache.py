@@ -1,4 +1,6 @@
-"""One per-process cache of analysis Results and other derived data for the dashboard pages and the report.
+"""One per-process cache of analysis Results and other derived data: for the analyses that read other analyses
+(recommend reads bound, launch, kernels, bandwidth and whatif; power reads bandwidth's FLOPs), the dashboard
+pages and the report, so each is computed once per trace and process whoever asks first.
 
 An entry's key names what was computed and from what: ``(store identity, trace stamps, name, options)``.
 
@@ -26,8 +28,8 @@ from collections import OrderedDict
 
 import pandas as pd
 
-from ..analysis.registry import get_analysis
 from ..storage import catalog
+from . import registry  # looked up at call time: the registry imports the analyses that import this module
 
 #: Most entries kept (Results, and the Timeline's base bins of a few MB each).
 MAX_ENTRIES = 48
@@ -155,7 +157,7 @@ def call(store, trace_ids, name: str, fn, **opts):
 
 def analysis(store, name: str, trace_ids, **opts):
     """The registered analysis ``name`` on ``trace_ids`` with ``opts``, run once per process while cached."""
-    fn = get_analysis(name).fn
+    fn = registry.get_analysis(name).fn
     return call(store, trace_ids, "analysis:" + name, fn, **opts)
 
 
@@ -163,7 +165,7 @@ def analysis_part(store, name: str, trace_id: str, tables):
     """The registered analysis ``name`` on ``trace_id`` with only ``tables`` (its ``_tables`` option: every
     scalar, and those tables), or its whole Result when that is cached already: for a page that shows a few
     numbers of a large analysis (the Overview's launch and bound) without paying for the rest."""
-    fn = get_analysis(name).fn
+    fn = registry.get_analysis(name).fn
     whole = key(store, trace_id, "analysis:" + name, **_with_defaults(fn, {}))
     with _LOCK:
         value = _hit(whole)
@@ -180,7 +182,7 @@ def prefetch(store, trace_id: str, items) -> None:
     page's own calls are then as quick), or a store without cursors."""
     cores = os.cpu_count() or 1
     identity, stamps = store_identity(store), trace_stamps(store, trace_id)  # once: a query each
-    keys = {n: _key(identity, stamps, "analysis:" + n, trace_id, _with_defaults(get_analysis(n).fn, {}))
+    keys = {n: _key(identity, stamps, "analysis:" + n, trace_id, _with_defaults(registry.get_analysis(n).fn, {}))
             for n in items if isinstance(n, str)}
     with _LOCK:
         cached_names = {n for n, k in keys.items() if k in _CACHE}
