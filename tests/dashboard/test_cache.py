@@ -295,3 +295,23 @@ def test_prefetch_computes_the_overview_analyses_at_once_on_their_own_cursors(sm
     cached = [k[2] for k in list(cache._CACHE)]
     for n in names:
         assert cached.count("analysis:" + n) == 1, n
+
+
+def test_a_report_computes_launch_and_bound_once_not_a_part_beside_the_whole(small, monkeypatch):
+    """The report's headline reads launch and bound as the recommendations' parts and its sections read them
+    whole: ``report.build`` prefetches the whole ones first, so each runs once (before, the parts ran first
+    and the whole ones again). Every prefetched analysis is computed once, and a second build computes
+    nothing."""
+    from kernelscope.reports import report
+
+    db, _, tid = small
+    monkeypatch.setattr("os.cpu_count", lambda: 2)  # the one-core shortcut must not hide the mechanism
+    with open_store(db, read_only=True) as store:
+        report.build(store, [tid])
+        misses = cache.stats()["misses"]
+        report.build(store, [tid])
+        assert cache.stats()["misses"] == misses
+    keys = [(k[2], dict(k[4]).get("_tables")) for k in cache._CACHE]
+    for n in report.PREFETCH:
+        assert keys.count(("analysis:" + n, None)) == 1, n
+    assert [k for k in keys if k[1] is not None] == []  # no part of launch or bound

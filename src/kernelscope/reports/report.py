@@ -68,9 +68,17 @@ SECTIONS = [
 ]
 
 
+#: The analyses whose whole Results the sections read for every trace, longest first: computed at once, one per
+#: core, before the sections (``cache.prefetch``). Without it the headline's recommendations computed launch and
+#: bound as parts, and their sections then the whole ones again.
+PREFETCH = ("bandwidth", "bound", "launch", "whatif", "summary", "kernels")
+
+
 def build(store, trace_ids: list[str], by: str | None = None) -> list[Section]:
     """Every section that has something to say about ``trace_ids``, in ``SECTIONS`` order."""
     ctx = Context(by=by)
+    for tid in trace_ids:
+        cache.prefetch(store, tid, PREFETCH)
     out = []
     for fn in SECTIONS:
         section = fn(store, list(trace_ids), ctx)
