@@ -95,7 +95,10 @@ def test_integrated_power_fallback_and_busy_samples(store, tmp_path):
     assert d["busy_power"]["samples"] == 0 and d["idle_power"]["samples"] == 41
     # ... and for the same reason no idle power: 41 samples of one value that never changes (stale or not,
     # nothing tells), so the mean is null with the reason, as for energy (METRICS.md window rule)
-    assert d["idle_power"]["mean_w"] is None and "shorter than 10 steps" in d["idle_power"]["reason"]
+    # says that, not a step it could not measure ("shorter than 10 steps of the reading (? each)" before)
+    assert d["idle_power"]["mean_w"] is None and d["idle_power"]["reason"] == (
+        "the power_mw reading changed fewer than twice in the telemetry, so its refresh step cannot be measured "
+        "and the trace window's (400.0 ms) samples repeat stale values")
 
 
 def test_busy_idle_power_when_the_reading_moves(store, tmp_path):

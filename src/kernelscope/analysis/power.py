@@ -204,10 +204,12 @@ def power(store, trace_id: str) -> Result:
     pstep = _median_step(store.query(_SQL_CHANGES.format(col=pcol), p).query("device == @dev"))
     if no_window:
         p_reason = "the trace has no timed events"
-    elif pstep is None or b - a < MIN_STEPS * pstep:
+    elif pstep is None:
+        p_reason = (f"the {pcol} reading changed fewer than twice in the telemetry, so its refresh step cannot "
+                    f"be measured and the trace window's ({ns_to_ms(b - a):.1f} ms) samples repeat stale values")
+    elif b - a < MIN_STEPS * pstep:
         p_reason = (f"the trace window ({ns_to_ms(b - a):.1f} ms) is shorter than {MIN_STEPS} steps of the "
-                    f"{pcol} reading ({'?' if pstep is None else f'{ns_to_ms(pstep):.1f} ms'} each): its samples "
-                    "repeat a few stale values")
+                    f"{pcol} reading ({ns_to_ms(pstep):.1f} ms each): its samples repeat a few stale values")
     else:
         p_reason = None
 
