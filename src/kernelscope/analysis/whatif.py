@@ -50,6 +50,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import TraceNotFound, UsageError
+from ..storage.idle import long_idle
 from ..storage.intervals import union_sql
 from ..storage.queries import resolve_trace
 from ..units import NS_PER_MS
@@ -349,12 +350,6 @@ def _residual(store, t: str, acts: pd.DataFrame, twin: str | None) -> tuple[np.n
 
 #: A GPU-idle stretch at least this long is host work (set-up, data loading, Python, a stall), not launch overhead.
 LONG_GAP_NS = NS_PER_MS
-# Per device, the GPU-idle time inside [$s, $e) in gaps of at least LONG_GAP_NS (idle_gaps: between busy intervals).
-_LONG_GAPS_SQL = """
-SELECT device, sum(least(gap_end_ns, $e) - greatest(gap_start_ns, $s))::BIGINT AS ns, count(*) AS n
-FROM idle_gaps
-WHERE trace_id = $t AND gap_end_ns - gap_start_ns >= $min AND gap_end_ns > $s AND gap_start_ns < $e
-GROUP BY device ORDER BY ns DESC, device LIMIT 1"""
 LONG_GAPS_WARNING = (
     "{ms:,.1f} ms of the traced scope ({pct:.0f}%) are {n:,} stretches of 1 ms or more with the GPU idle: host "
     "work (set-up, data loading, Python, a stall), not launch overhead. The replay removes them too, so "
@@ -428,9 +423,7 @@ def whatif(store, trace_id: str, twin: Any = None) -> Result:
         warnings.append(f"predicted_ns exceeds observed_ns ({source.split(':')[0]}): the traced GPU work alone "
                         "takes longer than the observed time, so no launch-overhead speed-up is expected; "
                         "read predicted_speedup_traced for the within-trace figure.")
-    row = (store.query(_LONG_GAPS_SQL, {"t": t, "s": scope_start, "e": scope_end, "min": LONG_GAP_NS})
-           if traced else ())
-    long_ns, long_n = (int(row["ns"].iloc[0]), int(row["n"].iloc[0])) if len(row) else (0, 0)
+    long_ns, long_n = long_idle(store, t, scope_start, scope_end, LONG_GAP_NS) if traced else (0, 0)
     scalars["long_idle_ns"] = long_ns
     if predicted and traced and 2 * long_ns >= traced - predicted > 0:
         warnings.append(LONG_GAPS_WARNING.format(ms=long_ns / NS_PER_MS, pct=100 * long_ns / traced, n=long_n))

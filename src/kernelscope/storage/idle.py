@@ -1,5 +1,6 @@
 """Idle gaps, host-wait pieces and queued intervals, derived once per trace at ingest (schema 005) and read by
-the bound analysis (analysis/bound.py has the definitions; docs/metrics.md "CPU-bound vs GPU-bound").
+the bound analysis (analysis/bound.py has the definitions; docs/metrics.md "CPU-bound vs GPU-bound") and, through
+``long_idle``, whatif.
 
 - idle_gaps: per device, every gap of the busy union (busy_intervals) inside the GPU span, with its cause:
   ``host_wait`` when no activity starting at or after the gap's end had its launch call return by the gap's
@@ -272,3 +273,18 @@ FROM g WHERE operator IS NOT NULL GROUP BY operator, category
 def insert_idle_rollup(con, trace_id: str) -> None:
     """Fill idle_rollup for one trace whose idle_pieces are stored."""
     con.execute(_ROLLUP_INSERT, {"trace": trace_id})
+
+
+# Per device, the idle time inside [$s, $e) in gaps of at least $min ns; the device with the most.
+_LONG_IDLE_SQL = """
+SELECT sum(least(gap_end_ns, $e) - greatest(gap_start_ns, $s))::BIGINT AS ns, count(*) AS n
+FROM idle_gaps
+WHERE trace_id = $t AND gap_end_ns - gap_start_ns >= $min AND gap_end_ns > $s AND gap_start_ns < $e
+GROUP BY device ORDER BY ns DESC, device LIMIT 1"""
+
+
+def long_idle(store, trace_id: str, start_ns: int, end_ns: int, min_ns: int) -> tuple[int, int]:
+    """(ns, gaps): the GPU-idle time inside ``[start_ns, end_ns)`` in idle gaps of at least ``min_ns`` (each
+    clipped to the window), on the device with the most such time, and how many gaps that is; (0, 0) when none."""
+    rows = store.con.execute(_LONG_IDLE_SQL, {"t": trace_id, "s": start_ns, "e": end_ns, "min": min_ns}).fetchall()
+    return (int(rows[0][0]), int(rows[0][1])) if rows else (0, 0)
