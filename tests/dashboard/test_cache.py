@@ -315,3 +315,21 @@ def test_a_report_computes_launch_and_bound_once_not_a_part_beside_the_whole(sma
     for n in report.PREFETCH:
         assert keys.count(("analysis:" + n, None)) == 1, n
     assert [k for k in keys if k[1] is not None] == []  # no part of launch or bound
+
+
+def test_a_report_of_several_traces_does_not_prefetch(sample_runs, monkeypatch):
+    """Prefetching every trace of a many-trace report first let the first traces' entries leave the cache before
+    their sections read them (8 llama_prefill traces: 183 computations instead of 143): only a one-trace report
+    prefetches."""
+    from kernelscope.reports import report
+
+    calls = []
+    monkeypatch.setattr(cache, "prefetch", lambda store, tid, items: calls.append(tid))
+    ids = [sample_runs.ids["train_step"], sample_runs.ids["llama_prefill_b8"]]
+    cache.clear()
+    with open_store(sample_runs.db, read_only=True) as store:
+        report.build(store, ids)
+        assert calls == []
+        report.build(store, ids[:1])
+        assert calls == ids[:1]
+    cache.clear()
