@@ -2,7 +2,8 @@
 
 Only what ``kernelscope.collectors.nvml_devices`` calls is implemented. Each device's averaged power is
 ``1000 * (index + 1)`` mW and instant power ``1000 * (index + 1) + 1`` so rows can be traced back to
-their device; the energy counter rises by 10 mJ per read.
+their device; the energy counter rises by 10 mJ per read, or (``energy_step_ms``) by 10 mJ at every multiple
+of that many ms of the epoch clock, as a real counter that refreshes on its own cadence.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ class FakeNVML:
     call number, seconds) to block one call."""
 
     def __init__(self, uuids, unsupported_fields=(), unsupported_calls=(), stall=None, init_error=None,
-                 stamp=None, stall_file=None):
+                 stamp=None, stall_file=None, energy_step_ms=None):
         self.uuids = list(uuids)
         self.unsupported_fields = set(unsupported_fields)
         self.unsupported_calls = set(unsupported_calls)
@@ -49,6 +50,7 @@ class FakeNVML:
         self.stall_end_ns = None
         self.stall_file = stall_file  # where to write stall_end_ns (read by tests of the sampler process)
         self.energy = {i: 1_000_000 for i in range(len(uuids))}
+        self.energy_step_ms = energy_step_ms
         self.lock = threading.Lock()
         self.NVMLError = NVMLError
 
@@ -107,6 +109,9 @@ class FakeNVML:
                 out.append(_FieldValue(f, 0, 1, 1000 * (i + 1), ts))
             elif f == 186:
                 out.append(_FieldValue(f, 0, 1, 1000 * (i + 1) + 1, ts))
+            elif f == 83 and self.energy_step_ms:
+                self.calls["energy"] = self.calls.get("energy", 0) + 1
+                out.append(_FieldValue(f, 0, 3, 10 * (time.time_ns() // round(self.energy_step_ms * 1e6)), ts))
             elif f == 83:
                 with self.lock:
                     self.energy[i] += 10

@@ -91,6 +91,24 @@ def test_rows_have_schema_and_device_values(fake, mode):
     assert st["p95_ms"] == gaps[-(-95 * n // 100) - 1]
 
 
+def test_energy_counter_is_read_near_its_next_change_and_every_change_is_seen(fake, mode):
+    """A counter that refreshes every 100 ms, sampled every 5 ms: after four changes it is read only from two
+    ticks before its next change is due (on an H200 each read costs 4 ms of CPU), yet no tick between a change and
+    the row that first shows it skipped the counter, so each change point is where reading every tick puts it."""
+    fake(energy_step_ms=100)
+    s = nvml.make_sampler(devices=[UUIDS[0]], period_ms=5, slow_period_ms=50, mode=mode)
+    d = _run(s, 1.5).to_pydict()
+    read = [(t, e) for t, e in zip(d["ts_ns"], d["energy_mj"]) if e is not None]
+    assert s.info()["energy_reads"] == len(read) < 0.6 * len(d["ts_ns"])  # every tick: all rows
+    step = 100 * 1_000_000
+    changes = [t for (_, a), (t, b) in zip(read, read[1:]) if b != a]
+    assert len(changes) >= 10
+    for t in changes:  # the change happened at the last multiple of the step; no row after it lacks the counter
+        happened = t // step * step
+        skipped = [u for u, e in zip(d["ts_ns"], d["energy_mj"]) if happened + 1_000_000 <= u < t and e is None]
+        assert skipped == [], (t, skipped)
+
+
 def test_unsupported_fields_are_null_and_not_retried(fake, mode):
     f = fake(unsupported_fields={186}, unsupported_calls={"nvmlDeviceGetTemperature"})
     s = nvml.make_sampler(devices=[UUIDS[0]], period_ms=5, slow_period_ms=5, mode=mode)

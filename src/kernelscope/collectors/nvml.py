@@ -15,7 +15,7 @@ device_index      int32    NVML index at capture time
 ts_ns             int64    epoch ns of the fast-field read (see below)
 power_mw          int64    averaged power, mW (``NVML_FI_DEV_POWER_AVERAGE``; else nvmlDeviceGetPowerUsage)
 power_instant_mw  int64    instantaneous power, mW (``NVML_FI_DEV_POWER_INSTANT``)
-energy_mj         int64    total energy counter since driver load, mJ
+energy_mj         int64    total energy counter since driver load, mJ (null on the ticks that skip it: below)
 sm_clock_mhz      int32    SM clock, MHz                   (slow fields: each read once per slow
 mem_clock_mhz     int32    memory clock, MHz                period, one group per tick, so on
                                                             different rows; null on the others)
@@ -30,6 +30,11 @@ throttle_reasons  int64    bit mask of nvmlClocksEventReason* (clock throttle re
 call (1 ms slack), else ``time.time_ns()`` right after the call returns: NVML's stamp does not move
 Slow fields (``nvml_devices.SLOW_GROUPS``) are read one group per tick, each once per slow period. Any
 failure of one sample other than an unsupported field is counted and skipped.
+
+The energy counter is read when its next change is due (``_CounterSchedule``): on an H200 with driver 580 one
+read of it costs 4 ms of CPU (every other field a few microseconds) while it changes every 100 ms, so reading
+it on every 10 ms tick kept 40% of a core busy. Its change points, all that the power analysis uses of it, are
+still seen within one tick.
 """
 
 from __future__ import annotations
@@ -58,7 +63,7 @@ from kernelscope.collectors.nvml_devices import (
     open_devices,
 )
 from kernelscope.errors import UsageError
-from kernelscope.units import MS_PER_S, NS_PER_MS, ns_to_ms
+from kernelscope.units import MS_PER_S, NS_PER_MS, NS_PER_S, ns_to_ms
 
 __all__ = [
     "DEFAULT_MODE", "MODES", "SLOW_GROUPS", "TELEMETRY_SCHEMA", "NullSampler", "ProcessSampler", "Sampler",
@@ -118,6 +123,34 @@ def interval_stats(table: pa.Table, window: tuple[int, int] | None = None) -> di
     return out
 
 
+class _CounterSchedule:
+    """When to read one device's energy counter. Until it has changed four times it is read on every tick; then
+    from two periods before its next change is due (the last change plus the median of its last eight
+    intervals) until it changes, so each change is still seen on the first tick after it. A counter that
+    changes every few ticks is read on every tick."""
+
+    def __init__(self, period_s: float):
+        self.margin_ns = round(2 * period_s * NS_PER_S)
+        self.value = None
+        self.changed_ns = None
+        self.steps: list[int] = []
+
+    def due(self, now_ns: int) -> bool:
+        if len(self.steps) < 3:
+            return True
+        step = sorted(self.steps)[len(self.steps) // 2]
+        return now_ns >= self.changed_ns + step - self.margin_ns
+
+    def saw(self, ts_ns: int, value: int | None) -> None:
+        if value is None:
+            return
+        if self.value is not None and value != self.value:
+            if self.changed_ns is not None:
+                self.steps = [*self.steps[-7:], ts_ns - self.changed_ns]
+            self.changed_ns = ts_ns
+        self.value = value
+
+
 class _Ticker:
     """One sampling tick for all devices; shared by the thread and the process sampler.
 
@@ -127,12 +160,14 @@ class _Ticker:
     the previous round is done), so each slow field is read once per slow period, on its own row.
     """
 
-    def __init__(self, devices: list[NvmlDevice], slow_period_s: float):
+    def __init__(self, devices: list[NvmlDevice], slow_period_s: float, period_s: float):
         self.devices = devices
         self.slow_period_s = slow_period_s
         self.rows: list[tuple] = []
         self.errors = 0
         self.nvml_stamped = 0
+        self.energy_reads = 0
+        self._energy = {d.uuid: _CounterSchedule(period_s) for d in devices}
         self._pending = {d.uuid: [] for d in devices}
         self._next_slow = None
 
@@ -145,9 +180,11 @@ class _Ticker:
             self._next_slow = max((self._next_slow or now) + self.slow_period_s, now)
         fast = []
         for d in self.devices:
+            counter = self._energy[d.uuid]
             try:
                 before = time.time_ns()
-                row = d.fast()
+                energy = counter.due(before)
+                row = d.fast(energy=energy)
                 after = time.time_ns()
             except Exception:  # a driver hiccup must not kill the sampler
                 self.errors += 1
@@ -160,6 +197,9 @@ class _Ticker:
                 self.nvml_stamped += 1
             else:
                 row["ts"] = after
+            if energy:
+                self.energy_reads += 1
+                counter.saw(row["ts"], row["energy_mj"])
             fast.append((d, row))
         for d, row in fast:
             queue = self._pending[d.uuid]
@@ -191,6 +231,7 @@ class _SamplerBase:
         self.table = TELEMETRY_SCHEMA.empty_table()
         self.errors = 0
         self.nvml_stamped = 0
+        self.energy_reads = 0
         self.achieved_period_ms = None
         self.max_gap_ms = None
         self.unsupported = {d.uuid: sorted(d.unsupported) for d in devices}
@@ -215,6 +256,7 @@ class _SamplerBase:
                 "achieved_period_ms": self.achieved_period_ms, "p95_period_ms": st["p95_ms"],
                 "max_gap_ms": self.max_gap_ms, "samples": self.table.num_rows, "errors": self.errors,
                 "reason": self.reason, "nvml_stamped": self.nvml_stamped,
+                "energy_reads": self.energy_reads,
                 "devices": [{"uuid": d.uuid, "nvml_index": d.index,
                              "unsupported": self.unsupported.get(d.uuid, [])} for d in self.devices]}
 
@@ -242,13 +284,13 @@ class Sampler(_SamplerBase):
 
     def __init__(self, devices, period_ms: float = 10, slow_period_ms: float = 100):
         super().__init__(devices, period_ms, slow_period_ms)
-        self._ticker = _Ticker(devices, self.slow_period_s)
+        self._ticker = _Ticker(devices, self.slow_period_s, self.period_s)
         self._stop = threading.Event()
         self._thread = None
 
     def start(self) -> Sampler:
         self._stop.clear()
-        self._ticker = _Ticker(self.devices, self.slow_period_s)
+        self._ticker = _Ticker(self.devices, self.slow_period_s, self.period_s)
         self._thread = threading.Thread(target=_loop, args=(self._ticker, self.period_s, self._stop.wait),
                                         name="kernelscope-nvml", daemon=True)
         self._thread.start()
@@ -260,6 +302,7 @@ class Sampler(_SamplerBase):
             self._thread.join()
             self._thread = None
         self.errors, self.nvml_stamped = self._ticker.errors, self._ticker.nvml_stamped
+        self.energy_reads = self._ticker.energy_reads
         self.unsupported = {d.uuid: sorted(d.unsupported) for d in self.devices}
         return self._finish(_rows_to_table(self._ticker.rows))
 
@@ -330,6 +373,7 @@ class ProcessSampler(_SamplerBase):
                 warnings.warn(f"kernelscope: no GPU telemetry: {self.reason}", stacklevel=2)
             else:
                 self.errors, self.nvml_stamped = counters["errors"], counters["nvml_stamped"]
+                self.energy_reads = counters["energy_reads"]
                 self.unsupported = counters["unsupported"]
         if self._out is not None:
             with contextlib.suppress(OSError):
@@ -411,7 +455,7 @@ def _child_main(argv: list[str]) -> int:
         print(f"no NVML device: {reason}", flush=True)
         return 1
     _rows_to_table([])  # pa.array imports pandas (~0.4 s): pay it before "ready", not in stop()
-    ticker = _Ticker(devs, a.slow_period_ms / MS_PER_S)
+    ticker = _Ticker(devs, a.slow_period_ms / MS_PER_S, a.period_ms / MS_PER_S)
     ticker.tick()
     print("ready", flush=True)
     stdin = sys.stdin.buffer
@@ -424,7 +468,7 @@ def _child_main(argv: list[str]) -> int:
     with pa.OSFile(a.out, "wb") as sink, pa.ipc.new_file(sink, TELEMETRY_SCHEMA) as w:
         w.write_table(table)
     print(json.dumps({"samples": table.num_rows, "errors": ticker.errors,
-                      "nvml_stamped": ticker.nvml_stamped,
+                      "nvml_stamped": ticker.nvml_stamped, "energy_reads": ticker.energy_reads,
                       "unsupported": {d.uuid: sorted(d.unsupported) for d in devs}}), flush=True)
     return 0
 

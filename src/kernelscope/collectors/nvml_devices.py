@@ -133,10 +133,11 @@ class NvmlDevice:
             self.unsupported.add(field)
             return None
 
-    def fast(self) -> dict:
-        """Averaged/instant power and the energy counter, batched through nvmlDeviceGetFieldValues."""
+    def fast(self, energy: bool = True) -> dict:
+        """Averaged/instant power and (unless ``energy`` is false) the energy counter, batched through
+        nvmlDeviceGetFieldValues."""
         row = {"power_mw": None, "power_instant_mw": None, "energy_mj": None}
-        wanted = [(c, f) for c, f in _FAST_FIELDS if c not in self.unsupported]
+        wanted = [(c, f) for c, f in _FAST_FIELDS if c not in self.unsupported and (energy or c != "energy_mj")]
         if wanted and "field_values" not in self.unsupported:
             try:
                 vals = self.nv.nvmlDeviceGetFieldValues(self.handle, [f for _, f in wanted])
@@ -155,7 +156,8 @@ class NvmlDevice:
         if "field_values" in self.unsupported or "power_mw" in self.unsupported:
             if row["power_mw"] is None:
                 row["power_mw"] = self._call("power_usage", self.nv.nvmlDeviceGetPowerUsage)
-        if row["energy_mj"] is None and ("field_values" in self.unsupported or "energy_mj" in self.unsupported):
+        if energy and row["energy_mj"] is None and ("field_values" in self.unsupported
+                                                    or "energy_mj" in self.unsupported):
             row["energy_mj"] = self._call("energy_total", self.nv.nvmlDeviceGetTotalEnergyConsumption)
         return row
 
