@@ -124,3 +124,16 @@ def test_samples_category_times_sum_to_kernel_time(session_store):
                 assert sum(r["busy_ns"] for r in i["timeline"]) == i["busy_ns"] <= i["gpu_span_ns"]
                 assert sum(r["bin_ns"] for r in i["timeline"]) == i["gpu_span_ns"]
     assert "9.0" in ccs  # read from the samples' deviceProperties (computeMajor 9, computeMinor 0)
+
+
+def test_short_kernel_time_inside_cuda_graphs(store, tmp_path):
+    """One cudaGraphLaunch replays kernels of 1, 3 and 20 us; a cudaLaunchKernel runs one of 2 us. Short (< 10 us):
+    1 + 3 + 2 = 6 us, of which the graph's 1 + 3 = 4 us (the 20 us graph kernel is not short)."""
+    ev = [op("aten::graph_replay", 5, 30, 1), rt("cudaGraphLaunch", 6, 3, 9, 1),
+          kern("g_a", 100, 1, 9, 1), kern("g_b", 110, 3, 9, 1), kern("g_c", 120, 20, 9, 1),
+          op("aten::add", 40, 5, 2), rt("cudaLaunchKernel", 41, 2, 10, 2), kern("elementwise_kernel", 150, 2, 10, 2)]
+    res = ingest_file(store, write_trace(tmp_path / "g.json", ev))
+    assert res.status == "ingested", res.message
+    d = K.kernels(store, res.trace_id).to_dict()
+    assert d["kernel_time_ns"] == 26_000 and d["short_kernels"] == 3
+    assert d["short_kernel_ns"] == 6_000 and d["short_graph_kernel_ns"] == 4_000

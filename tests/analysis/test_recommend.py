@@ -43,10 +43,11 @@ def fake_launch(depth=0.2, add_bound=10):
     return R("launch", {"mean_queue_depth": depth}, {"per_leaf_op": per})
 
 
-def fake_kernels(gemm_share=0.6, tc=0.9, short=0.1, cc=None):
+def fake_kernels(gemm_share=0.6, tc=0.9, short=0.1, cc=None, short_in_graphs=0):
     cats = [{"category": "gemm", "time_ns": int(gemm_share * 1000), "share": gemm_share},
             {"category": "elementwise", "time_ns": 1000 - int(gemm_share * 1000), "share": 1 - gemm_share}]
     return R("kernels", {"short_kernel_share": short, "short_kernels": 40, "short_ns": 10_000,
+                         "short_kernel_ns": int(short * 1000), "short_graph_kernel_ns": short_in_graphs,
                          "tensor_core_share_of_gemm_attention": tc, "compute_capability": cc},
              {"categories": cats})
 
@@ -134,6 +135,18 @@ def test_short_kernels_fires():
     [f] = rec.rule_short_kernels({"kernels": fake_kernels(short=0.3)})
     assert "30% of kernel time is in 40 kernels shorter than 10 us" in f["message"]
     assert "torch.compile" in f["message"] and f["severity"] == "medium"
+
+
+def test_short_kernels_already_in_cuda_graphs_are_not_told_to_use_cuda_graphs():
+    """A torch.compile(mode="reduce-overhead") trace (Llama on an H200: 315 of 320 kernels replayed from graphs)
+    was told to 'capture the loop in a CUDA graph'. When most short-kernel time ran inside graphs the advice is
+    the work per kernel; below half, the graph advice stays."""
+    [f] = rec.rule_short_kernels({"kernels": fake_kernels(short=0.6, short_in_graphs=540)})
+    assert "90% of that time already inside CUDA graphs" in f["message"]
+    assert "capture the loop" not in f["message"] and "larger batch" in f["message"]
+    assert {e["key"] for e in f["evidence"]} >= {"short_graph_kernel_ns", "short_kernel_ns"}
+    [g] = rec.rule_short_kernels({"kernels": fake_kernels(short=0.6, short_in_graphs=200)})
+    assert "capture the loop in a CUDA graph" in g["message"] and "inside CUDA graphs" not in g["message"]
 
 
 def test_short_kernels_silent():

@@ -14,7 +14,8 @@ Definitions (docs/metrics.md, "Kernels" and "Idle over time", is the canonical t
   mma tile shapes 16816/1688/884, cuBLASLt's nvjet, FlashAttention/cuDNN SDPA) and not ``SIMT_RE``
   (ffma, sgemm, dgemm, simt, gemv: FP32 FMA code paths). ``tensor_core_share`` = their time / kernel time;
   ``tensor_core_share_of_gemm_attention`` = their time / time of gemm + attention kernels.
-- ``short_kernel_share``: share of kernel time in kernels shorter than ``short_ns`` (default 10 000 ns).
+- ``short_kernel_share``: share of kernel time in kernels shorter than ``short_ns`` (default 10 000 ns);
+  ``short_graph_kernel_ns``: the part of their time that ran inside CUDA graphs (no launch call each).
 - ``duration_histogram``: log2 bins, bin ``b`` holds durations in ``[2^b, 2^(b+1))`` ns (0 ns goes to b=0).
 - ``est_sm_efficiency``: time-weighted mean of ``min(blocks_per_sm, 1)`` (the fraction of SMs given at
   least one block, Kineto's estimate) over kernels that carry ``blocks_per_sm``.
@@ -92,7 +93,7 @@ _GROUPS_SQL = """
 CREATE TEMP TABLE {g} AS
 WITH k AS (
   SELECT a.name, o.name AS op_name, CAST(floor(log2(greatest(a.dur_ns, 1))) AS INTEGER) AS bin,
-         a.dur_ns < $short AS short, count(*) AS n, sum(a.dur_ns) AS t,
+         a.dur_ns < $short AS short, a.is_graph AS graph, count(*) AS n, sum(a.dur_ns) AS t,
          fsum(a.dur_ns * least(a.blocks_per_sm, 1.0)) FILTER (WHERE a.blocks_per_sm IS NOT NULL) AS sm_w,
          sum(a.dur_ns) FILTER (WHERE a.blocks_per_sm IS NOT NULL) AS sm_t,
          fsum(a.dur_ns * a.est_occupancy_pct) FILTER (WHERE a.est_occupancy_pct > 0) AS occ_w,
@@ -130,6 +131,7 @@ SELECT CAST(coalesce(sum(n), 0) AS BIGINT) AS kernels, CAST(coalesce(sum(t), 0) 
            AS gemm_attention_ns,
        CAST(coalesce(sum(n) FILTER (WHERE short), 0) AS BIGINT) AS short_kernels,
        CAST(coalesce(sum(t) FILTER (WHERE short), 0) AS BIGINT) AS short_kernel_ns,
+       CAST(coalesce(sum(t) FILTER (WHERE short AND graph), 0) AS BIGINT) AS short_graph_kernel_ns,
        fsum(sm_w) / nullif(sum(sm_t), 0) AS est_sm_efficiency,
        CAST(coalesce(sum(sm_t), 0) AS BIGINT) AS sm_eff_ns,
        fsum(occ_w) / nullif(sum(occ_t), 0) AS est_occupancy_pct,
@@ -219,6 +221,7 @@ def kernels(store, trace_id: str, top: int = 10, short_ns: int = 10_000) -> Resu
         "short_kernels": int(tot["short_kernels"]),
         "short_kernel_ns": int(tot["short_kernel_ns"]),
         "short_kernel_share": _share(int(tot["short_kernel_ns"]), kt),
+        "short_graph_kernel_ns": int(tot["short_graph_kernel_ns"]),
         "est_sm_efficiency": num("est_sm_efficiency"),
         "est_occupancy_pct": num("est_occupancy_pct"),
         "compute_capability": _compute_capability(store, trace_id),

@@ -14,7 +14,9 @@ Rules (thresholds below):
 2. ``gpu_bound``: launch ``mean_queue_depth`` >= QUEUE_DEPTH_MIN; names kernels' top category.
 3. ``low_bandwidth``: per bandwidth ``per_signature`` row with ``bound = memory``, ``pct_peak_bw`` <
    LOW_BW_PCT and ``gpu_ns / gpu_ns(total)`` >= LOW_BW_TIME_SHARE (one finding per signature).
-4. ``short_kernels``: kernels ``short_kernel_share`` >= SHORT_SHARE_MIN.
+4. ``short_kernels``: kernels ``short_kernel_share`` >= SHORT_SHARE_MIN. When most of that time
+   (``short_graph_kernel_ns``) already ran inside CUDA graphs, the advice is fusion or more work per kernel,
+   not graphs.
 5. ``sync_stalls``: bound ``idle_causes`` rows ``sync`` + ``d2h_copy``: summed ``share_of_host_wait`` >=
    SYNC_SHARE_MIN. Saving: their summed ``idle_ns``.
 6. ``low_tensor_core``: kernels ``categories`` gemm ``share`` >= GEMM_SHARE_MIN and
@@ -232,11 +234,18 @@ def rule_short_kernels(res: dict[str, Result]) -> list[dict]:
     if share is None or share < SHORT_SHARE_MIN:
         return []
     s = k.scalars
-    msg = (f"{share:.0%} of kernel time is in {s['short_kernels']} kernels shorter than "
-           f"{s['short_ns'] / NS_PER_US:g} us (kernels): fuse them (torch.compile) or capture the loop in a CUDA "
-           "graph.")
+    msg = f"{share:.0%} of kernel time is in {s['short_kernels']} kernels shorter than {s['short_ns'] / NS_PER_US:g} us"
     ev = [_ev("kernels", "short_kernel_share", s["short_kernel_share"]),
           _ev("kernels", "short_kernels", s["short_kernels"]), _ev("kernels", "short_ns", s["short_ns"])]
+    in_graphs, short_ns = _num(s.get("short_graph_kernel_ns")) or 0, _num(s.get("short_kernel_ns"))
+    if short_ns and in_graphs / short_ns >= 0.5:
+        msg += (f" (kernels), {in_graphs / short_ns:.0%} of that time already inside CUDA graphs, which removed "
+                "their launch calls: what is left is the work per kernel; fuse them further or give each more "
+                "work (a larger batch).")
+        ev += [_ev("kernels", "short_graph_kernel_ns", s["short_graph_kernel_ns"]),
+               _ev("kernels", "short_kernel_ns", s["short_kernel_ns"])]
+    else:
+        msg += " (kernels): fuse them (torch.compile) or capture the loop in a CUDA graph."
     return [_finding("short_kernels", share, msg, ev)]
 
 
