@@ -137,6 +137,38 @@ def test_short_kernels_fires():
     assert "torch.compile" in f["message"] and f["severity"] == "medium"
 
 
+def test_host_overhead_names_where_the_gpu_waits_when_launches_are_not_the_cause():
+    """torch.compile(mode="reduce-overhead") Llama on an H200: 83% host wait, spent in the compiled wrapper between
+    graph replays (315 of 320 kernels), not in launch-heavy operators, and no host finding fired. Rule 7 names the
+    top three; an eager trace (no graph kernels) with the same wait gets nothing from it (rule 1's advice, graphs,
+    is the one for eager host overhead)."""
+    ops = [{"operator": "Torch-Compiled Region: 0/0", "idle_ns": 2486, "main_category": "operator", "gaps": 203,
+            "share_of_host_wait": 0.5358},
+           {"operator": "TorchDynamo Cache Lookup", "idle_ns": 1154, "main_category": "operator", "gaps": 4,
+            "share_of_host_wait": 0.2487},
+           {"operator": "aten::_foreach_copy_", "idle_ns": 306, "main_category": "operator", "gaps": 9,
+            "share_of_host_wait": 0.066},
+           {"operator": "Pregraph bytecode", "idle_ns": 218, "main_category": "operator", "gaps": 4,
+            "share_of_host_wait": 0.047}]
+    graphs = R("launch", {"mean_queue_depth": 0.09, "kernels": 5, "graph_kernels": 315},
+               {"per_leaf_op": fake_launch().tables["per_leaf_op"].to_dict("records")})
+    res = {"bound": fake_bound(host_wait_share=0.8254, ops=ops), "launch": graphs}
+    assert rec.rule_host_bound_launch(res) == []
+    [f] = rec.rule_host_overhead(res)
+    assert f["severity"] == "high" and f["message"].startswith(
+        "83% of the GPU span is host wait (bound) although 98% of the kernels replay from CUDA graphs")
+    assert ("Torch-Compiled Region: 0/0 (54%), TorchDynamo Cache Lookup (25%), aten::_foreach_copy_ (7%)"
+            in f["message"]) and "Pregraph" not in f["message"]
+    # launch-heavy operators explain it: rule 1 fires, rule 7 does not repeat it; little host wait: neither
+    heavy = {"bound": fake_bound(host_wait_share=0.6, ops=[{**o, "operator": n} for o, n in
+                                                           zip(ops, ("aten::add", "aten::mul", "aten::mm"))]),
+             "launch": graphs}
+    assert rec.rule_host_bound_launch(heavy) and rec.rule_host_overhead(heavy) == []
+    assert rec.rule_host_overhead({"bound": fake_bound(host_wait_share=0.29, ops=ops), "launch": graphs}) == []
+    eager = R("launch", {"kernels": 320, "graph_kernels": 0}, {"per_leaf_op": []})
+    assert rec.rule_host_overhead({"bound": fake_bound(host_wait_share=0.8254, ops=ops), "launch": eager}) == []
+
+
 def test_short_kernels_already_in_cuda_graphs_are_not_told_to_use_cuda_graphs():
     """A torch.compile(mode="reduce-overhead") trace (Llama on an H200: 315 of 320 kernels replayed from graphs)
     was told to 'capture the loop in a CUDA graph'. When most short-kernel time ran inside graphs the advice is

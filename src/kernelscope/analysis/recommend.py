@@ -1,6 +1,6 @@
 """Recommendations: rules over the other analyses' results, each finding citing the numbers it rests on.
 
-recommend reads bound, launch, kernels, bandwidth and whatif on one trace and checks six rules. A finding
+recommend reads bound, launch, kernels, bandwidth and whatif on one trace and checks seven rules. A finding
 has a ``rule`` id, a ``severity`` (from the rule's main share: >= 0.5 high, >= 0.2 medium, else low), a
 ``message`` with the numbers, ``evidence`` (a list of ``{"analysis", "key", "value"}`` plus ``"row"`` for
 a table cell: the cited analysis' own output, unchanged) and ``saving_ns`` (estimated time saved, null
@@ -22,6 +22,10 @@ Rules (thresholds below):
 6. ``low_tensor_core``: kernels ``categories`` gemm ``share`` >= GEMM_SHARE_MIN and
    ``tensor_core_share_of_gemm_attention`` < TENSOR_CORE_MIN; cites bandwidth ``tf32_matmul`` when it
    came from the trace's provenance.
+7. ``host_overhead``: bound ``host_wait_share`` >= HOST_WAIT_MIN where rule 1 does not fire, although at least
+   GRAPH_KERNELS_MIN of the kernels replay from CUDA graphs (launch ``graph_kernels`` over it plus
+   ``kernels``): the host work between replays, which graphs do not remove. Names bound's top
+   HOST_OVERHEAD_OPS ``idle_operators`` with their ``share_of_host_wait``.
 """
 
 from __future__ import annotations
@@ -54,12 +58,17 @@ SHORT_NS_LABEL = "10 us"  # kernels' own short threshold (its short_ns scalar is
 SHORT_SHARE_MIN = 0.3  # a third of kernel time in sub-10-us kernels: launch and tail effects dominate them
 # 5. sync stalls
 SYNC_SHARE_MIN = 0.2  # a fifth of host wait behind syncs/.item(): removable without touching kernels
+# 7. host overhead other than launches
+HOST_OVERHEAD_OPS = 3  # the operators named in the message
+GRAPH_KERNELS_MIN = 0.5  # most kernels replayed from CUDA graphs: launches are gone, the host wait is not
 # 6. tensor cores
 GEMM_SHARE_MIN = 0.3  # GEMMs must be a large part of kernel time for their precision to matter
 TENSOR_CORE_MIN = 0.5  # most GEMM/attention time off tensor cores: fp32 without TF32 (or fp64)
 
-RULES = ("host_bound_launch", "gpu_bound", "low_bandwidth", "short_kernels", "sync_stalls", "low_tensor_core")
-NEEDS = {"host_bound_launch": ("bound", "launch"), "gpu_bound": ("launch", "kernels"),
+RULES = ("host_bound_launch", "host_overhead", "gpu_bound", "low_bandwidth", "short_kernels", "sync_stalls",
+         "low_tensor_core")
+NEEDS = {"host_bound_launch": ("bound", "launch"), "host_overhead": ("bound", "launch"),
+         "gpu_bound": ("launch", "kernels"),
          "low_bandwidth": ("bandwidth",), "short_kernels": ("kernels",), "sync_stalls": ("bound",),
          "low_tensor_core": ("kernels",)}
 
@@ -191,6 +200,33 @@ def rule_host_bound_launch(res: dict[str, Result]) -> list[dict]:
     return [_finding("host_bound_launch", hw, msg, ev, saving)]
 
 
+def rule_host_overhead(res: dict[str, Result]) -> list[dict]:
+    """Host wait of a run whose kernels already replay from CUDA graphs (a torch.compile'd model with
+    mode="reduce-overhead", say, whose GPU waits in the compiled wrapper between replays); rule 1 covers the
+    launch-heavy case."""
+    b, lch = res["bound"], res["launch"]
+    hw = _num(b.scalars.get("host_wait_share"))
+    graph, plain = _num(lch.scalars.get("graph_kernels")) or 0, _num(lch.scalars.get("kernels")) or 0
+    if (hw is None or hw < HOST_WAIT_MIN or not graph or graph / (graph + plain) < GRAPH_KERNELS_MIN
+            or rule_host_bound_launch(res)):
+        return []
+    ops = b.tables["idle_operators"].dropna(subset=["operator"])
+    if ops.empty or "share_of_host_wait" not in ops:
+        return []
+    ops = ops.sort_values("idle_ns", ascending=False, kind="stable").head(HOST_OVERHEAD_OPS)
+    names = ", ".join(f"{r.operator} ({r.share_of_host_wait:.0%})" for r in ops.itertuples(index=False))
+    msg = (f"{hw:.0%} of the GPU span is host wait (bound) although {graph / (graph + plain):.0%} of the kernels "
+           f"replay from CUDA graphs (launch), so it is host work between replays, which graphs do not remove: "
+           f"the GPU waits most during {names} of the host wait. Cut that work or give each replay more GPU "
+           "work (a larger batch).")
+    ev = [_ev("bound", "host_wait_share", b.scalars["host_wait_share"]),
+          _ev("launch", "graph_kernels", lch.scalars["graph_kernels"]),
+          _ev("launch", "kernels", lch.scalars["kernels"])]
+    for r in ops.itertuples(index=False):
+        ev += [_ev("bound", "idle_operators.share_of_host_wait", r.share_of_host_wait, {"operator": r.operator})]
+    return [_finding("host_overhead", hw, msg, ev)]
+
+
 def rule_gpu_bound(res: dict[str, Result]) -> list[dict]:
     lch, k = res["launch"], res["kernels"]
     depth = _num(lch.scalars.get("mean_queue_depth"))
@@ -305,7 +341,8 @@ def rule_low_tensor_core(res: dict[str, Result]) -> list[dict]:
     return [_finding("low_tensor_core", gshare, msg, ev)]
 
 
-_RULE_FNS = {"host_bound_launch": rule_host_bound_launch, "gpu_bound": rule_gpu_bound,
+_RULE_FNS = {"host_bound_launch": rule_host_bound_launch, "host_overhead": rule_host_overhead,
+             "gpu_bound": rule_gpu_bound,
              "low_bandwidth": rule_low_bandwidth, "short_kernels": rule_short_kernels,
              "sync_stalls": rule_sync_stalls, "low_tensor_core": rule_low_tensor_core}
 
@@ -323,7 +360,7 @@ def evaluate(res: dict[str, Result]) -> tuple[list[dict], list[str]]:
 
 #: Rules whose findings read host-side time (host wait, launch and sync calls), which a profiler recording Python
 #: stacks or allocations inflates.
-HOST_RULES = frozenset({"host_bound_launch", "sync_stalls"})
+HOST_RULES = frozenset({"host_bound_launch", "host_overhead", "sync_stalls"})
 
 
 def _slowing_options(store, trace_id: str) -> list[str]:
