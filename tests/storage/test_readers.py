@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 
 import duckdb
@@ -136,3 +137,25 @@ def test_a_forked_child_opens_the_store(db):
         os.waitpid(pid, 0)
         pytest.fail("the forked child hung opening the store")
     assert os.read(r, 1) == b"\x00" and os.waitstatus_to_exitcode(status) == 0
+
+
+def test_at_exit_the_reaper_stops_and_idle_instances_close_on_the_calling_thread(db, monkeypatch):
+    """Twice in a day a pytest worker aborted as it exited ("terminate called ... FATAL: exception not
+    rethrown"): a daemon thread coming back from DuckDB while the interpreter finalises is ended by pthread_exit,
+    whose unwinding through DuckDB's C++ frames aborts. The reaper closes instances on a daemon thread, so the
+    exit hook stops it and closes what is idle itself, on its own thread."""
+    closed_on = []
+    real_close = readers._close
+    monkeypatch.setattr(readers, "_close", lambda inst: (closed_on.append(threading.current_thread()),
+                                                        real_close(inst)))
+    monkeypatch.setattr(readers, "IDLE_S", 3600.0)  # the reaper alone would keep it open
+    with open_store(db, read_only=True) as s:
+        s.con.execute("SELECT 1").fetchall()
+    reaper = readers._REAPER
+    assert reaper is not None and reaper.is_alive() and readers._OPEN
+    try:
+        readers._at_exit()
+        assert not reaper.is_alive() and readers._REAPER is None and readers._OPEN == {}
+        assert closed_on == [threading.current_thread()]
+    finally:
+        readers._EXITING = False

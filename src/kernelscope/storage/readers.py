@@ -14,6 +14,8 @@ possible because the instance is given up:
 - **when idle for ``IDLE_S``** (a writer that does not use the turnstile still gets in then).
 - **before this process opens the file any other way** (read-write, or with other settings): ``release(path)``.
 - **before this process forks** (a child inheriting an open instance without its threads would hang on it).
+- **when this process exits** (atexit: the reaper is stopped and idle instances are closed on the main thread; a
+  DuckDB call the daemon reaper was in when the interpreter finalised would end in C++'s ``terminate``).
 
 While an instance is open nobody can write the file, so its data stays current; a file replaced or changed
 behind DuckDB's back (copied over, restored) is noticed by its inode, size and mtime, and opened again.
@@ -22,6 +24,7 @@ Without ``fcntl`` (no turnstile to watch) nothing is shared.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import pathlib
@@ -168,11 +171,15 @@ def release_all() -> None:
 
 
 def _reap() -> None:
-    """Close idle instances a writer waits for or that were idle IDLE_S; ends when none is open."""
+    """Close idle instances a writer waits for or that were idle IDLE_S; ends when none is open or the
+    process exits."""
     global _REAPER
     while True:
         time.sleep(POLL_S)
         with _GUARD:
+            if _EXITING:
+                _REAPER = None
+                return
             now = time.monotonic()
             for inst in list(_OPEN.values()):
                 if inst.users == 0 and (now - inst.idle_since >= IDLE_S or _writer_waits(inst.key)):
@@ -190,6 +197,21 @@ def _start_reaper() -> None:
 
 
 _INHERITED: list[_Instance] = []
+_EXITING = False
+
+
+@atexit.register
+def _at_exit() -> None:
+    """Stop the reaper (it finishes a close it is in) and close the idle instances here, before the interpreter
+    finalises: a daemon thread that comes back from DuckDB after that is ended by pthread_exit, whose unwinding
+    through DuckDB's C++ frames aborts the process ("FATAL: exception not rethrown")."""
+    global _EXITING
+    with _GUARD:
+        _EXITING = True
+        reaper = _REAPER
+    if reaper is not None:
+        reaper.join(timeout=2 * POLL_S + 1.0)
+    release_all()
 
 
 def _after_fork_in_child() -> None:
