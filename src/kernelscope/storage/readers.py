@@ -202,16 +202,15 @@ _EXITING = False
 
 @atexit.register
 def _at_exit() -> None:
-    """Stop the reaper (it finishes a close it is in) and close the idle instances here, before the interpreter
-    finalises: a daemon thread that comes back from DuckDB after that is ended by pthread_exit, whose unwinding
-    through DuckDB's C++ frames aborts the process ("FATAL: exception not rethrown")."""
+    """Stop the reaper and close the idle instances here, before the interpreter finalises: a daemon thread that
+    comes back from DuckDB after that is ended by pthread_exit, whose unwinding through DuckDB's C++ frames aborts
+    the process ("FATAL: exception not rethrown"). The reaper closes only while it holds ``_GUARD``, so once this
+    holds it the reaper is in no close, and it ends the next time it takes it (no waiting for it here: a CLI
+    command would otherwise wait up to ``POLL_S`` on exit)."""
     global _EXITING
     with _GUARD:
         _EXITING = True
-        reaper = _REAPER
-    if reaper is not None:
-        reaper.join(timeout=2 * POLL_S + 1.0)
-    release_all()
+        release_all()
 
 
 def _after_fork_in_child() -> None:
