@@ -15,8 +15,8 @@ Rules (thresholds below):
 3. ``low_bandwidth``: per bandwidth ``per_signature`` row with ``bound = memory``, ``pct_peak_bw`` <
    LOW_BW_PCT and ``gpu_ns / gpu_ns(total)`` >= LOW_BW_TIME_SHARE (one finding per signature).
 4. ``short_kernels``: kernels ``short_kernel_share`` >= SHORT_SHARE_MIN. When most of that time
-   (``short_graph_kernel_ns``) already ran inside CUDA graphs, the advice is fusion or more work per kernel,
-   not graphs.
+   (``short_graph_kernel_ns`` >= SHORT_IN_GRAPHS_MIN of it) already ran inside CUDA graphs, the advice is
+   fusion or more work per kernel, not graphs.
 5. ``sync_stalls``: bound ``idle_causes`` rows ``sync`` + ``d2h_copy``: summed ``share_of_host_wait`` >=
    SYNC_SHARE_MIN. Saving: their summed ``idle_ns``.
 6. ``low_tensor_core``: kernels ``categories`` gemm ``share`` >= GEMM_SHARE_MIN and
@@ -56,14 +56,15 @@ LOW_BW_TIME_SHARE = 0.05  # smaller operators are not worth a finding
 # 4. short kernels
 SHORT_NS_LABEL = "10 us"  # kernels' own short threshold (its short_ns scalar is cited)
 SHORT_SHARE_MIN = 0.3  # a third of kernel time in sub-10-us kernels: launch and tail effects dominate them
+SHORT_IN_GRAPHS_MIN = 0.5  # most of that time already replayed from CUDA graphs: graphs are not the advice
 # 5. sync stalls
 SYNC_SHARE_MIN = 0.2  # a fifth of host wait behind syncs/.item(): removable without touching kernels
-# 7. host overhead other than launches
-HOST_OVERHEAD_OPS = 3  # the operators named in the message
-GRAPH_KERNELS_MIN = 0.5  # most kernels replayed from CUDA graphs: launches are gone, the host wait is not
 # 6. tensor cores
 GEMM_SHARE_MIN = 0.3  # GEMMs must be a large part of kernel time for their precision to matter
 TENSOR_CORE_MIN = 0.5  # most GEMM/attention time off tensor cores: fp32 without TF32 (or fp64)
+# 7. host overhead other than launches
+HOST_OVERHEAD_OPS = 3  # the operators named in the message
+GRAPH_KERNELS_MIN = 0.5  # most kernels replayed from CUDA graphs: launches are gone, the host wait is not
 
 RULES = ("host_bound_launch", "host_overhead", "gpu_bound", "low_bandwidth", "short_kernels", "sync_stalls",
          "low_tensor_core")
@@ -274,7 +275,7 @@ def rule_short_kernels(res: dict[str, Result]) -> list[dict]:
     ev = [_ev("kernels", "short_kernel_share", s["short_kernel_share"]),
           _ev("kernels", "short_kernels", s["short_kernels"]), _ev("kernels", "short_ns", s["short_ns"])]
     in_graphs, short_ns = _num(s.get("short_graph_kernel_ns")) or 0, _num(s.get("short_kernel_ns"))
-    if short_ns and in_graphs / short_ns >= 0.5:
+    if short_ns and in_graphs / short_ns >= SHORT_IN_GRAPHS_MIN:
         msg += (f" (kernels), {in_graphs / short_ns:.0%} of that time already inside CUDA graphs, which removed "
                 "their launch calls: what is left is the work per kernel; fuse them further or give each more "
                 "work (a larger batch).")
