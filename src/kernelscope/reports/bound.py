@@ -25,7 +25,6 @@ from . import launch as rl
 from .blocks import Section, Table
 from .figures import styled
 from .missing import is_missing, na, shown
-from .power import power_result
 
 _LAYOUT = {"margin": {"l": 60, "r": 20, "t": 40, "b": 50},
            "legend": {"orientation": "h", "y": 1.02, "x": 1, "xanchor": "right", "yanchor": "bottom"}}
@@ -356,7 +355,7 @@ def recommendation_lines(findings: list[dict]) -> list[str]:
 def headline_extras(store, tid: str, has_gpu: bool) -> dict:
     """What the Overview adds to the summary: launch scalars, energy, inflation, kernels result,
     recommendations (all from the analyses)."""
-    power = power_result(store, tid)
+    power = cache.analysis(store, "power", tid)
     infl = inflation(store, tid)
     out = {"launch": launch_part(store, tid).scalars,
            "energy": energy(power), "energy_why": energy_reason(power),

@@ -25,12 +25,6 @@ from .figures import MAX_BINS, bin_width_ns, busy_fraction_bins, styled
 from .missing import na, shown
 
 
-def power_result(store, tid: str):
-    """The power analysis of ``tid`` through the cache (it reads the cached bandwidth Result for its FLOP
-    total, so bandwidth runs once per trace and process)."""
-    return cache.analysis(store, "power", tid)
-
-
 def has_telemetry(store, trace_id: str) -> bool:
     """Whether the trace has any telemetry sample (checked before running the power analysis, which
     also runs the bandwidth analysis for its FLOPs)."""
@@ -264,7 +258,7 @@ def power_section(store, trace_ids: list[str], ctx) -> Section | None:
         if not has_telemetry(store, tid):
             blocks.append(f"{name}: no telemetry was recorded with this trace: no power, energy or clocks.")
             continue
-        r = power_result(store, tid)
+        r = cache.analysis(store, "power", tid)
         fig = power_timeline_figure(telemetry_bins(store, tid, REPORT_BINS), busy_shading(store, tid, REPORT_BINS),
                                     r.scalars.get("trace_window_ns"))
         fig.update_layout(title=f"{name}: power, energy, clocks and temperature")

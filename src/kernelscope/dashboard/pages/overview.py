@@ -64,12 +64,16 @@ def _busy_bins(store, trace_id: str):
     return cache.call(store, trace_id, "busy_bins", busy_bins)
 
 
+def _power(store, trace_id: str):
+    return cache.analysis(store, "power", trace_id)
+
+
 #: What the Overview computes, at once in the prefetch's threads (cache.prefetch), in the order they start: the
 #: longest at 1M kernels first, with what whatif waits for (the launch and bound parts tell whether it is cited)
 #: started beside it; power after bandwidth, whose FLOP total it reads. The page's own work after the prefetch is
 #: then mostly reading the cache.
 PREFETCH = ("bandwidth", rb.launch_part, rb.bound_part, _whatif_if_cited, "summary", "kernels", _idle_split,
-            _busy_bins, rb.power_result)
+            _busy_bins, _power)
 
 
 def layout(store, trace_id: str, params: dict | None = None) -> html.Div:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dash import html
 
+from ...analysis import cache
 from ...reports.missing import NA
 from ...reports.missing import shown as shown_text
 from ...reports.power import (
@@ -15,7 +16,6 @@ from ...reports.power import (
     headline,
     phase_energy_figure,
     phase_rows,
-    power_result,
     power_timeline_figure,
     telemetry_bins,
     throttle_text,
@@ -61,7 +61,7 @@ def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
             "No telemetry was recorded with this trace (it was not captured with the kernelscope collector's "
             "NVML sampler, or the machine had no NVML): there is no power, energy, clock or temperature to show.",
             "msg-power-no-telemetry")])
-    r = power_result(store, trace_id)
+    r = cache.analysis(store, "power", trace_id)
     body.append(html.Div([_kpi(h) for h in headline(r)], className="ks-kpis", id="power-kpis"))
     body.append(html.P(throttle_text(r), id="power-throttle"))
     fig = power_timeline_figure(telemetry_bins(store, trace_id), busy_shading(store, trace_id),
