@@ -164,16 +164,19 @@ def _finding(rule: str, share: float, message: str, evidence: list, saving_ns: i
             "evidence": evidence}
 
 
-def rule_host_bound_launch(res: dict[str, Result]) -> list[dict]:
-    b, lch = res["bound"], res["launch"]
-    hw = _num(b.scalars.get("host_wait_share"))
-    if hw is None or hw < HOST_WAIT_MIN:
-        return []
-    ops = b.tables["idle_operators"].dropna(subset=["operator"])
-    ops = ops.sort_values("idle_ns", ascending=False, kind="stable").head(TOP_IDLE_OPS)
-    per = {r.name: r for r in lch.tables["per_leaf_op"].dropna(subset=["name"]).itertuples(index=False)}
-    total = int(ops["idle_ns"].sum())
-    heavy, ev = [], [_ev("bound", "host_wait_share", b.scalars["host_wait_share"])]
+def _top_idle_ops(bound: Result, n: int) -> pd.DataFrame:
+    """bound's ``idle_operators`` with an operator, the ``n`` with the most idle first."""
+    ops = bound.tables["idle_operators"].dropna(subset=["operator"])
+    return ops.sort_values("idle_ns", ascending=False, kind="stable").head(n)
+
+
+def _launch_heavy(res: dict[str, Result]) -> tuple[list[tuple[str, int]], int, list[dict]]:
+    """Among bound's top TOP_IDLE_OPS idle operators, the launch-heavy ones (launch ``per_leaf_op``:
+    ``launch_bound_calls / calls`` >= LAUNCH_HEAVY_CALLS) as (operator, idle_ns), the top operators' idle total,
+    and the evidence for each heavy one. Rule 1 fires on them; rule 7 stays silent when rule 1 does."""
+    ops = _top_idle_ops(res["bound"], TOP_IDLE_OPS)
+    per = {r.name: r for r in res["launch"].tables["per_leaf_op"].dropna(subset=["name"]).itertuples(index=False)}
+    heavy, ev = [], []
     for r in ops.itertuples(index=False):
         p = per.get(r.operator)
         if p is not None and p.calls > 0 and p.launch_bound_calls / p.calls >= LAUNCH_HEAVY_CALLS:
@@ -181,9 +184,23 @@ def rule_host_bound_launch(res: dict[str, Result]) -> list[dict]:
             ev += [_ev("bound", "idle_operators.idle_ns", r.idle_ns, {"operator": r.operator}),
                    _ev("launch", "per_leaf_op.launch_bound_calls", p.launch_bound_calls, {"name": r.operator}),
                    _ev("launch", "per_leaf_op.calls", p.calls, {"name": r.operator})]
-    heavy_ns = sum(ns for _, ns in heavy)
-    if total <= 0 or heavy_ns / total < LAUNCH_HEAVY_IDLE_MIN:
+    return heavy, int(ops["idle_ns"].sum()), ev
+
+
+def _launches_explain(heavy: list[tuple[str, int]], total: int) -> bool:
+    return total > 0 and sum(ns for _, ns in heavy) / total >= LAUNCH_HEAVY_IDLE_MIN
+
+
+def rule_host_bound_launch(res: dict[str, Result]) -> list[dict]:
+    b = res["bound"]
+    hw = _num(b.scalars.get("host_wait_share"))
+    if hw is None or hw < HOST_WAIT_MIN:
         return []
+    heavy, total, heavy_ev = _launch_heavy(res)
+    if not _launches_explain(heavy, total):
+        return []
+    heavy_ns = sum(ns for _, ns in heavy)
+    ev = [_ev("bound", "host_wait_share", b.scalars["host_wait_share"]), *heavy_ev]
     names = ", ".join(n for n, _ in heavy)
     msg = (f"{hw:.0%} of the GPU span is host wait (bound); launch-heavy operators ({names}) cause "
            f"{heavy_ns / total:.0%} of the top-{TOP_IDLE_OPS} operators' idle ({_ms(heavy_ns)}).")
@@ -208,13 +225,12 @@ def rule_host_overhead(res: dict[str, Result]) -> list[dict]:
     b, lch = res["bound"], res["launch"]
     hw = _num(b.scalars.get("host_wait_share"))
     graph, plain = _num(lch.scalars.get("graph_kernels")) or 0, _num(lch.scalars.get("kernels")) or 0
-    if (hw is None or hw < HOST_WAIT_MIN or not graph or graph / (graph + plain) < GRAPH_KERNELS_MIN
-            or rule_host_bound_launch(res)):
+    if hw is None or hw < HOST_WAIT_MIN or not graph or graph / (graph + plain) < GRAPH_KERNELS_MIN:
         return []
-    ops = b.tables["idle_operators"].dropna(subset=["operator"])
-    if ops.empty or "share_of_host_wait" not in ops:
+    heavy, total, _ = _launch_heavy(res)
+    ops = _top_idle_ops(b, HOST_OVERHEAD_OPS)
+    if _launches_explain(heavy, total) or ops.empty or "share_of_host_wait" not in ops:
         return []
-    ops = ops.sort_values("idle_ns", ascending=False, kind="stable").head(HOST_OVERHEAD_OPS)
     names = ", ".join(f"{r.operator} ({r.share_of_host_wait:.0%})" for r in ops.itertuples(index=False))
     msg = (f"{hw:.0%} of the GPU span is host wait (bound) although {graph / (graph + plain):.0%} of the kernels "
            f"replay from CUDA graphs (launch), so it is host work between replays, which graphs do not remove: "
