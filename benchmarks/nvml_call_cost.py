@@ -12,11 +12,10 @@ import sys
 import time
 from pathlib import Path
 
-import pynvml as nv
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from kernelscope.collectors.nvml import make_sampler
+from kernelscope.collectors.nvml_devices import _load  # the one pynvml import site
 
 
 def cost(name: str, fn, n: int = 300) -> None:
@@ -34,7 +33,9 @@ def children_cpu_s() -> float:
 
 
 def main() -> None:
-    nv.nvmlInit()
+    nv, why = _load()
+    if nv is None:
+        raise SystemExit(f"nvml_call_cost: {why}")
     h = nv.nvmlDeviceGetHandleByIndex(0)
     for name, fields in (("avg,instant,energy", [185, 186, 83]), ("avg", [185]), ("instant", [186]),
                          ("energy", [83]), ("avg,instant", [185, 186])):

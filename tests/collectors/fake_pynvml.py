@@ -110,7 +110,6 @@ class FakeNVML:
             elif f == 186:
                 out.append(_FieldValue(f, 0, 1, 1000 * (i + 1) + 1, ts))
             elif f == 83 and self.energy_step_ms:
-                self.calls["energy"] = self.calls.get("energy", 0) + 1
                 out.append(_FieldValue(f, 0, 3, 10 * (time.time_ns() // round(self.energy_step_ms * 1e6)), ts))
             elif f == 83:
                 with self.lock:
