@@ -50,7 +50,7 @@ def test_threads_and_memory_grow_together(machine):
     assert (r.threads, r.memory_bytes) == (1, MIN_MEMORY)
     machine(2)
     assert (ingest_resources().threads, ingest_resources().memory_bytes) == (2, 2 * MEMORY_PER_THREAD)
-    for cores, threads in ((4, 4), (16, 8), (128, 8)):  # at most MAX_THREADS by default
+    for cores, threads in ((4, 4), (16, 16), (24, 16), (128, 16)):  # at most MAX_THREADS by default
         machine(cores)
         r = ingest_resources()
         assert r.threads == threads and r.memory_bytes == max(MIN_MEMORY, threads * MEMORY_PER_THREAD), r
@@ -65,7 +65,7 @@ def test_memory_capped_by_ram_cuts_threads(machine):
     r = ingest_resources()
     assert r.memory_bytes == GB and r.threads == GB // MEMORY_PER_THREAD == 3
     machine(16, ram=None)  # RAM unknown: no cap
-    assert ingest_resources().memory_bytes == 8 * MEMORY_PER_THREAD
+    assert ingest_resources().memory_bytes == 16 * MEMORY_PER_THREAD
 
 
 def test_overrides(machine, monkeypatch):

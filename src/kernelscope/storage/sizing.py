@@ -17,8 +17,11 @@ from ..errors import StoreError, UsageError
 #: Env variables forcing an ingest connection's DuckDB memory_limit / threads (``ingest_resources``).
 MEMORY_ENV = "KERNELSCOPE_MEMORY_LIMIT"
 THREADS_ENV = "KERNELSCOPE_THREADS"
-#: DuckDB threads per ingest connection at most, unless KERNELSCOPE_THREADS says otherwise.
-MAX_THREADS = 8
+#: DuckDB threads per ingest connection at most, unless KERNELSCOPE_THREADS says otherwise. 16 rather than 8:
+#: on the 16-core GPU host a 1.09 GB llama tile ingested in 9.8-10.0 s at 16 threads against 11.6-11.7 s at 8
+#: (12: 11.0-11.2 s), peak RSS 1.65-2.06 GB against 1.49-1.73 GB (benchmarks/results/ingest-2026-11-29-threads-
+#: 16core-h200.md); a 1.09 GB train-step tile 26.0 s against 31.3 s (docs/ingest.md).
+MAX_THREADS = 16
 #: DuckDB memory per thread while ingesting (DuckDB's own guidance: at least 125 MB per thread); it spills
 #: beyond its limit. On 16 cores a 1.09 GB trace ran out of memory at 8 threads and 128 MB each (then ingested
 #: through the fallback, 83 s) and took 30 s at 8 threads and 256 MB each (docs/ingest.md).
