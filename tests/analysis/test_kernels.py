@@ -52,6 +52,42 @@ def test_every_rule_has_an_example_that_hits_it(store):
     assert got["c"][0] == "other"
 
 
+# Kernel names of other projects' traces (a vLLM B200 trace of TraceLens' tests, PyTorch symmetric memory, CUTLASS):
+# (leaf op or None, kernel name, category, tensor cores)
+WILD_NAMES = [
+    ("vllm::moe_forward", "bmm_MxE4m3_MxE2m1MxE4m3_Fp32_t128x16x256u2_s3_et128x16_m128x16x32_cga1x1x1_16dp256b_rM_TN_"
+     "transOut_schedP2x1x2x3_biasM_bN_tma_tmaOpt_clmp_swiGlu_dynBatch_sm100f", "gemm", True),
+    ("vllm::moe_forward", "bmm_Bfloat16_MxE2m1MxE4m3_Fp32_t128x16x256u2_s3_et128x16_m128x16x32_cga1x1x1_16dp256b_rM_TN_"
+     "transOut_schedP2x1x2x3_biasM_bN_tmaOpt_clmp_dynBatch_sm100f", "gemm", True),
+    ("vllm::unified_attention_with_output", "fmhaSm100aKernel_QkvE4m3OBfloat16H64PagedKvCausalP16VarSeqQ128Kv128"
+     "PersistentContext", "attention", True),
+    ("symm_mem::multimem_all_reduce_", "void (anonymous namespace)::multimem_all_reduce_kernel<c10::BFloat16, 16>"
+     "(c10::BFloat16*, unsigned long, unsigned int**, unsigned long, unsigned long)", "communication", False),
+    ("vllm::all_reduce", "whatever", "communication", False),
+    (None, "void vllm::cross_device_reduce_1stage<__nv_bfloat16, 8>(vllm::RankData*, vllm::RankSignals, "
+     "vllm::Signal*, __nv_bfloat16*, int, int)", "communication", False),
+    ("aten::all", "whatever", "reduction", False),
+    # a cutlass:: type among the arguments does not make a GEMM; an FP8 type does not make a tensor-core kernel
+    ("vllm::moe_forward", "void moe::dev::finalize::finalizeKernelVecLoad<moe::dev::finalize::KernelParams<"
+     "cutlass::bfloat16_t, cutlass::bfloat16_t, 4, true> >(moe::dev::finalize::KernelParams<cutlass::bfloat16_t, "
+     "cutlass::bfloat16_t, 4, true>)", "other", False),
+    ("_C::static_scaled_fp8_quant", "void vllm::scaled_fp8_quant_kernel_strided<c10::BFloat16, c10::Float8_e4m3fn>"
+     "(c10::Float8_e4m3fn*, c10::BFloat16 const*, float const*, int, int, int)", "other", False),
+    (None, "cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4_tn_align8", "gemm", True),
+    (None, "void cutlass::Kernel2<cutlass_80_wmma_tensorop_f16_s161616gemm_f16_32x32_128x2_tn_align8>("
+     "cutlass_80_wmma_tensorop_f16_s161616gemm_f16_32x32_128x2_tn_align8::Params)", "gemm", True),
+    (None, "sm80_xmma_gemm_e4m3_simt_ffma", "gemm", False),  # a SIMT marker still wins
+]
+
+
+@pytest.mark.parametrize(("o", "k", "category", "tc"), WILD_NAMES)
+def test_wild_kernel_names(store, o, k, category, tc):
+    case, params = K.category_case("k", "o")
+    got = store.query(f"SELECT c, {K.tensor_core_sql('k', 'c')} AS tc FROM (SELECT *, {case} AS c FROM "
+                      "(SELECT $k AS k, $o AS o))", dict(params, k=k, o=o))
+    assert (got["c"][0], bool(got["tc"][0])) == (category, tc)
+
+
 def _trace(tmp_path, store):
     """Kernels (us): gemm via op aten::mm 'k_any' dur 20 (op rule wins over the name);
     no-op kernels: sm90_xmma_gemm_bf16 dur 8 (tensor core), sm80_xmma_gemm_f32_ffma dur 4 (SIMT),

@@ -11,7 +11,9 @@ Definitions (docs/metrics.md, "Kernels" and "Idle over time", is the canonical t
   reduction, norm, memory, communication, triton, other. Every kernel gets exactly one category, so the
   category times add up to ``kernel_time_ns``.
 - **Tensor-core kernel**: its name matches ``TENSOR_CORE_RE`` (wgmma/hmma/imma/qmma/xmma/tensorop, the
-  mma tile shapes 16816/1688/884, cuBLASLt's nvjet, FlashAttention/cuDNN SDPA) and not ``SIMT_RE``
+  mma tile shapes 16816/1688/884, cuBLASLt's nvjet, FlashAttention/cuDNN SDPA, Blackwell's tcgen05,
+  TensorRT-LLM's fmhaSm90/Sm100 kernels), or it is a gemm or attention kernel on FP8/FP4 elements
+  (``LOW_PRECISION_RE``: e4m3/e5m2/e2m1, which only tensor cores compute); and not ``SIMT_RE``
   (ffma, sgemm, dgemm, simt, gemv: FP32 FMA code paths). ``tensor_core_share`` = their time / kernel time;
   ``tensor_core_share_of_gemm_attention`` = their time / time of gemm + attention kernels.
 - ``short_kernel_share``: share of kernel time in kernels shorter than ``short_ns`` (default 10 000 ns);
@@ -41,7 +43,10 @@ IDLE_DESCRIPTION = "GPU busy and idle time over the GPU span, binned (<= 2000 bi
 
 CATEGORIES = ("gemm", "attention", "elementwise", "reduction", "norm", "memory", "communication",
               "triton", "other")
-TENSOR_CORE_RE = r"wgmma|hmma|imma|qmma|xmma|tensorop|16816|1688|884|nvjet|flash|sdpa"
+TENSOR_CORE_RE = r"wgmma|hmma|imma|qmma|xmma|tensorop|16816|1688|884|nvjet|flash|sdpa|tcgen05|fmhasm\d"
+#: FP8/FP4 element types: a matrix product (gemm or attention category) on them runs on tensor cores (no other
+#: unit computes them); a quantisation or cast kernel naming them does not.
+LOW_PRECISION_RE = r"e4m3|e5m2|e2m1"
 SIMT_RE = r"ffma|sgemm|dgemm|simt|gemv"
 MAX_BINS = 2000
 
@@ -77,10 +82,12 @@ def category_case(kernel_col: str, op_col: str) -> tuple[str, dict[str, str]]:
     return "CASE " + " ".join(parts) + " ELSE 'other' END", params
 
 
-def tensor_core_sql(kernel_col: str) -> str:
-    """SQL boolean: the kernel name says it runs on tensor cores (see the module docstring)."""
-    return (f"(regexp_matches(coalesce({kernel_col}, ''), '{TENSOR_CORE_RE}', 'i') "
-            f"AND NOT regexp_matches(coalesce({kernel_col}, ''), '{SIMT_RE}', 'i'))")
+def tensor_core_sql(kernel_col: str, category_col: str) -> str:
+    """SQL boolean: the kernel name (and category) say it runs on tensor cores (see the module docstring)."""
+    name = f"coalesce({kernel_col}, '')"
+    low = f"{category_col} IN ('gemm', 'attention') AND regexp_matches({name}, '{LOW_PRECISION_RE}', 'i')"
+    return (f"((regexp_matches({name}, '{TENSOR_CORE_RE}', 'i') OR ({low})) "
+            f"AND NOT regexp_matches({name}, '{SIMT_RE}', 'i'))")
 
 
 # Kernels are grouped by (kernel name, leaf operator name, log2 duration bin, short flag) once into a
@@ -104,8 +111,8 @@ WITH k AS (
   WHERE a.trace_id = $t AND a.kind = 'kernel'
   GROUP BY ALL
 ), d AS (
-  SELECT name, op_name, {case} AS category, {tc} AS tensor_core
-  FROM (SELECT DISTINCT name, op_name FROM k)
+  SELECT name, op_name, category, {tc} AS tensor_core
+  FROM (SELECT name, op_name, {case} AS category FROM (SELECT DISTINCT name, op_name FROM k))
 )
 SELECT k.*, d.category, d.tensor_core
 FROM k JOIN d ON d.name IS NOT DISTINCT FROM k.name AND d.op_name IS NOT DISTINCT FROM k.op_name
@@ -114,7 +121,7 @@ FROM k JOIN d ON d.name IS NOT DISTINCT FROM k.name AND d.op_name IS NOT DISTINC
 
 def _groups_sql(g: str) -> tuple[str, dict]:
     case, params = category_case("name", "op_name")
-    return _GROUPS_SQL.format(g=g, case=case, tc=tensor_core_sql("name")), params
+    return _GROUPS_SQL.format(g=g, case=case, tc=tensor_core_sql("name", "category")), params
 
 
 _SQL_CATEGORIES = """
