@@ -3,8 +3,9 @@ storage/derivations.py.
 
 **collectives** (a staged step: it reads the trace's staged events, ``ks_raw``): a GPU kernel is a collective
 when it carries the collective args torch records (``Collective name``, ``Process Group Name``; kept by the
-parser as JSON in ``text``) or when its name is an NCCL/RCCL kernel's (``nccl...``, ``ncclDevKernel_*``,
-``rccl...``). ``collective`` is the normalised type from the args' name, else the kernel name.
+parser as JSON in ``text``) or when its name is a collective's (``COLLECTIVE_KERNEL_RE``: NCCL/RCCL kernels,
+``nccl...``, ``ncclDevKernel_*``, ``rccl...``, and all-reduce/all-gather/... kernels outside them).
+``collective`` is the normalised type from the args' name, else the kernel name.
 ``in_bytes``/``out_bytes`` = element counts x bytes per element of ``dtype`` (null when either is unknown).
 ``pg_seq`` numbers the collectives of one process group on one trace in start order (0-based): the k-th
 collective of a group on every rank is the same collective instance (torch issues a group's collectives in
@@ -26,8 +27,11 @@ DTYPE_BYTES = {
     "ComplexDouble": 16, "Float8_e4m3fn": 1, "Float8_e5m2": 1, "Float8_e4m3fnuz": 1, "Float8_e5m2fnuz": 1,
 }
 
-#: Kernel names of collective libraries (case-insensitive regular expression).
-COLLECTIVE_KERNEL_RE = r"(?i)^(void )?(nccl|rccl)|ncclDevKernel|ncclKernel"
+#: Kernel names of collectives (case-insensitive regular expression): NCCL/RCCL's, and those outside a library
+#: (PyTorch symmetric memory's multimem/one_shot/two_shot_all_reduce_kernel, vLLM/SGLang's custom all-reduce
+#: cross_device_reduce_*). The kernel categories' communication rule (data/kernel_categories.csv) names the same.
+COLLECTIVE_KERNEL_RE = (r"(?i)^(void )?(nccl|rccl)|ncclDevKernel|ncclKernel|all_?reduce|all_?gather|reduce_?scatter|"
+                        r"all_?to_?all|multimem|cross_device_reduce")
 
 
 def _norm_sql(col: str) -> str:
