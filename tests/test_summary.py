@@ -172,3 +172,29 @@ def test_a_trace_with_no_pytorch_event_says_it_may_not_be_one(tmp_path):
     path = write_kineto(tmp_path / "tf.json", [ev("PERF", "step", 1.0, 5.0), ev("SAMPLE", "x", 2.0, 1.0)])
     got = _ingest_and_summarise(tmp_path, path)
     assert any("may not be a torch.profiler trace" in w for w in got["warnings"])
+
+
+def test_launches_without_kernel_and_stream_capture(tmp_path):
+    """Kernel launch calls that launched nothing: counted, and those inside stream capture (the thread's last
+    Begin/EndCapture call before them was a begin) said to be recorded into a graph (a vLLM capture trace)."""
+    from storage.kineto_build import kern, op, rt, write_trace
+
+    from kernelscope.analysis.summary import summary
+    from kernelscope.reports.overview import trust_sentences
+    from kernelscope.storage.ingest import ingest_file
+    from kernelscope.storage.store import open_store
+
+    ev = [op("aten::mm", 10, 100, 1),
+          rt("cudaStreamBeginCapture", 12, 1, 90, 1),
+          rt("cudaLaunchKernel", 20, 2, 2, 1), rt("cudaLaunchKernel", 30, 2, 3, 1),  # captured: no kernel
+          rt("cudaLaunchKernel", 25, 2, 6, 1, tid=2),  # another thread, no capture open there
+          rt("cudaStreamEndCapture", 40, 1, 91, 1),
+          rt("cudaLaunchKernel", 50, 2, 4, 1), kern("k", 200, 5, 4, 1),  # ran
+          rt("cudaLaunchKernel", 60, 2, 5, 1)]  # after the capture ended: not captured, no kernel
+    with open_store(stores.empty(tmp_path / "s.duckdb")) as store:
+        res = ingest_file(store, write_trace(tmp_path / "t.json", ev))
+        s = summary(store, res.trace_id).to_dict()
+    assert s["trust"]["launches_without_kernel"] == {"count": 4, "in_capture": 2}
+    text = " ".join(trust_sentences(s["trust"], s))
+    assert "4 kernel launch calls launched no kernel in the trace; 2 of them inside stream capture" in text
+    assert "(the rest: kernels dropped by the profiler or run after it stopped)" in text

@@ -126,13 +126,24 @@ WITH k AS (
   SELECT count(*) FILTER (WHERE ext_agrees = false) AS ext_id_disagreements,
          count(*) FILTER (WHERE ext_agrees IS NOT NULL) AS ext_id_compared
   FROM launches WHERE trace_id = $t
+), cap AS (  -- stream-capture begin (open = 1) and end (open = 0) calls, per thread
+  SELECT coalesce(pid, -1) AS p, coalesce(tid, -1) AS h, start_ns,
+         regexp_matches(name, 'StreamBeginCapture')::INTEGER AS open
+  FROM launches WHERE trace_id = $t AND regexp_matches(name, '^(cuda|hip)Stream(Begin|End)Capture')
+), idle AS (  -- kernel launch calls that launched nothing in the trace
+  SELECT coalesce(pid, -1) AS p, coalesce(tid, -1) AS h, start_ns FROM launches
+  WHERE trace_id = $t AND launch_type = 'kernel' AND activities = 0
+), w AS (  -- inside capture: the thread's last capture call before the launch began one
+  SELECT count(*) AS kernel_launches, count(*) FILTER (WHERE c.open = 1) AS in_capture
+  FROM idle i ASOF LEFT JOIN cap c ON c.p = i.p AND c.h = i.h AND c.start_ns <= i.start_ns
 )
 SELECT k.kernels_with_launch, k.graph_kernels, k.nongraph_kernels, k.nongraph_kernels_with_leaf_op,
   k.kernel_time_without_operator_ns,
   (SELECT count(*) FROM cpu_ops WHERE trace_id = $t AND depth = 0) AS top_ops,
   (SELECT count(*) FROM activity_splits WHERE trace_id = $t AND lq_ns < 0) AS negative_launch_times,
-  l.ext_id_disagreements, l.ext_id_compared
-FROM k, l
+  l.ext_id_disagreements, l.ext_id_compared, w.kernel_launches AS workless_launches,
+  w.in_capture AS workless_in_capture
+FROM k, l, w
 """
 
 # An activity overlaps its stream when it starts before an earlier-starting activity on the same
@@ -394,6 +405,7 @@ def summary(store, trace_id: str) -> Result:
         "negative_launch_times": tr["negative_launch_times"],
         "same_stream_overlaps": overlaps,
         "ext_id_disagreements": {"count": tr["ext_id_disagreements"], "compared": tr["ext_id_compared"]},
+        "launches_without_kernel": {"count": tr["workless_launches"], "in_capture": tr["workless_in_capture"]},
         "dropped_notes": dropped,
         "parser_warnings": parser_warnings,
     }

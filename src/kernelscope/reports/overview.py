@@ -46,6 +46,13 @@ def trust_sentences(trust: dict, scalars: dict) -> list[str]:
     if ext.get("count"):
         out.append(f"{ext['count']:,} of {ext['compared']:,} launch calls: External id and nesting name "
                    "different operators; nesting was used.")
+    nokernel = trust.get("launches_without_kernel") or {}
+    if nokernel.get("count"):
+        n, cap = nokernel["count"], nokernel.get("in_capture") or 0
+        out.append(f"{n:,} kernel launch calls launched no kernel in the trace"
+                   + (f"; {cap:,} of them inside stream capture (cudaStreamBeginCapture to EndCapture): recorded "
+                      "into a CUDA graph that runs later, so the GPU numbers leave that work out" if cap else "")
+                   + (" (the rest: kernels dropped by the profiler or run after it stopped)." if n > cap else "."))
     if trust.get("dropped_notes"):
         out.append(f"The profiler noted lost records ({len(trust['dropped_notes'])} notes): counts may be low.")
     if trust.get("parser_warnings"):
