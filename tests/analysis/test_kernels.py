@@ -77,6 +77,14 @@ WILD_NAMES = [
     (None, "void cutlass::Kernel2<cutlass_80_wmma_tensorop_f16_s161616gemm_f16_32x32_128x2_tn_align8>("
      "cutlass_80_wmma_tensorop_f16_s161616gemm_f16_32x32_128x2_tn_align8::Params)", "gemm", True),
     (None, "sm80_xmma_gemm_e4m3_simt_ffma", "gemm", False),  # a SIMT marker still wins
+    # AMD (TraceLens' MI300 traces): hipBLASLt/Tensile names its MFMA instruction; without one it is VALU code
+    (None, "Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT320x224x64_MI16x16x1_SN_LDSB1_AFC1", "gemm", True),
+    (None, "Cijk_Ailk_Bljk_SB_MT64x64x8_SE_K1", "gemm", False),
+    ("aten::convolution_backward", "_ZN2ck16tensor_operation6device37kernel_batched_gemm_xdlops_v2r3ILi1ELi0EvEE",
+     "gemm", True),
+    (None, "_ZN2ck16tensor_operation6device12_GLOBAL__N_139kernel_grouped_conv_fwd_xdl_cshuffle_v3", "gemm", True),
+    (None, "attn_fwd", "attention", True),
+    (None, "void paged_attention_ll4mi_QKV_mfma16_kernel<0, __hip_bfloat16, __hip_bfloat16>", "attention", True),
 ]
 
 
