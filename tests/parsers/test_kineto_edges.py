@@ -328,3 +328,22 @@ def test_null_number_counts_equal_the_definition_on_random_text():
     got = Counter()
     count_null_numbers(b'{"' + key + b'" :\n null, "' + key + b'":null, "\\"' + key + b'": null}', got)
     assert got == {key.decode(): 3} == expected(b'{"' + key + b'" :\n null, "' + key + b'":null, "\\"' + key + b'": null}')
+
+
+def test_pretty_printed_args_are_stored_on_one_line(tmp_path):
+    """A trace written with indentation (TraceLens' test traces are): its raw JSON args (Input Dims, types,
+    strides, concrete inputs) come out on one line, values unchanged; a one-line trace keeps its text as is."""
+    ev = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10.0, "dur": 5.0,
+          "args": {"Input Dims": [[8, 16], [16, 4]], "Input type": ["float", "c10::BFloat16"],
+                   "Input Strides": [[16, 1], [4, 1]], "Concrete Inputs": ["", "a \\n b"]}}
+    doc = {"schemaVersion": 1, "traceEvents": [ev]}
+    pretty = tmp_path / "pretty.json"
+    pretty.write_text(json.dumps(doc, indent=2))
+    plain = tmp_path / "plain.json"
+    plain.write_text(json.dumps(doc))
+    (row,), _ = read(pretty)
+    assert row["input_dims"] == "[[8,16],[16,4]]" and row["input_strides"] == "[[16,1],[4,1]]"
+    assert row["input_types"] == '["float","c10::BFloat16"]'
+    assert json.loads(row["concrete_inputs"]) == ["", "a \\n b"]  # an escaped line break inside a string stays
+    (row,), _ = read(plain)
+    assert row["input_dims"] == "[[8, 16], [16, 4]]"

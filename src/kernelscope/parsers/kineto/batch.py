@@ -201,7 +201,7 @@ class BatchBuilder:
         for f in DIMS_FIELDS:
             out[f"{f.column}_x"], out[f"{f.column}_y"], out[f"{f.column}_z"] = _dims(arg_values[f.attr], bad, f.key)
         for f in JSON_FIELDS:
-            out[f.column] = _raw_strings(arg_values[f.attr])
+            out[f.column] = _one_line(_raw_strings(arg_values[f.attr]))
         return out
 
 
@@ -278,6 +278,15 @@ def _raw_strings(raws: list[Raw]) -> pa.Array:
         return binary.cast(pa.large_string()).cast(pa.string())
     except pa.ArrowInvalid:  # invalid UTF-8 (only reachable through repaired runs)
         return pa.array([bytes(r).decode("utf-8", "replace") if r else None for r in raws], pa.string())
+
+
+def _one_line(text: pa.Array) -> pa.Array:
+    """Raw JSON texts of a pretty-printed trace (``"Input Dims": [\n  [\n    4, ...``, as TraceLens' test traces are
+    written) on one line: each line break goes with the whitespace around it. A JSON string holds no raw line
+    break, so no value changes; a trace written on one line (Kineto's own) is returned as it is."""
+    if not pc.any(pc.match_substring(text, "\n")).as_py():
+        return text
+    return pc.replace_substring_regex(text, r"\s*\n\s*", "")
 
 
 def _validity(arr: pa.Array) -> pa.Buffer | None:
