@@ -36,11 +36,12 @@ def fake_bound(host_wait_share=0.6, causes=None, ops=None):
     return R("bound", {"host_wait_share": host_wait_share}, {"idle_causes": causes, "idle_operators": ops})
 
 
-def fake_launch(depth=0.2, add_bound=10):
+def fake_launch(depth=0.2, add_bound=10, api_share=None):
     per = [{"name": "aten::mm", "calls": 10, "launch_bound_calls": 1},
            {"name": "aten::add", "calls": 10, "launch_bound_calls": add_bound},
            {"name": "aten::mul", "calls": 10, "launch_bound_calls": 5}]
-    return R("launch", {"mean_queue_depth": depth}, {"per_leaf_op": per})
+    split = {} if api_share is None else {"tklqt_ns": 1_000_000, "api_ns": int(api_share * 1_000_000)}
+    return R("launch", {"mean_queue_depth": depth, **split}, {"per_leaf_op": per})
 
 
 def fake_kernels(gemm_share=0.6, tc=0.9, short=0.1, cc=None, short_in_graphs=0):
@@ -105,6 +106,19 @@ def test_gpu_bound_fires_at_depth_one():
     assert "mean queue depth is 1.00" in f["message"] and "gemm at 70% of kernel time" in f["message"]
     assert values(f)[("kernels", "categories.share", '{"category": "gemm"}')] == 0.7
     assert f["severity"] == "high"
+
+
+@pytest.mark.parametrize("api_share, fires", [(0.49, True), (0.5, False), (0.999, False)])
+def test_gpu_bound_silent_when_the_depth_is_the_launch_calls_own_time(monkeypatch, api_share, fires):
+    """TraceLens' MI300 normalization test trace: q = 1.02 while 99.9% of TKLQT was inside the launch calls
+    (first launches loading code) and the GPU idled 99.9% of its span: not GPU-bound; a warning says why."""
+    launch = fake_launch(depth=1.02, api_share=api_share)
+    assert bool(rec.rule_gpu_bound({"launch": launch, "kernels": fake_kernels()})) is fires
+    fake_sources(monkeypatch, launch=lambda s, t: launch)
+    monkeypatch.setattr(rec, "_slowing_options", lambda s, t: [])
+    said = [w for w in rec.recommend(None, "t1").warnings if "own duration (api_ns)" in w]
+    assert len(said) == int(not fires)
+    assert fires or f"{api_share:.0%} of TKLQT is the launch calls' own duration" in said[0]
 
 
 def test_gpu_bound_silent_below_one():

@@ -11,7 +11,9 @@ Rules (thresholds below):
    ``idle_operators``, the launch-heavy ones (launch ``per_leaf_op``: ``launch_bound_calls / calls`` >=
    LAUNCH_HEAVY_CALLS) cause >= LAUNCH_HEAVY_IDLE_MIN of those operators' idle. Saving: whatif
    ``observed_ns - predicted_ns``.
-2. ``gpu_bound``: launch ``mean_queue_depth`` >= QUEUE_DEPTH_MIN; names kernels' top category.
+2. ``gpu_bound``: launch ``mean_queue_depth`` >= QUEUE_DEPTH_MIN, unless the launch calls' own time is
+   API_SHARE_MAX or more of TKLQT (then the depth is host time, not work queued on the GPU; a warning says so);
+   names kernels' top category.
 3. ``low_bandwidth``: per bandwidth ``per_signature`` row with ``bound = memory``, ``pct_peak_bw`` <
    LOW_BW_PCT and ``gpu_ns / gpu_ns(total)`` >= LOW_BW_TIME_SHARE (one finding per signature).
 4. ``short_kernels``: kernels ``short_kernel_share`` >= SHORT_SHARE_MIN. When most of that time
@@ -50,6 +52,7 @@ LAUNCH_HEAVY_CALLS = 0.5  # an operator is launch-heavy when most of its calls s
 LAUNCH_HEAVY_IDLE_MIN = 0.3  # launch-heavy operators must explain a real part of the top operators' idle
 # 2. GPU-bound
 QUEUE_DEPTH_MIN = 1.0  # on average at least one launched activity waits: the host is ahead of the GPU
+API_SHARE_MAX = 0.5  # ... unless most of that wait is the launch call itself (first-launch code loading, say)
 # 3. low bandwidth
 LOW_BW_PCT = 30.0  # memory-bound kernels well written reach 60-90% of peak; under 30% something is wrong
 LOW_BW_TIME_SHARE = 0.05  # smaller operators are not worth a finding
@@ -244,11 +247,17 @@ def rule_host_overhead(res: dict[str, Result]) -> list[dict]:
     return [_finding("host_overhead", hw, msg, ev)]
 
 
+def _api_share(lch: Result) -> float:
+    """The share of TKLQT spent inside the launch calls themselves (launch ``api_ns / tklqt_ns``; 0 when unknown)."""
+    api, tk = _num(lch.scalars.get("api_ns")), _num(lch.scalars.get("tklqt_ns"))
+    return api / tk if api is not None and tk else 0.0
+
+
 def rule_gpu_bound(res: dict[str, Result]) -> list[dict]:
     lch, k = res["launch"], res["kernels"]
     depth = _num(lch.scalars.get("mean_queue_depth"))
     cats = k.tables["categories"]
-    if depth is None or depth < QUEUE_DEPTH_MIN or cats.empty:
+    if depth is None or depth < QUEUE_DEPTH_MIN or cats.empty or _api_share(lch) >= API_SHARE_MAX:
         return []
     top = cats.sort_values("time_ns", ascending=False, kind="stable").iloc[0]
     share = _num(top["share"]) or 0.0
@@ -412,6 +421,14 @@ def recommend(store, trace_id: str, results: dict[str, Result] | None = None) ->
             "--memory) before acting on them.")
     b = dict.get(res, "bound")
     fired = {f["rule"] for f in findings}
+    lch = dict.get(res, "launch")
+    depth = None if lch is None else _num(lch.scalars.get("mean_queue_depth"))
+    if depth is not None and depth >= QUEUE_DEPTH_MIN and _api_share(lch) >= API_SHARE_MAX:
+        warnings.append(
+            f"the mean queue depth is {depth:.2f} (launch) but {_api_share(lch):.0%} of TKLQT is the launch calls' "
+            "own duration (api_ns), host time rather than work queued on the GPU, so gpu_bound does not fire; the "
+            "slowest launch calls (Timeline, Launch page) are the ones to look at (first launches that load code, "
+            "say).")
     if {"host_bound_launch", "gpu_bound"} <= fired:  # they read as opposite verdicts
         warnings.append(
             "host_bound_launch and gpu_bound both fired: they describe different stretches of the run, the GPU "
