@@ -83,6 +83,7 @@ WILD_NAMES = [
     ("aten::convolution_backward", "_ZN2ck16tensor_operation6device37kernel_batched_gemm_xdlops_v2r3ILi1ELi0EvEE",
      "gemm", True),
     (None, "_ZN2ck16tensor_operation6device12_GLOBAL__N_139kernel_grouped_conv_fwd_xdl_cshuffle_v3", "gemm", True),
+    (None, "igemm_fwd_gtcx2_nhwc_bf16_bx0_ex1_bt32x256x32_wt16x64x4_ws1x1_wr1x2_ta1x4x1x1_1x8x1x32", "gemm", True),
     (None, "attn_fwd", "attention", True),
     (None, "void paged_attention_ll4mi_QKV_mfma16_kernel<0, __hip_bfloat16, __hip_bfloat16>", "attention", True),
 ]

@@ -13,8 +13,9 @@ Definitions (docs/metrics.md, "Kernels" and "Idle over time", is the canonical t
 - **Tensor-core kernel**: its name matches ``TENSOR_CORE_RE`` (wgmma/hmma/imma/qmma/xmma/tensorop, the
   mma tile shapes 16816/1688/884, cuBLASLt's nvjet, FlashAttention/cuDNN SDPA, Blackwell's tcgen05,
   TensorRT-LLM's fmhaSm90/Sm100 kernels; AMD's matrix cores: hipBLASLt's ``_MI16x16..``, CK's ``xdl``,
-  ``mfma``; Triton's flash attention ``attn_fwd``/``attn_bwd``), or it is a gemm or attention kernel on FP8/FP4 elements
-  (``LOW_PRECISION_RE``: e4m3/e5m2/e2m1, which only tensor cores compute); and not ``SIMT_RE``
+  MIOpen's ``gtcx``, ``mfma``; Triton's flash attention ``attn_fwd``/``attn_bwd``), or it is a gemm or
+  attention kernel on FP8/FP4 elements (``LOW_PRECISION_RE``: e4m3/e5m2/e2m1, which only tensor cores
+  compute); and not ``SIMT_RE``
   (ffma, sgemm, dgemm, simt, gemv: FP32 FMA code paths). ``tensor_core_share`` = their time / kernel time;
   ``tensor_core_share_of_gemm_attention`` = their time / time of gemm + attention kernels.
 - ``short_kernel_share``: share of kernel time in kernels shorter than ``short_ns`` (default 10 000 ns);
@@ -45,9 +46,10 @@ IDLE_DESCRIPTION = "GPU busy and idle time over the GPU span, binned (<= 2000 bi
 CATEGORIES = ("gemm", "attention", "elementwise", "reduction", "norm", "memory", "communication",
               "triton", "other")
 #: AMD: hipBLASLt/Tensile GEMMs name their MFMA instruction (``..._MI16x16x1_...``; without it they run on the
-#: vector ALUs), Composable Kernel its XDLops (``xdl``), others ``mfma``; Triton's flash attention is ``attn_fwd``.
+#: vector ALUs), Composable Kernel its XDLops (``xdl``), MIOpen's XDLops implicit GEMMs are ``igemm_*_gtcx*`` (its
+#: dlops ones ``gtc_``), others ``mfma``; Triton's flash attention is ``attn_fwd``.
 TENSOR_CORE_RE = (r"wgmma|hmma|imma|qmma|xmma|tensorop|16816|1688|884|nvjet|flash|sdpa|tcgen05|fmhasm\d|"
-                  r"_mi\d+x\d+|xdl|mfma|attn_fwd|attn_bwd")
+                  r"_mi\d+x\d+|xdl|gtcx|mfma|attn_fwd|attn_bwd")
 #: FP8/FP4 element types: a matrix product (gemm or attention category) on them runs on tensor cores (no other
 #: unit computes them); a quantisation or cast kernel naming them does not.
 LOW_PRECISION_RE = r"e4m3|e5m2|e2m1"
