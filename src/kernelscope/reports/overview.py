@@ -52,7 +52,8 @@ def trust_sentences(trust: dict, scalars: dict) -> list[str]:
         out.append(f"{n:,} kernel launch calls launched no kernel in the trace"
                    + (f"; {cap:,} of them inside stream capture (cudaStreamBeginCapture to EndCapture): recorded "
                       "into a CUDA graph that runs later, so the GPU numbers leave that work out" if cap else "")
-                   + (" (the rest: kernels dropped by the profiler or run after it stopped)." if n > cap else "."))
+                   + ("." if n == cap else " (the rest: kernels dropped by the profiler or run after it stopped)."
+                      if cap else " (kernels dropped by the profiler, or run after it stopped)."))
     if trust.get("dropped_notes"):
         out.append(f"The profiler noted lost records ({len(trust['dropped_notes'])} notes): counts may be low.")
     if trust.get("parser_warnings"):
