@@ -16,9 +16,9 @@ Rules (thresholds below):
    names kernels' top category.
 3. ``low_bandwidth``: per bandwidth ``per_signature`` row with ``bound = memory``, ``pct_peak_bw`` <
    LOW_BW_PCT and ``gpu_ns / gpu_ns(total)`` >= LOW_BW_TIME_SHARE (one finding per signature).
-4. ``short_kernels``: kernels ``short_kernel_share`` >= SHORT_SHARE_MIN. When most of that time
-   (``short_graph_kernel_ns`` >= SHORT_IN_GRAPHS_MIN of it) already ran inside CUDA graphs, the advice is
-   fusion or more work per kernel, not graphs.
+4. ``short_kernels``: kernels ``short_kernel_share`` >= SHORT_SHARE_MIN over at least SHORT_KERNELS_MIN short
+   kernels. When most of that time (``short_graph_kernel_ns`` >= SHORT_IN_GRAPHS_MIN of it) already ran inside
+   CUDA graphs, the advice is fusion or more work per kernel, not graphs.
 5. ``sync_stalls``: bound ``idle_causes`` rows ``sync`` + ``d2h_copy``: summed ``share_of_host_wait`` >=
    SYNC_SHARE_MIN. Saving: their summed ``idle_ns``.
 6. ``low_tensor_core``: kernels ``categories`` gemm ``share`` >= GEMM_SHARE_MIN and
@@ -59,6 +59,7 @@ LOW_BW_TIME_SHARE = 0.05  # smaller operators are not worth a finding
 # 4. short kernels
 SHORT_NS_LABEL = "10 us"  # kernels' own short threshold (its short_ns scalar is cited)
 SHORT_SHARE_MIN = 0.3  # a third of kernel time in sub-10-us kernels: launch and tail effects dominate them
+SHORT_KERNELS_MIN = 50  # fewer launches cost too little (50 x a few us) for fusion or a graph to be the first fix
 SHORT_IN_GRAPHS_MIN = 0.5  # most of that time already replayed from CUDA graphs: graphs are not the advice
 # 5. sync stalls
 SYNC_SHARE_MIN = 0.2  # a fifth of host wait behind syncs/.item(): removable without touching kernels
@@ -293,7 +294,7 @@ def rule_low_bandwidth(res: dict[str, Result]) -> list[dict]:
 def rule_short_kernels(res: dict[str, Result]) -> list[dict]:
     k = res["kernels"]
     share = _num(k.scalars.get("short_kernel_share"))
-    if share is None or share < SHORT_SHARE_MIN:
+    if share is None or share < SHORT_SHARE_MIN or (_num(k.scalars.get("short_kernels")) or 0) < SHORT_KERNELS_MIN:
         return []
     s = k.scalars
     msg = f"{share:.0%} of kernel time is in {s['short_kernels']} kernels shorter than {s['short_ns'] / NS_PER_US:g} us"
