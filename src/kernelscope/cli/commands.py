@@ -67,7 +67,7 @@ def ingest(paths, labels, name, no_python, salvage, engine, ray_address, parquet
     `traces`). Negative durations are stored as 0 and counted; events of categories kernelscope does
     not map (other accelerators, profiler ranges) are kept aside and counted (summary trust).
 
-    Memory and threads: DuckDB gets one thread per usable core (CPU affinity, at most 8) and 256MB per
+    Memory and threads: DuckDB gets one thread per usable core (CPU affinity, at most 16) and 256MB per
     thread (at most a quarter of RAM); KERNELSCOPE_THREADS and KERNELSCOPE_MEMORY_LIMIT (e.g. 2GB)
     override them, and a memory limit given alone cuts the threads to one per 256MB. Out of memory,
     the tables are derived again with 2 threads and 256MB, then 1 thread (docs/ingest.md).
