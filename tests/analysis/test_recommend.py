@@ -264,6 +264,7 @@ def fake_sources(monkeypatch, **given):
              "bandwidth": lambda s, t: fake_bandwidth(), **given}
     assert set(fakes) == set(rec._sources())  # every analysis recommend reads
     monkeypatch.setattr(rec, "_sources", lambda: dict(fakes))
+    monkeypatch.setattr(rec, "_captured", lambda s, t: 0)  # no stream capture (the store is None here)
 
 
 def test_recommend_with_fake_analyses(monkeypatch):
@@ -386,3 +387,20 @@ def test_cli_json_and_keys_documented(sample_store):
         keys |= set(got[table][0])
     missing = sorted(k for k in keys if k not in documented)
     assert not missing, f"undocumented recommend keys: {missing}"
+
+
+@pytest.mark.parametrize("captured, ran, warned", [(544, 2, True), (544, 544, True), (5, 27, False), (0, 2, False)])
+def test_a_trace_of_a_graph_capture_says_the_findings_describe_the_capture(monkeypatch, captured, ran, warned):
+    """TraceLens' SGLang capture trace: 544 launch calls captured into a CUDA graph, 2 kernels run, and gpu_bound
+    and low_bandwidth fired on those 2. A capture that is most of the trace gets a warning; an H200 trace that
+    captured 5 launches and then replayed 27 kernels does not."""
+    kernels = fake_kernels(short=0.4)
+    kernels.scalars["kernels"] = ran
+    fake_sources(monkeypatch, kernels=lambda s, t: kernels)
+    monkeypatch.setattr(rec, "_captured", lambda s, t: captured)
+    monkeypatch.setattr(rec, "_slowing_options", lambda s, t: [])
+    r = rec.recommend(None, "t1")
+    assert r.scalars["findings_count"] > 0
+    said = [w for w in r.warnings if "recorded into a CUDA graph by stream capture" in w]
+    assert len(said) == int(warned)
+    assert not warned or f"{captured:,} kernel launch calls" in said[0] and f"against {ran:,} kernels" in said[0]

@@ -401,6 +401,13 @@ def _slowing_options(store, trace_id: str) -> list[str]:
     return [k for k in ("with_stack", "profile_memory") if opts.get(k) is True]
 
 
+def _captured(store, trace_id: str) -> int:
+    """Kernel launch calls recorded into a graph by stream capture in the profiled window (summary's trust)."""
+    from .summary import launches_without_kernel
+
+    return launches_without_kernel(store, trace_id)["in_capture"]
+
+
 def recommend(store, trace_id: str, results: dict[str, Result] | None = None) -> Result:
     """Run the cited analyses on ``trace_id`` and check every rule (module docstring). An analysis that
     fails (a KernelscopeError) becomes a warning and the rules needing it are skipped.
@@ -435,6 +442,15 @@ def recommend(store, trace_id: str, results: dict[str, Result] | None = None) ->
             "host_bound_launch and gpu_bound both fired: they describe different stretches of the run, the GPU "
             "waiting on the host between bursts in which kernels queue deep; the Bound page's CPU-bound and "
             "GPU-bound segments (kernelscope analyze bound) show which stretch is which and how long each is.")
+    if findings:
+        captured = _captured(store, trace_id)
+        kernels = dict.get(res, "kernels")
+        ran = None if kernels is None else _num(kernels.scalars.get("kernels"))
+        if captured and ran is not None and captured >= ran:
+            warnings.append(
+                f"{captured:,} kernel launch calls in this trace were recorded into a CUDA graph by stream capture "
+                f"and did not run in it, against {int(ran):,} kernels that ran: the trace shows a graph capture, "
+                "so the findings describe the capture, not the work it replays; profile the replays for those.")
     if b is not None and b.scalars.get("gpu_span_ns") is None:  # every rule reads GPU time
         warnings.append("the trace has no GPU activity that kernelscope analyses, so no rule can fire: record "
                         "with ProfilerActivity.CUDA (torch.profiler's default on a GPU machine) for findings.")

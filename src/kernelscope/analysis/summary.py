@@ -126,25 +126,36 @@ WITH k AS (
   SELECT count(*) FILTER (WHERE ext_agrees = false) AS ext_id_disagreements,
          count(*) FILTER (WHERE ext_agrees IS NOT NULL) AS ext_id_compared
   FROM launches WHERE trace_id = $t
-), cap AS (  -- stream-capture begin (open = 1) and end (open = 0) calls, per thread
-  SELECT coalesce(pid, -1) AS p, coalesce(tid, -1) AS h, start_ns,
-         regexp_matches(name, 'StreamBeginCapture')::INTEGER AS open
-  FROM launches WHERE trace_id = $t AND regexp_matches(name, '^(cuda|hip)Stream(Begin|End)Capture')
-), idle AS (  -- kernel launch calls that launched nothing in the trace
-  SELECT coalesce(pid, -1) AS p, coalesce(tid, -1) AS h, start_ns FROM launches
-  WHERE trace_id = $t AND launch_type = 'kernel' AND activities = 0
-), w AS (  -- inside capture: the thread's last capture call before the launch began one
-  SELECT count(*) AS kernel_launches, count(*) FILTER (WHERE c.open = 1) AS in_capture
-  FROM idle i ASOF LEFT JOIN cap c ON c.p = i.p AND c.h = i.h AND c.start_ns <= i.start_ns
 )
 SELECT k.kernels_with_launch, k.graph_kernels, k.nongraph_kernels, k.nongraph_kernels_with_leaf_op,
   k.kernel_time_without_operator_ns,
   (SELECT count(*) FROM cpu_ops WHERE trace_id = $t AND depth = 0) AS top_ops,
   (SELECT count(*) FROM activity_splits WHERE trace_id = $t AND lq_ns < 0) AS negative_launch_times,
-  l.ext_id_disagreements, l.ext_id_compared, w.kernel_launches AS workless_launches,
-  w.in_capture AS workless_in_capture
-FROM k, l, w
+  l.ext_id_disagreements, l.ext_id_compared
+FROM k, l
 """
+
+# Kernel launch calls that launched nothing in the trace, and those of them inside stream capture: the thread's
+# last cudaStreamBeginCapture/EndCapture (or hip...) call before the launch was a begin (an ASOF join).
+_SQL_NO_KERNEL = """
+WITH cap AS (  -- stream-capture begin (open = 1) and end (open = 0) calls, per thread
+  SELECT coalesce(pid, -1) AS p, coalesce(tid, -1) AS h, start_ns,
+         regexp_matches(name, 'StreamBeginCapture')::INTEGER AS open
+  FROM launches WHERE trace_id = $t AND regexp_matches(name, '^(cuda|hip)Stream(Begin|End)Capture')
+), idle AS (
+  SELECT coalesce(pid, -1) AS p, coalesce(tid, -1) AS h, start_ns FROM launches
+  WHERE trace_id = $t AND launch_type = 'kernel' AND activities = 0
+)
+SELECT count(*) AS count, count(*) FILTER (WHERE c.open = 1) AS in_capture
+FROM idle i ASOF LEFT JOIN cap c ON c.p = i.p AND c.h = i.h AND c.start_ns <= i.start_ns
+"""
+
+
+def launches_without_kernel(store, trace_id: str) -> dict[str, int]:
+    """``{count, in_capture}``: kernel launch calls with no kernel in the trace, and how many of them were
+    recorded into a CUDA/HIP graph by stream capture (summary's ``trust.launches_without_kernel``)."""
+    row = query_row(store, _SQL_NO_KERNEL, t=trace_id)
+    return {"count": int(row["count"] or 0), "in_capture": int(row["in_capture"] or 0)}
 
 # An activity overlaps its stream when it starts before an earlier-starting activity on the same
 # (device, stream) has ended (programmatic dependent launch does this; it is not an error): counted per stream at
@@ -405,7 +416,7 @@ def summary(store, trace_id: str) -> Result:
         "negative_launch_times": tr["negative_launch_times"],
         "same_stream_overlaps": overlaps,
         "ext_id_disagreements": {"count": tr["ext_id_disagreements"], "compared": tr["ext_id_compared"]},
-        "launches_without_kernel": {"count": tr["workless_launches"], "in_capture": tr["workless_in_capture"]},
+        "launches_without_kernel": launches_without_kernel(store, t),
         "dropped_notes": dropped,
         "parser_warnings": parser_warnings,
     }
