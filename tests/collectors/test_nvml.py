@@ -295,3 +295,22 @@ def test_interval_stats_definitions():
     assert st == {"median_ms": 10.0, "p95_ms": 40.0, "max_ms": 40.0, "intervals": 4, "samples": 6, "window_ms": None}
     w = nvml.interval_stats(t, window=(25_000_000, 30_000_000))
     assert w["intervals"] == 1 and w["max_ms"] == 40.0 and w["samples"] == 0 and w["window_ms"] == 5.0
+
+
+def test_a_change_seen_late_does_not_open_the_next_window_late():
+    """A process sampler starved on a busy machine (the full suite on 2 cores) ticked at 495 ms and next at 565 ms,
+    so it saw the change of 500 ms there. Dating that change at 565 ms put the next window at 655 ms and skipped
+    the ticks after the change at 600 ms; dated by the last read that did not show it (495 ms), every tick from
+    590 ms reads the counter."""
+    ms = 1_000_000
+    s = nvml._CounterSchedule(0.005)
+    ticks = [*range(0, 500 * ms, 5 * ms), *range(565 * ms, 800 * ms, 5 * ms)]
+    read_at = []
+    for t in ticks:
+        if s.due(t):
+            read_at.append(t)
+            s.saw(t, t // (100 * ms))  # the counter steps every 100 ms
+    assert [t for t in ticks if 590 * ms <= t <= 600 * ms and t not in read_at] == []
+    assert [t for t in ticks if 690 * ms <= t <= 700 * ms and t not in read_at] == []
+    late = [t for t in ticks if t >= 400 * ms]  # after the four changes read on every tick
+    assert len([t for t in read_at if t >= 400 * ms]) < 0.5 * len(late)  # still skips most ticks

@@ -127,11 +127,14 @@ class _CounterSchedule:
     """When to read one device's energy counter. Until it has changed four times it is read on every tick; then
     from two periods before its next change is due (the last change plus the median of its last eight
     intervals) until it changes, so each change is still seen on the first tick after it. A counter that
-    changes every few ticks is read on every tick."""
+    changes every few ticks is read on every tick. A change is dated by the last read that did not show it (the
+    earliest it can have happened): dated by the read that saw it, a sampler starved for a while (a busy
+    machine) saw a change 65 ms late, opened its next window as late and skipped the ticks after that change."""
 
     def __init__(self, period_s: float):
         self.margin_ns = round(2 * period_s * NS_PER_S)
         self.value = None
+        self.read_ns = None
         self.changed_ns = None
         self.steps: list[int] = []
 
@@ -145,10 +148,12 @@ class _CounterSchedule:
         if value is None:
             return
         if self.value is not None and value != self.value:
+            at = self.read_ns if self.read_ns is not None else ts_ns
             if self.changed_ns is not None:
-                self.steps = [*self.steps[-7:], ts_ns - self.changed_ns]
-            self.changed_ns = ts_ns
+                self.steps = [*self.steps[-7:], at - self.changed_ns]
+            self.changed_ns = at
         self.value = value
+        self.read_ns = ts_ns
 
 
 class _Ticker:
