@@ -30,8 +30,10 @@ DTYPE_BYTES = {
 #: Kernel names of collectives (case-insensitive regular expression): NCCL/RCCL's, and those outside a library
 #: (PyTorch symmetric memory's multimem/one_shot/two_shot_all_reduce_kernel, vLLM/SGLang's custom all-reduce
 #: cross_device_reduce_*). The kernel categories' communication rule (data/kernel_categories.csv) names the same.
-COLLECTIVE_KERNEL_RE = (r"(?i)^(void )?(nccl|rccl)|ncclDevKernel|ncclKernel|all_?reduce|all_?gather|reduce_?scatter|"
-                        r"all_?to_?all|multimem|cross_device_reduce")
+#: The collective words a name carries, whatever its library (lower case; read by storage/idle.py too).
+COLLECTIVE_WORDS = "all_?reduce|all_?gather|reduce_?scatter|all_?to_?all"
+COLLECTIVE_KERNEL_RE = (r"(?i)^(void )?(nccl|rccl)|ncclDevKernel|ncclKernel|" + COLLECTIVE_WORDS
+                        + "|multimem|cross_device_reduce")
 
 
 def _norm_sql(col: str) -> str:

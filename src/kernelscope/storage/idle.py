@@ -16,6 +16,7 @@ event tables and the launch splits and, for traces stored before schema 005, as 
 
 from __future__ import annotations
 
+from .collectives import COLLECTIVE_WORDS
 from .intervals import union_sql
 
 _GAPS_CTE = """
@@ -74,7 +75,7 @@ SELECT $trace, device, stream, t, e, CAST(depth AS BIGINT) FROM w WHERE d = 1 OR
 
 _D2H = "(name LIKE '%DtoH%' OR name LIKE '%D2H%' OR name LIKE '%Device -> Pageable%' OR name LIKE '%Device -> Pinned%')"
 _COLLECTIVE = ("(regexp_matches(lower({c}), '^(nccl|c10d|gloo|record_param_comms)') OR "
-               "regexp_matches(lower({c}), 'all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|barrier'))")
+               "regexp_matches(lower({c}), '" + COLLECTIVE_WORDS + "|barrier'))")
 _ALLOCATOR = ("regexp_matches({c}, '^(cuda|cu|hip)(Malloc|Free|MemAlloc|MemFree|HostAlloc|MallocHost|"
               "FreeHost|MemCreate|MemRelease|MemMap|MemUnmap|MemAddressReserve|MemAddressFree|MemSetAccess|"
               "MemPool|DeviceSetLimit|HostRegister|HostUnregister)')")
