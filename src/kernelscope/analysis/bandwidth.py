@@ -32,8 +32,9 @@ Definitions (docs/metrics.md, "Bandwidth and compute utilisation"; the per-opera
 - ``_foreach_*`` operators (optimizer steps) get the tensor lists of the gradients ``AccumulateGrad``
   recorded before them, when their multi_tensor_apply kernels' thread blocks confirm the list
   (``foreach_lists``); such rows have ``shapes_source = 'accumulate_grad'``.
-- Above 100% of a peak: only a byte rate above the DRAM peak of an operator whose modelled bytes fit in
-  the last-level cache (``fits_cache``: its inputs were read from cache) is explained. Such a row's
+- Above 100% of a peak: only a byte rate above the DRAM peak is explained, and only when the bytes beyond
+  what DRAM moves at its peak in the operator's time fit in the last-level cache (``cache_explains``; always
+  so when all of them fit, ``fits_cache``): those were read from cache. Such a row's
   ``pct_peak_bw`` is null (a DRAM percentage does not apply to cache-served bytes; ``achieved_gbps``
   stays) and ``note`` says why in words, with the rate it would have had; ``above_peak_cache`` counts
   them. Anything else keeps its percentage and counts in ``above_peak_unexplained`` (a bug by
@@ -67,6 +68,7 @@ from .bandwidth_measured import (
 )
 from .bandwidth_tables import (
     add_rates,
+    cache_explains,
     floats,
     notes,
     repeat_per_instance,
@@ -171,7 +173,7 @@ class Instances:
 @dataclass
 class AbovePeak:
     """Instances above a peak (DRAM or dense FLOP): all of them, those explained by the cache (above the DRAM
-    peak only, all bytes fitting in the last-level cache), and the rest."""
+    peak only, the bytes beyond what DRAM moves in their time fitting in the last-level cache), and the rest."""
 
     instances: int
     cache_served: int
@@ -464,9 +466,12 @@ def _above_peak(groups: pd.DataFrame, inst: Instances) -> AbovePeak:
     ran = gpu_ns > 0
     over_bw = (gpu_ns < ns_at_peak_bw[group_of]) & ran
     over_flops = (gpu_ns < ns_at_peak_flops[group_of]) & ran
-    fits_cache = groups["fits_cache"].to_numpy(bool)
+    explained = cache_explains(floats(groups["bytes"])[group_of], gpu_ns.astype(float),
+                               floats(groups["peak_gbps"])[group_of], floats(groups["l2_bytes"])[group_of])
+    # per group: every call above the DRAM peak is explained (signatures_table's rows say so)
+    groups["cache_explains"] = np.bincount(group_of, weights=over_bw & ~explained, minlength=len(groups)) == 0
     above = int((over_bw | over_flops).sum())
-    unexplained = int(((over_bw & ~fits_cache[group_of]) | over_flops).sum())
+    unexplained = int(((over_bw & ~explained) | over_flops).sum())
     return AbovePeak(above, above - unexplained, unexplained)
 
 
@@ -502,8 +507,10 @@ def _per_instance_table(groups: pd.DataFrame, inst: Instances, signature_of: np.
     df["bound"] = repeat_per_instance(groups["bound"], kept_group)
     df["fits_cache"] = fits_cache
     df["peak_gbps"], df["peak_tflops"] = peak_gbps, peak_tflops
-    df["note"] = notes(pct_peak_bw, pct_peak_flops, fits_cache, bytes_moved, floats(groups["l2_bytes"])[kept_group])
-    df["pct_peak_bw"] = np.where((pct_peak_bw > 100) & fits_cache, np.nan, pct_peak_bw)  # cache-served: see note
+    l2_bytes = floats(groups["l2_bytes"])[kept_group]
+    explained = cache_explains(bytes_moved, gpu_ns, peak_gbps, l2_bytes)
+    df["note"] = notes(pct_peak_bw, pct_peak_flops, explained, bytes_moved, l2_bytes, peak_gbps * gpu_ns)
+    df["pct_peak_bw"] = np.where((pct_peak_bw > 100) & explained, np.nan, pct_peak_bw)  # cache-served: see note
     if measured is not None:
         measured_bytes = measured.per_instance[keep]
         mk = pd.array(np.where(np.isnan(measured_bytes), 0, measured_bytes).astype("int64"), dtype="Int64")
@@ -548,9 +555,9 @@ def _model_warnings(groups: pd.DataFrame, above: AbovePeak, unattributed: pd.Ser
     warnings = []
     if above.cache_served:
         warnings.append(f"{above.cache_served} operator instances move their modelled bytes faster than the DRAM "
-                        "peak (above 100% of it); all of their bytes fit in the device's last-level cache, so "
-                        "inputs written just before were read from cache, not DRAM: their pct_peak_bw is null, "
-                        "'note' says why and fits_cache is true.")
+                        "peak (above 100% of it); the bytes beyond what DRAM moves at its peak in their time fit in "
+                        "the device's last-level cache, so inputs written just before were read from cache, not "
+                        "DRAM: their pct_peak_bw is null and 'note' says why.")
     if above.unexplained:
         warnings.append(f"{above.unexplained} operator instances exceed 100% of a device peak without a cache "
                         "explanation (a modelling or peak-table error): read their numbers with care.")

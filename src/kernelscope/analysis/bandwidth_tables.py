@@ -54,18 +54,37 @@ def add_rates(df: pd.DataFrame) -> None:
     df["bound"] = bound
 
 
-def notes(pct_peak_bw: np.ndarray, pct_peak_flops: np.ndarray, fits_cache: np.ndarray, bytes_moved: np.ndarray,
-          l2_bytes: np.ndarray) -> pd.Series:
-    """Per row, in words, why a percentage of peak is above 100 (null when none is)."""
+def cache_explains(bytes_moved: np.ndarray, gpu_ns: np.ndarray, peak_gbps: np.ndarray,
+                   l2_bytes: np.ndarray) -> np.ndarray:
+    """Per row, whether a byte rate above the DRAM peak has its one physical explanation: the bytes beyond what
+    DRAM moves at its peak in ``gpu_ns`` (``bytes - peak_gbps * gpu_ns``; GB/s x ns = bytes) fit in the
+    last-level cache, so the cache can have served them (inputs written just before). True for every row whose
+    bytes fit in the cache; False where a number is missing."""
+    with np.errstate(invalid="ignore"):
+        beyond = np.nan_to_num(bytes_moved - peak_gbps * gpu_ns, nan=np.inf)
+    return beyond <= np.nan_to_num(l2_bytes, nan=-np.inf)
+
+
+def notes(pct_peak_bw: np.ndarray, pct_peak_flops: np.ndarray, explained: np.ndarray, bytes_moved: np.ndarray,
+          l2_bytes: np.ndarray, dram_bytes: np.ndarray) -> pd.Series:
+    """Per row, in words, why a percentage of peak is above 100 (null when none is). ``explained``:
+    ``cache_explains``; ``dram_bytes``: what DRAM moves at its peak in the row's time."""
     out = []
-    for bw, fl, fits, nbytes, cache in zip(pct_peak_bw, pct_peak_flops, fits_cache, bytes_moved, l2_bytes):
+    for bw, fl, ok, nbytes, cache, dram in zip(pct_peak_bw, pct_peak_flops, explained, bytes_moved, l2_bytes,
+                                               dram_bytes):
         if fl > 100:
             out.append("above the dense FLOP peak: a modelling or peak-table error")
-        elif bw > 100 and fits:
+        elif bw > 100 and ok and nbytes <= cache:
             out.append(f"pct_peak_bw left null: the modelled bytes moved at {bw:.0f}% of the DRAM peak, "
                        f"which is not DRAM bandwidth: all {nbytes / BYTES_PER_MB:.1f} MB fit in the "
                        f"{cache / BYTES_PER_MIB:.0f} MiB last-level cache, so data written just before was read "
                        "from cache")
+        elif bw > 100 and ok:
+            out.append(f"pct_peak_bw left null: the modelled bytes moved at {bw:.0f}% of the DRAM peak, "
+                       f"which is not DRAM bandwidth alone: at its peak DRAM moves {dram / BYTES_PER_MB:.1f} of "
+                       f"the {nbytes / BYTES_PER_MB:.1f} MB in that time, and the other "
+                       f"{(nbytes - dram) / BYTES_PER_MB:.1f} MB fit in the {cache / BYTES_PER_MIB:.0f} MiB "
+                       "last-level cache, so data written just before was read from cache")
         elif bw > 100:
             out.append("above the DRAM peak without a cache explanation: a modelling or peak-table error")
         else:
@@ -115,7 +134,8 @@ def signatures_table(g: pd.DataFrame, group_of: np.ndarray, gpu_ns: np.ndarray, 
                flops=("_flops", "sum"), bytes=("_bytes", "sum"), _unmodelled=("_unmodelled", "any"),
                dtype=("dtype", "first"), tensor_core=("tensor_core", "first"), rule=("rule", "first"),
                dtype_source=("dtype_source", "first"), shapes_source=("shapes_source", "first"),
-               fits_cache=("fits_cache", "all"), l2_bytes=("l2_bytes", "first"),
+               fits_cache=("fits_cache", "all"), cache_explains=("cache_explains", "all"),
+               l2_bytes=("l2_bytes", "first"),
                peak_gbps=("peak_gbps", "first"), peak_tflops=("peak_tflops", "first"))
     if measured is not None:
         has = ~np.isnan(measured)
@@ -136,9 +156,12 @@ def signatures_table(g: pd.DataFrame, group_of: np.ndarray, gpu_ns: np.ndarray, 
     for col in ("calls", "activities", "gpu_ns"):
         sig[col] = sig[col].astype("int64")
     add_rates(sig)
-    sig["note"] = notes(floats(sig["pct_peak_bw"]), floats(sig["pct_peak_flops"]), sig["fits_cache"].to_numpy(bool),
-                        floats(sig["bytes"]) / sig["calls"].to_numpy(float), floats(sig["l2_bytes"]))
-    sig["pct_peak_bw"] = sig["pct_peak_bw"].mask((sig["pct_peak_bw"] > 100).fillna(False) & sig["fits_cache"])
+    per_call = sig["calls"].to_numpy(float)  # the note speaks of one call: bytes and DRAM bytes per call
+    explained = sig.pop("cache_explains").to_numpy(bool)
+    sig["note"] = notes(floats(sig["pct_peak_bw"]), floats(sig["pct_peak_flops"]), explained,
+                        floats(sig["bytes"]) / per_call, floats(sig["l2_bytes"]),
+                        floats(sig["peak_gbps"]) * sig["gpu_ns"].to_numpy(float) / per_call)
+    sig["pct_peak_bw"] = sig["pct_peak_bw"].mask((sig["pct_peak_bw"] > 100).fillna(False) & explained)
     if measured is not None:
         sig["measured_calls"] = sig["measured_calls"].astype("int64")
         measured_bytes = sig["measured_bytes"].where(sig["measured_calls"] > 0)
