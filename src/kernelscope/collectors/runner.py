@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 from kernelscope.errors import UsageError
+from kernelscope.units import NS_PER_S
 
 TIMING_FILE = ".timing.json"
 
@@ -283,6 +284,13 @@ def overhead_line(overhead: dict) -> str:
     pct = prof.get("pct")
     if prof.get("basis") == "range" and pct is not None:
         head = f"profiler {pct:+.1f}% per step (median of {prof['n']})"
+    elif prof.get("basis") == "process" and pct is not None and pct < 0:
+        # One run each, the un-profiled one first: it also paid the start-up the second run found done (file
+        # caches, CUDA and library initialisation), so a faster profiled run says nothing about the profiler.
+        head = (f"profiler not measured: the profiled run ({prof['profiled_wall_ns'] / NS_PER_S:.2f} s) was "
+                f"{-pct:.1f}% faster than the un-profiled one ({prof['unprofiled_wall_ns'] / NS_PER_S:.2f} s), "
+                "which ran first and paid the start-up (file caches, CUDA initialisation); mark the loop with "
+                'kernelscope.range("step") to compare steps')
     elif prof.get("basis") == "process" and pct is not None:
         head = f"profiler {pct:+.1f}% process wall time (one run each)"
     else:
