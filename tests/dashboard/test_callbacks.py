@@ -111,6 +111,12 @@ def test_trust_sentences_name_the_problems():
     assert any(t.startswith("12 kernels ran inside CUDA graphs") for t in got)
     assert any("(2 notes)" in t for t in got)
     assert not any("External id" in t for t in got)
+    # the parser's notes are said as they are, not as a repair (BERT on an H200: the one note was a nesting)
+    nesting = ("7 operators/annotations/runtime calls are not nested in the interval that encloses their start on "
+               "their thread (partial overlap); their links follow the count of intervals open at their start")
+    assert overview.trust_sentences({"parser_warnings": [nesting]}, {})[-1] == f"Parser note: {nesting}."
+    four = overview.trust_sentences({"parser_warnings": ["a.", "b", "c", "d"]}, {})[-1]
+    assert four == "Parser notes: a; b; c (1 more in `kernelscope summary`)."
 
 
 def test_query_string_and_prefix_and_name_open_the_same_overview(dash_store):

@@ -56,8 +56,10 @@ def trust_sentences(trust: dict, scalars: dict) -> list[str]:
                       if cap else " (kernels dropped by the profiler, or run after it stopped)."))
     if trust.get("dropped_notes"):
         out.append(f"The profiler noted lost records ({len(trust['dropped_notes'])} notes): counts may be low.")
-    if trust.get("parser_warnings"):
-        out.append(f"The parser repaired or skipped parts of the file ({len(trust['parser_warnings'])} notes).")
+    notes = [str(n).rstrip(". ") for n in trust.get("parser_warnings") or []]
+    if notes:  # said as they are: a repair, a skipped event, a nesting the links worked around (each one line)
+        more = f" ({len(notes) - 3} more in `kernelscope summary`)" if len(notes) > 3 else ""
+        out.append(f"Parser note{'s' if len(notes) > 1 else ''}: {'; '.join(notes[:3])}{more}.")
     return out
 
 
