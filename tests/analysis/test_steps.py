@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 
+import pandas as pd
 import pytest
 import stores
 from click.testing import CliRunner
@@ -168,6 +169,28 @@ def test_edges_by_hand(edges):
     assert s["step_time_cv"] is None  # one steady step: no spread
     b = r.tables["breakdown"].set_index("category")
     assert b.at["kernel", "mean_ns"] == 110 * US and b.at["other", "share"] == pytest.approx(35 / 160)
+
+
+def test_a_launch_lost_in_every_step_does_not_make_the_edges_partial():
+    """BERT fine-tuning with GradScaler (H200, a schedule's 3 active steps): each step has one cudaMemsetAsync
+    that makes no GPU work, so the first and last steps were marked partial and 1 of 3 steps was steady. Only
+    the lost calls beyond the fewest any other step of the window has say the trace window cut a step."""
+    from kernelscope.analysis.steps import _mark
+
+    def marked(lost, windows):
+        df = pd.DataFrame({"lost_launches": lost, "unlaunched": [0] * len(lost), "activities": [676] * len(lost)})
+        _mark(df, windows, warmup=1)
+        return list(df["partial"]), list(df["note"])
+
+    assert marked([1, 1, 1], [[0, 1, 2]])[0] == [False, False, False]
+    partial, notes = marked([3, 1, 1, 2], [[0, 1, 2, 3]])
+    assert partial == [True, False, False, True]
+    assert notes[0] == ("warm-up: first step(s) of its recording window; partial (first step of its window): "
+                        "2 launch call(s) without their GPU activity (beyond the 1 every other step of its window has)")
+    assert notes[3] == "partial (last step of its window): 1 launch call(s) without their GPU activity (beyond the " \
+                       "1 every other step of its window has)"
+    assert marked([1], [[0]])[0] == [True]  # a lone step has nothing to compare with: any lost call counts
+    assert marked([1, 0], [[0, 1]])[0] == [True, False]
 
 
 def test_warmup_option_and_spread(edges):

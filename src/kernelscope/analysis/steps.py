@@ -33,7 +33,8 @@ Definitions (docs/metrics.md, "Steps", is the canonical text; every time is an i
   just after the profiler starts recording (CUPTI set-up, cold caches) a step is slower than the rest (a
   one-step recording has nothing to compare it with: not marked). **Partial**: the first or last step of
   a window whose GPU work the trace window cut: a kernel/memcpy/memset/graph launch call inside its host range
-  has no GPU activity in the trace (``lost_launches``), or GPU activities with no launch call in the trace
+  has no GPU activity in the trace (``lost_launches``; more of them than any other step of the window has,
+  since a call that never makes GPU work is lost in every step), or GPU activities with no launch call in the trace
   run during it (``unlaunched``: they overlap ``[min(host start, start), end)``; queued before recording
   started), or it launched fewer than 80% of the GPU
   activities of its neighbour in the window (TensorBoard dropped such a last step; here it is kept and
@@ -231,8 +232,13 @@ def _mark(df: pd.DataFrame, windows: list[list[int]], warmup: int) -> None:
             edges.append((w[-1], w[-2], "last"))
         for i, nb, which in edges:
             why = []
-            if df.at[i, "lost_launches"]:
-                why.append(f"{df.at[i, 'lost_launches']} launch call(s) without their GPU activity")
+            # launch calls that never make GPU work (a cudaMemsetAsync of nothing, once a step) are lost in
+            # every step: only those beyond the fewest any other step of the window has were cut off
+            base = min((int(df.at[j, "lost_launches"]) for j in w if j != i), default=0)
+            lost = int(df.at[i, "lost_launches"]) - base
+            if lost > 0:
+                why.append(f"{lost} launch call(s) without their GPU activity"
+                           + (f" (beyond the {base} every other step of its window has)" if base else ""))
             if df.at[i, "unlaunched"]:
                 why.append(f"{df.at[i, 'unlaunched']} GPU activities launched before the trace")
             if nb is not None and df.at[i, "activities"] < NEIGHBOUR_SHARE * df.at[nb, "activities"]:
