@@ -67,3 +67,32 @@ def test_without_the_prior_the_back_to_back_fallback_is_far_off_and_warns(eager_
     assert r.scalars["residual_source"].startswith("back-to-back gaps")
     assert r.scalars["predicted_per_iteration_ns"] > 1.3 * _graph_unprofiled_ns()
     assert any("no shipped prior" in w for w in r.warnings)
+
+
+def test_iterations_are_the_steps_that_launched_gpu_work(tmp_path):
+    """Whisper under `kernelscope profile` (H200, 3 kernelscope.range regions): 4 ProfilerStep phases, the last a
+    0.9 ms tail after the last region that launched nothing, so whatif multiplied the un-profiled median by 4
+    (559.5 ms) for 3 iterations. Iterations are the phases inside which a launch call of GPU work starts; a
+    trace whose phases launched none counts them all; no phase, 0 (1 where an analysis divides by it)."""
+    from storage.kineto_build import kern, op, rt, write_trace, x
+    from stores import empty
+
+    from kernelscope.storage.ingest import ingest_file
+    from kernelscope.storage.queries import iterations_sql
+
+    ev = []
+    for i in range(3):  # three steps, each launching one kernel; then a tail step launching nothing
+        ev += [x("user_annotation", f"ProfilerStep#{i}", 100 * i, 100), op("aten::relu", 100 * i + 5, 20, i + 1),
+               rt("cudaLaunchKernel", 100 * i + 10, 2, i + 1, i + 1), kern("k", 100 * i + 30, 10, i + 1, i + 1)]
+    ev += [x("user_annotation", "ProfilerStep#3", 300, 1), op("aten::empty", 300.2, 0.5, 9)]
+    cpu = [x("user_annotation", f"ProfilerStep#{i}", 10 * i, 10) for i in range(2)] + [op("aten::add", 1, 2, 1)]
+    store = open_store(empty(tmp_path / "s.duckdb"))
+    got = {}
+    for name, events in (("gpu", ev), ("cpu", cpu), ("none", [op("aten::add", 1, 2, 1)])):
+        tid = ingest_file(store, write_trace(tmp_path / f"{name}.json", events)).trace_id
+        got[name] = int(store.query(f"SELECT {iterations_sql('$t')} AS n", {"t": tid})["n"].iloc[0])
+        if name == "gpu":
+            assert int(store.query("SELECT count(*) AS n FROM annotations WHERE trace_id = $t AND kind = 'step'",
+                                   {"t": tid})["n"].iloc[0]) == 4
+            assert wi.whatif(store, tid).scalars["iterations"] == 3
+    assert got == {"gpu": 3, "cpu": 2, "none": 0}

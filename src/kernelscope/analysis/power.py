@@ -15,7 +15,8 @@
   units, where ``energy_per_iteration_mj`` comes from the un-profiled energy loop (``timings`` kind
   ``energy_loop``), one iteration being the call that the labels describe.
 - ``j_per_tflop``: joules per 10^12 FLOPs, energy per iteration / FLOPs per iteration, FLOPs per iteration
-  = the bandwidth analysis' FLOP total / the trace's ``ProfilerStep`` count (1 when none); null without
+  = the bandwidth analysis' FLOP total / the trace's iterations (``ProfilerStep`` phases that launched GPU
+  work: storage/queries.iterations_sql; 1 when none); null without
   either, with a warning.
 - Power while busy / idle: telemetry samples inside the trace window whose trace time falls inside /
   outside a busy interval of the device; power = ``power_instant_mw`` when present, else ``power_mw``;
@@ -34,6 +35,7 @@ from typing import Any
 import pandas as pd
 
 from ..errors import KernelscopeError
+from ..storage.queries import iterations_sql
 from ..units import FLOP_PER_TFLOP, MJ_PER_J, MW_PER_W, NS_PER_S, mw_to_w, ns_to_ms, ns_to_s
 from . import cache
 from .result import Result, int_or_none
@@ -189,8 +191,7 @@ def power(store, trace_id: str) -> Result:
         unit, units = "batch*seq", lab["batch"] * lab["seq"]
     per_unit = per_iter / units if per_iter is not None and units else None
     flops, j_tflop = _flops(store, t, warnings), None
-    steps = int(store.query("SELECT count(*) AS n FROM annotations WHERE trace_id = $t AND kind = 'step'",
-                            {"t": t})["n"].iloc[0])
+    steps = int(store.query(f"SELECT {iterations_sql('$t')} AS n", {"t": t})["n"].iloc[0])
     if flops and per_iter is not None:
         j_tflop = (per_iter / MJ_PER_J) / (flops / max(steps, 1) / FLOP_PER_TFLOP)
 

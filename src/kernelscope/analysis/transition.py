@@ -7,7 +7,8 @@ the value numerically. Given no trace ids, all traces with the label are used, o
 - ``tklqt_ns`` and ``mean_queue_depth`` ``q = tklqt_ns / gpu_span_ns``: the launch analysis' numbers.
 - ``kernel_time_ns``, ``busy_ns``, ``gpu_span_ns``, ``idle_ns``, ``latency_ns``: as in the summary (sums
   over devices for several devices); ``host_wait_share``: host-wait idle / GPU span (the bound analysis).
-- ``iterations``: ``ProfilerStep#N`` phases in the trace (1 when there are none). ``busy_per_iter_ns``:
+- ``iterations``: ``ProfilerStep#N`` phases in the trace that launched GPU work (every phase when none did;
+  1 when there are none: storage/queries.iterations_sql). ``busy_per_iter_ns``:
   the length of the union of the GPU activities whose launch call starts inside a ProfilerStep, divided
   by ``iterations`` (the whole ``busy_ns`` when there are no steps): GPU time per iteration, comparable
   to an un-profiled iteration time. Work still running from before the window (the warm-up step's
@@ -39,6 +40,7 @@ import pandas as pd
 from ..errors import UsageError
 from ..storage.intervals import union_length_sql, union_sql
 from ..storage.labels import label_value
+from ..storage.queries import iterations_sql
 from . import bound as bound_mod
 from . import comm as comm_mod
 from . import launch as launch_mod
@@ -80,7 +82,7 @@ SELECT i.trace_id,
      WHERE trace_id = i.trace_id) AS busy_ns,
   (SELECT max(end_ns) FROM gpu_activities WHERE trace_id = i.trace_id)
     - (SELECT min(start_ns) FROM cpu_ops WHERE trace_id = i.trace_id AND depth = 0) AS latency_ns,
-  (SELECT count(*) FROM annotations WHERE trace_id = i.trace_id AND kind = 'step') AS steps,
+  """ + iterations_sql("i.trace_id") + """ AS steps,
   (SELECT median(dur_ns) FROM timings WHERE trace_id = i.trace_id AND kind = 'cuda_event') AS cuda_event_ns
 FROM ids i
 """

@@ -26,8 +26,8 @@ Definitions (docs/metrics.md "What-if" is the canonical text; every time is inte
   gap is GPU-side) is used, else that median over the trace, else 0 (the prediction is then a lower bound
   and a warning says so).
 - ``observed_ns``: the un-profiled time when the collector recorded one (median of the ``cuda_event``
-  timings, which time one iteration, times ``iterations`` = the number of ProfilerStep phases, 1 when
-  there are none), else ``traced_ns`` (``observed_source`` says which). ``traced_ns``: the traced time of
+  timings, which time one iteration, times ``iterations`` = the ProfilerStep phases that launched GPU work
+  (storage/queries.iterations_sql), 1 when there are none), else ``traced_ns`` (``observed_source`` says which). ``traced_ns``: the traced time of
   the scope, from the first step's start (else the first top-level operator's start, else the first
   launch call's start) to the last in-scope activity's end.
 - ``naive_ns``: the sum of in-scope kernel durations (no gaps, no dependencies), always beside the
@@ -52,7 +52,7 @@ import pandas as pd
 from ..errors import TraceNotFound, UsageError
 from ..storage.idle import long_idle
 from ..storage.intervals import union_sql
-from ..storage.queries import resolve_trace
+from ..storage.queries import iterations_sql, resolve_trace
 from ..units import NS_PER_MS
 from .result import Result
 from .rows import query_row
@@ -130,7 +130,7 @@ _SCOPE_SQL = """
 SELECT
   (SELECT count(*) FROM gpu_activities WHERE trace_id = $t) AS activities,
   (SELECT count(*) FROM gpu_activities WHERE trace_id = $t AND launch_id IS NULL) AS without_launch,
-  (SELECT count(*) FROM annotations WHERE trace_id = $t AND kind = 'step') AS steps,
+  """ + iterations_sql("$t") + """ AS steps,
   (SELECT min(start_ns) FROM annotations WHERE trace_id = $t AND kind = 'step') AS first_step_ns,
   (SELECT min(start_ns) FROM cpu_ops WHERE trace_id = $t AND depth = 0) AS first_top_op_ns,
   (SELECT median(dur_ns) FROM timings WHERE trace_id = $t AND kind = 'cuda_event') AS unprofiled_median_ns,
@@ -223,7 +223,7 @@ def _observed(store, t: str) -> tuple[int | None, str, int, dict[str, Any]]:
     if sc.get("unprofiled_timings"):
         med = int(round(sc["unprofiled_median_ns"]))
         src = (f"unprofiled: median of {sc['unprofiled_timings']} cuda_event timings ({med} ns per iteration) "
-               f"x {iterations} iteration(s) (ProfilerStep phases in the trace)")
+               f"x {iterations} iteration(s) (ProfilerStep phases that launched GPU work)")
         return med * iterations, src, iterations, sc
     return None, "traced", iterations, sc
 
