@@ -130,3 +130,24 @@ def test_inflation_names_a_whole_process_timing(tmp_path):
     assert value is None and why == "un-profiled run timed as a whole process"
     assert sentence.startswith("No profiler inflation per iteration: the un-profiled run was timed as a whole "
                                "process (4,753.946 ms), not per step; mark the loop with kernelscope.range")
+
+
+def test_inflation_also_per_steady_step_when_steps_were_left_out(dash_store, store):
+    """Whisper under kernelscope profile (H200) read 'Profiler inflation 9.14×' (its first step held 7.4 s of
+    model set-up) while `profile` said +49% per region; the sentence now also gives the ratio per steady step
+    (1.26× there). By hand here: the median duration of the steps table's steady rows over the median
+    un-profiled cuda_event time; no such sentence when every step is steady."""
+    import statistics
+
+    tid = dash_store.ids["compiled"]
+    df = get_analysis("steps").fn(store, tid).tables["steps"]
+    steady = df[~df["warmup"] & ~df["partial"]]
+    assert 0 < len(steady) < len(df)
+    median = statistics.median(int(v) for v in steady["dur_ns"])
+    unp = statistics.median(int(v) for v in store.query(
+        "SELECT dur_ns FROM timings WHERE trace_id = $t AND kind = 'cuda_event'", {"t": tid})["dur_ns"])
+    sentence = rb.inflation(store, tid)[1]
+    assert sentence.endswith(f" Per steady step (steps analysis: the median of {len(steady)} of {len(df)} steps, "
+                             f"warm-up and partial ones left out): {median / 1e6:,.3f} ms, {median / unp:.2f}×.")
+    one = dash_store.ids["train_step"]  # one step, steady: nothing to add
+    assert "Per steady step" not in rb.inflation(store, one)[1]
