@@ -27,7 +27,9 @@ Rules (thresholds below):
 7. ``host_overhead``: bound ``host_wait_share`` >= HOST_WAIT_MIN where rule 1 does not fire, although at least
    GRAPH_KERNELS_MIN of the kernels replay from CUDA graphs (launch ``graph_kernels`` over it plus
    ``kernels``): the host work between replays, which graphs do not remove. Names bound's top
-   HOST_OVERHEAD_OPS ``idle_operators`` with their ``share_of_host_wait``.
+   HOST_OVERHEAD_OPS ``idle_operators`` with their ``share_of_host_wait``; when torch.compile's compile phases
+   (operators named ``... (dynamo_timed)``) hold COMPILE_SHARE_MIN of the host wait, says the trace records
+   compilation and to profile after the warm-up.
 """
 
 from __future__ import annotations
@@ -68,6 +70,8 @@ GEMM_SHARE_MIN = 0.3  # GEMMs must be a large part of kernel time for their prec
 TENSOR_CORE_MIN = 0.5  # most GEMM/attention time off tensor cores: fp32 without TF32 (or fp64)
 # 7. host overhead other than launches
 HOST_OVERHEAD_OPS = 3  # the operators named in the message
+COMPILE_SHARE_MIN = 0.2  # torch.compile compiling holds this much of the host wait: the trace records compilation
+COMPILE_PHASE = " (dynamo_timed)"  # the suffix of torch.compile's compile-phase annotations
 GRAPH_KERNELS_MIN = 0.5  # most kernels replayed from CUDA graphs: launches are gone, the host wait is not
 
 RULES = ("host_bound_launch", "host_overhead", "gpu_bound", "low_bandwidth", "short_kernels", "sync_stalls",
@@ -238,12 +242,23 @@ def rule_host_overhead(res: dict[str, Result]) -> list[dict]:
     names = ", ".join(f"{r.operator} ({r.share_of_host_wait:.0%})" for r in ops.itertuples(index=False))
     msg = (f"{hw:.0%} of the GPU span is host wait (bound) although {graph / (graph + plain):.0%} of the kernels "
            f"replay from CUDA graphs (launch), so it is host work between replays, which graphs do not remove: "
-           f"the GPU waits most during {names} of the host wait. Cut that work or give each replay more GPU "
-           "work (a larger batch).")
+           f"the GPU waits most during {names} of the host wait.")
+    every = b.tables["idle_operators"].dropna(subset=["operator"])
+    compiling = every[every["operator"].astype(str).str.endswith(COMPILE_PHASE)]
+    compile_share = float(compiling["share_of_host_wait"].sum())
+    if compile_share >= COMPILE_SHARE_MIN:  # torch.compile at work: a one-time cost, not the replays' own
+        msg += (f" At least {compile_share:.0%} of the host wait is torch.compile compiling ({len(compiling)} of its "
+                f"phases, named '...{COMPILE_PHASE}'): a one-time cost the steady state does not pay; profile "
+                "after the warm-up (kernelscope profile --schedule W,U,A, or torch.profiler.schedule) to see the "
+                "host work between replays.")
+    else:
+        msg += " Cut that work or give each replay more GPU work (a larger batch)."
     ev = [_ev("bound", "host_wait_share", b.scalars["host_wait_share"]),
           _ev("launch", "graph_kernels", lch.scalars["graph_kernels"]),
           _ev("launch", "kernels", lch.scalars["kernels"])]
-    for r in ops.itertuples(index=False):
+    shown = set(ops["operator"])
+    for r in pd.concat([ops, compiling[~compiling["operator"].isin(shown)]] if compile_share >= COMPILE_SHARE_MIN
+                       else [ops]).itertuples(index=False):
         ev += [_ev("bound", "idle_operators.share_of_host_wait", r.share_of_host_wait, {"operator": r.operator})]
     return [_finding("host_overhead", hw, msg, ev)]
 
