@@ -356,6 +356,28 @@ def test_unknown_device_user_table_and_measured_bytes(hand, tmp_path, monkeypatc
     assert r.trust["measured_from"] == "argument" and r.scalars["measured_instances"] == 1
 
 
+def test_calls_recorded_without_shapes_say_so_in_unmodelled(tmp_path):
+    """A trace of torch.profiler's defaults (HTA's ns_resolution test trace, a V100 ResNet step) listed its
+    unmodelled operators as "no rule for this operator" (convolution_backward) or "input 0 is not a recorded
+    tensor" (cudnn_convolution): a newcomer reads that kernelscope lacks rules. Without shapes the reason is
+    that; the same trace with shapes models mm and add and keeps frobnicate's "no rule"."""
+    from kernelscope.analysis.bandwidth import NO_SHAPES_REASON
+
+    bare = [{**e, "args": {k: v for k, v in e.get("args", {}).items() if k not in _args([], [])}} for e in _events()]
+    store = open_store(empty(tmp_path / "s.duckdb"))
+    t = ingest_file(store, write_trace(tmp_path / "bare.json", bare,
+                                       deviceProperties=[{"id": 0, "name": "NVIDIA H200"}])).trace_id
+    r = bandwidth(store, t)
+    un = r.table("unmodelled")
+    assert r.scalars["modelled_gpu_ns"] == 0
+    assert sorted(un["name"]) == ["aten::add", "aten::frobnicate", "aten::mm", "aten::relu"]
+    assert set(un["reason"]) == {NO_SHAPES_REASON} == {"input shapes not recorded (torch.profiler records them "
+                                                        "with record_shapes=True)"}
+    t2 = ingest_file(store, write_trace(tmp_path / "shapes.json", _events(),
+                                        deviceProperties=[{"id": 0, "name": "NVIDIA H200"}])).trace_id
+    assert list(bandwidth(store, t2).table("unmodelled")["reason"]) == ["no rule for this operator"]
+
+
 def test_above_the_dram_peak_by_less_than_the_cache_holds_is_cache_served(tmp_path):
     """BERT fine-tuning (fp16 autocast, H200): the fp32 residual ``add_`` of two [32, 256, 768] tensors moves
     3 x 25,165,824 = 75,497,472 modelled bytes in ~15.5 us, 101.5% of the 4,800 GB/s DRAM peak. Its bytes do

@@ -304,6 +304,8 @@ def bandwidth(store, trace_id: str, *, peaks: str | Path | None = None, device: 
 # ---------------------------------------------------------------- the steps
 
 
+#: Why a call recorded without input shapes is unmodelled (not that no rule exists: a rule needs the shapes).
+NO_SHAPES_REASON = "input shapes not recorded (torch.profiler records them with record_shapes=True)"
 #: Why nothing is modelled in a trace torch.profiler recorded with its defaults (a warning, and the pages' sentence).
 NO_SHAPES = ("the trace was recorded without shapes (torch.profiler's default, record_shapes=False): no operator's "
              "FLOPs or bytes can be modelled; profile with record_shapes=True (or `kernelscope profile`) for "
@@ -405,8 +407,10 @@ def _model_groups(groups: pd.DataFrame, *, tf32_matmul: bool, tf32_conv: bool) -
     groups["dtype"] = pd.Series([c.dtype for c in costs], dtype="object")
     groups["tensor_core"] = pd.Series([c.tensor for c in costs], dtype=bool)
     groups["rule"] = pd.Series([c.rule for c in costs], dtype="object")
-    groups["reason"] = pd.Series([lr if c.bytes is None and isinstance(lr, str) else c.reason
-                                  for c, lr in zip(costs, groups["list_reason"])], dtype="object")
+    no_dims = groups["input_dims"].isna().to_numpy(bool)
+    groups["reason"] = pd.Series([c.reason if c.bytes is not None else lr if isinstance(lr, str)
+                                  else NO_SHAPES_REASON if nd else c.reason
+                                  for c, lr, nd in zip(costs, groups["list_reason"], no_dims)], dtype="object")
     groups["dtype_source"] = pd.Series(sources, dtype="object")
     host = groups["host_copy"].to_numpy(bool) if len(groups) else np.zeros(0, bool)
     groups.loc[host, ["flops", "bytes"]] = pd.NA  # a host-device copy: unmodelled, with its reason
