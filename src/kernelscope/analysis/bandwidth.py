@@ -385,6 +385,13 @@ def _dtype_sources(groups: pd.DataFrame) -> tuple[list, list]:
     return types, sources
 
 
+def _reason(cost, list_reason, no_dims: bool) -> str | None:
+    """Why a call is unmodelled: its _foreach_ list's reason, else no shapes recorded, else its rule's reason."""
+    if cost.bytes is not None or not (isinstance(list_reason, str) or no_dims):
+        return cost.reason
+    return list_reason if isinstance(list_reason, str) else NO_SHAPES_REASON
+
+
 def _model_groups(groups: pd.DataFrame, *, tf32_matmul: bool, tf32_conv: bool) -> None:
     """``flops``, ``bytes``, ``dtype``, ``tensor_core``, ``rule``, ``reason`` and ``dtype_source`` of one call
     of each group (``opmodel.model_op``)."""
@@ -407,10 +414,9 @@ def _model_groups(groups: pd.DataFrame, *, tf32_matmul: bool, tf32_conv: bool) -
     groups["dtype"] = pd.Series([c.dtype for c in costs], dtype="object")
     groups["tensor_core"] = pd.Series([c.tensor for c in costs], dtype=bool)
     groups["rule"] = pd.Series([c.rule for c in costs], dtype="object")
-    no_dims = groups["input_dims"].isna().to_numpy(bool)
-    groups["reason"] = pd.Series([c.reason if c.bytes is not None else lr if isinstance(lr, str)
-                                  else NO_SHAPES_REASON if nd else c.reason
-                                  for c, lr, nd in zip(costs, groups["list_reason"], no_dims)], dtype="object")
+    groups["reason"] = pd.Series([_reason(c, lr, nd) for c, lr, nd in
+                                  zip(costs, groups["list_reason"], groups["input_dims"].isna().to_numpy(bool))],
+                                 dtype="object")
     groups["dtype_source"] = pd.Series(sources, dtype="object")
     host = groups["host_copy"].to_numpy(bool) if len(groups) else np.zeros(0, bool)
     groups.loc[host, ["flops", "bytes"]] = pd.NA  # a host-device copy: unmodelled, with its reason
@@ -461,7 +467,9 @@ def _sum_instances(groups: pd.DataFrame, inst: Instances) -> None:
 
 def _above_peak(groups: pd.DataFrame, inst: Instances) -> AbovePeak:
     """Above-peak counts over every instance: an instance is above a peak when its GPU time is shorter than
-    the time the peak needs for its group's bytes (FLOPs): gpu_ns < bytes / peak_gbps."""
+    the time the peak needs for its group's bytes (FLOPs): gpu_ns < bytes / peak_gbps. Sets
+    ``groups["cache_explains"]`` (every call of the group above the DRAM peak is explained), which
+    signatures_table reads."""
     with np.errstate(divide="ignore", invalid="ignore"):
         ns_at_peak_bw = np.nan_to_num(floats(groups["bytes"]) / floats(groups["peak_gbps"]), nan=-1.0)
         ns_at_peak_flops = np.nan_to_num(floats(groups["flops"]) / (floats(groups["peak_tflops"]) * GFLOP_PER_TFLOP),

@@ -44,6 +44,7 @@ from ..errors import KernelscopeError
 from ..units import NS_PER_US, ns_to_ms
 from . import cache
 from .result import Result, py_scalar
+from .summary import launches_without_kernel
 
 DESCRIPTION = "Rules over bound/launch/whatif/kernels/bandwidth: findings with cited evidence and savings."
 
@@ -246,19 +247,19 @@ def rule_host_overhead(res: dict[str, Result]) -> list[dict]:
     every = b.tables["idle_operators"].dropna(subset=["operator"])
     compiling = every[every["operator"].astype(str).str.endswith(COMPILE_PHASE)]
     compile_share = float(compiling["share_of_host_wait"].sum())
+    cited = ops
     if compile_share >= COMPILE_SHARE_MIN:  # torch.compile at work: a one-time cost, not the replays' own
         msg += (f" At least {compile_share:.0%} of the host wait is torch.compile compiling ({len(compiling)} of its "
                 f"phases, named '...{COMPILE_PHASE}'): a one-time cost the steady state does not pay; profile "
                 "after the warm-up (kernelscope profile --schedule W,U,A, or torch.profiler.schedule) to see the "
                 "host work between replays.")
+        cited = pd.concat([ops, compiling[~compiling["operator"].isin(ops["operator"])]])
     else:
         msg += " Cut that work or give each replay more GPU work (a larger batch)."
     ev = [_ev("bound", "host_wait_share", b.scalars["host_wait_share"]),
           _ev("launch", "graph_kernels", lch.scalars["graph_kernels"]),
           _ev("launch", "kernels", lch.scalars["kernels"])]
-    shown = set(ops["operator"])
-    for r in pd.concat([ops, compiling[~compiling["operator"].isin(shown)]] if compile_share >= COMPILE_SHARE_MIN
-                       else [ops]).itertuples(index=False):
+    for r in cited.itertuples(index=False):
         ev += [_ev("bound", "idle_operators.share_of_host_wait", r.share_of_host_wait, {"operator": r.operator})]
     return [_finding("host_overhead", hw, msg, ev)]
 
@@ -418,8 +419,6 @@ def _slowing_options(store, trace_id: str) -> list[str]:
 
 def _captured(store, trace_id: str) -> int:
     """Kernel launch calls recorded into a graph by stream capture in the profiled window (summary's trust)."""
-    from .summary import launches_without_kernel
-
     return launches_without_kernel(store, trace_id)["in_capture"]
 
 
@@ -446,9 +445,10 @@ def recommend(store, trace_id: str, results: dict[str, Result] | None = None) ->
     fired = {f["rule"] for f in findings}
     lch = dict.get(res, "launch")
     depth = None if lch is None else _num(lch.scalars.get("mean_queue_depth"))
-    if depth is not None and depth >= QUEUE_DEPTH_MIN and _api_share(lch) >= API_SHARE_MAX:
+    api_share = 0.0 if lch is None else _api_share(lch)
+    if depth is not None and depth >= QUEUE_DEPTH_MIN and api_share >= API_SHARE_MAX:
         warnings.append(
-            f"the mean queue depth is {depth:.2f} (launch) but {_api_share(lch):.0%} of TKLQT is the launch calls' "
+            f"the mean queue depth is {depth:.2f} (launch) but {api_share:.0%} of TKLQT is the launch calls' "
             "own duration (api_ns), host time rather than work queued on the GPU, so gpu_bound does not fire; the "
             "slowest launch calls (Timeline, Launch page) are the ones to look at (first launches that load code, "
             "say).")

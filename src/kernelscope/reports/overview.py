@@ -49,11 +49,14 @@ def trust_sentences(trust: dict, scalars: dict) -> list[str]:
     nokernel = trust.get("launches_without_kernel") or {}
     if nokernel.get("count"):
         n, cap = nokernel["count"], nokernel.get("in_capture") or 0
-        out.append(f"{n:,} kernel launch calls launched no kernel in the trace"
-                   + (f"; {cap:,} of them inside stream capture (cudaStreamBeginCapture to EndCapture): recorded "
-                      "into a CUDA graph that runs later, so the GPU numbers leave that work out" if cap else "")
-                   + ("." if n == cap else " (the rest: kernels dropped by the profiler or run after it stopped)."
-                      if cap else " (kernels dropped by the profiler, or run after it stopped)."))
+        said = f"{n:,} kernel launch calls launched no kernel in the trace"
+        if not cap:
+            said += " (kernels dropped by the profiler, or run after it stopped)."
+        else:
+            said += (f"; {cap:,} of them inside stream capture (cudaStreamBeginCapture to EndCapture): recorded into "
+                     "a CUDA graph that runs later, so the GPU numbers leave that work out"
+                     + ("." if n == cap else " (the rest: kernels dropped by the profiler or run after it stopped)."))
+        out.append(said)
     if trust.get("dropped_notes"):
         out.append(f"The profiler noted lost records ({len(trust['dropped_notes'])} notes): counts may be low.")
     notes = [str(n).rstrip(". ") for n in trust.get("parser_warnings") or []]

@@ -27,11 +27,11 @@ DTYPE_BYTES = {
     "ComplexDouble": 16, "Float8_e4m3fn": 1, "Float8_e5m2": 1, "Float8_e4m3fnuz": 1, "Float8_e5m2fnuz": 1,
 }
 
+#: The collective words a name carries, whatever its library (lower case; read by storage/idle.py too).
+COLLECTIVE_WORDS = "all_?reduce|all_?gather|reduce_?scatter|all_?to_?all"
 #: Kernel names of collectives (case-insensitive regular expression): NCCL/RCCL's, and those outside a library
 #: (PyTorch symmetric memory's multimem/one_shot/two_shot_all_reduce_kernel, vLLM/SGLang's custom all-reduce
 #: cross_device_reduce_*). The kernel categories' communication rule (data/kernel_categories.csv) names the same.
-#: The collective words a name carries, whatever its library (lower case; read by storage/idle.py too).
-COLLECTIVE_WORDS = "all_?reduce|all_?gather|reduce_?scatter|all_?to_?all"
 COLLECTIVE_KERNEL_RE = (r"(?i)^(void )?(nccl|rccl)|ncclDevKernel|ncclKernel|" + COLLECTIVE_WORDS
                         + "|multimem|cross_device_reduce")
 

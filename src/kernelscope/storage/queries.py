@@ -151,7 +151,7 @@ def iterations_sql(trace: str) -> str:
     ProfilerStep phases inside which a launch call of GPU work starts, or every phase when none does (a trace
     without GPU launches); 0 without phases. A phase that launched nothing is not an iteration: ``kernelscope
     profile`` without a schedule leaves one after the last boundary (Whisper on an H200: 4 phases, 3 regions)."""
-    return f"""(SELECT CASE WHEN count(*) FILTER (WHERE gpu) > 0 THEN count(*) FILTER (WHERE gpu) ELSE count(*) END
+    return f"""(SELECT coalesce(nullif(count(*) FILTER (WHERE gpu), 0), count(*))
    FROM (SELECT EXISTS (SELECT 1 FROM launches l WHERE l.trace_id = a.trace_id AND l.activities > 0
                         AND l.start_ns >= a.start_ns AND l.start_ns < a.end_ns) AS gpu
          FROM annotations a WHERE a.trace_id = {trace} AND a.kind = 'step'))"""
