@@ -107,6 +107,33 @@ def test_queue_depth_and_segments_by_hand(hand_store):
         ("gpu_bound", 2 * US)]
 
 
+def test_slow_calls_of_an_operator_by_hand(tmp_path):
+    """One thread (us): aten::mm [0,10] launches k0 [5,8]; three calls of attn with the same input shapes:
+    #1 [10,2010] launches k1 [2006,2008] (call [2000,2005]), #2 [2010,2020] launches k2 [2014,2016], #3 [2020,3520]
+    launches k3 [3512,3514]. Host-wait gaps [8,2006) [2008,2014) [2016,3512) = 3,500 us: mm 2 ([8,10)); attn #1
+    1,996 + 2 ([2008,2010)) = 1,998, #2 4 + 4 = 8, #3 1,492. Slow calls (>= 1 ms of idle each): #1 and #3,
+    3,490 us, the most 1,998; only #1 is the first call with its shapes."""
+    dims = {"Input Dims": [[1, 16, 1, 64], [1, 4, 66, 64]]}
+    attn = [dict(op("attn", ts, dur, ext), args={**op("attn", ts, dur, ext)["args"], **dims})
+            for ts, dur, ext in ((10, 2000, 2), (2010, 10, 3), (2020, 1500, 4))]
+    path = write_trace(tmp_path / "slow.json", [
+        op("aten::mm", 0, 10, 1), rt("cudaLaunchKernel", 1, 1, 1, 1), kern("k0", 5, 3, 1, 1),
+        *attn,
+        rt("cudaLaunchKernel", 2000, 5, 2, 2), kern("k1", 2006, 2, 2, 2),
+        rt("cudaLaunchKernel", 2012, 1, 3, 3), kern("k2", 2014, 2, 3, 3),
+        rt("cudaLaunchKernel", 3510, 1, 4, 4), kern("k3", 3512, 2, 4, 4)])
+    db = empty(tmp_path / "s.duckdb")
+    with open_store(db, read_only=False) as store:
+        (res,) = ingest_paths(store, [path])
+        r = B.bound(store, res.trace_id, bins=1)
+    assert r.scalars["host_wait_ns"] == 3500 * US
+    ops = r.tables["idle_operators"].set_index("operator")
+    assert ops.loc["attn", "idle_ns"] == 3498 * US and ops.loc["aten::mm", "idle_ns"] == 2 * US
+    assert ops.loc["attn", ["slow_calls", "slow_call_idle_ns", "max_call_idle_ns", "slow_new_shape_calls"]].tolist() \
+        == [2, 3490 * US, 1998 * US, 1]
+    assert ops.loc["aten::mm", ["slow_calls", "slow_call_idle_ns", "max_call_idle_ns"]].tolist() == [0, 0, 0]
+
+
 def test_dependency_wait_when_work_is_queued(tmp_path):
     """k1 [5,8] and k2 [10,12] both launched by 3 us: the gap [8,10) opens with k2 queued -> dependency
     wait 2 us; no host wait, so no idle causes."""

@@ -99,6 +99,50 @@ def test_host_bound_without_whatif_has_no_saving():
     assert f["saving_ns"] is None and f["severity"] == "medium"
 
 
+# 8. slow host calls (the numbers of a transformers Llama decode on an H200 whose cuDNN attention built a plan for
+# each new KV length: 3 calls of 57.46, 47.26 and 44.37 ms of idle) ------------------------------------------
+
+def slow_bound(slow_ns=149_096_085, new=3):
+    ops = [{"operator": "aten::_cudnn_attention_forward", "idle_ns": 150_365_331, "main_category": "operator",
+            "gaps": 45, "slow_calls": 3, "slow_call_idle_ns": slow_ns, "max_call_idle_ns": 57_464_758,
+            "slow_new_shape_calls": new},
+           {"operator": "aten::mm", "idle_ns": 6_337_325, "main_category": "operator", "gaps": 198, "slow_calls": 0,
+            "slow_call_idle_ns": 0, "max_call_idle_ns": 0, "slow_new_shape_calls": 0}]
+    return R("bound", {"host_wait_share": 0.9884, "host_wait_ns": 202_595_403}, {"idle_operators": ops})
+
+
+def slow_launch():  # every call of both spends longer on the host than on the GPU: both launch-heavy
+    return R("launch", {}, {"per_leaf_op": [{"name": "aten::_cudnn_attention_forward", "calls": 24,
+                                             "launch_bound_calls": 24},
+                                            {"name": "aten::mm", "calls": 171, "launch_bound_calls": 161}]})
+
+
+def test_slow_host_calls_fire_and_say_the_cost_is_per_shape():
+    [f] = rec.rule_slow_host_calls({"bound": slow_bound()})
+    # 149,096,085 / 202,595,403 = 73.6% of the host wait; severity from 0.9884 x 0.736 = 0.727 of the span
+    assert f["rule"] == "slow_host_calls" and f["severity"] == "high" and f["saving_ns"] == 149_096_085
+    assert "74% of the host wait (149.10 ms) is inside 3 slow operator calls" in f["message"]
+    assert "aten::_cudnn_attention_forward: 3, up to 57.46 ms each" in f["message"]
+    assert "3 of the 3 are the operator's first call with their input shapes" in f["message"]
+    assert values(f)[("bound", "idle_operators.slow_call_idle_ns",
+                      '{"operator": "aten::_cudnn_attention_forward"}')] == 149_096_085
+    # 1 of 3 new shapes: not the per-shape advice
+    [g] = rec.rule_slow_host_calls({"bound": slow_bound(new=1)})
+    assert "first call" not in g["message"] and "Find those calls in the timeline" in g["message"]
+
+
+def test_slow_host_calls_are_not_launch_overhead():
+    """The same operators without slow-call columns: launch-heavy, rule 1 fires (100% of the top idle). With them,
+    the launch-heavy idle is 1.27 + 6.34 ms of 156.70 ms (5%): rule 1 stays silent, rule 8 speaks."""
+    plain = slow_bound()
+    plain.tables["idle_operators"] = plain.tables["idle_operators"][["operator", "idle_ns", "main_category", "gaps"]]
+    assert rec.rule_host_bound_launch({"bound": plain, "launch": slow_launch()})
+    assert rec.rule_slow_host_calls({"bound": plain}) == []
+    assert rec.rule_host_bound_launch({"bound": slow_bound(), "launch": slow_launch()}) == []
+    # below a fifth of the host wait (40 ms = 19.7%) the slow calls are no finding
+    assert rec.rule_slow_host_calls({"bound": slow_bound(slow_ns=40_000_000)}) == []
+
+
 # 2. GPU-bound -------------------------------------------------------------------------------------------
 
 def test_gpu_bound_fires_at_depth_one():

@@ -88,6 +88,9 @@ def idle_split(store, trace_id: str) -> pd.DataFrame:
 #: Most bins the time-binned tables may have.
 MAX_BINS = 2000
 DEFAULT_BINS = 200
+#: One call of an operator that keeps the GPU waiting this long is slow: a launch costs microseconds, this is host
+#: work of another kind inside the call (idle_operators' slow_calls).
+SLOW_CALL_NS = 1_000_000
 
 # One time grid for the binned tables: origin = earliest queued-interval start or activity start,
 # end = last activity end, bin width w = ceil((end - origin) / n) (>= 1 ns). The queued intervals (what TKLQT
@@ -233,11 +236,38 @@ SELECT category, idle_ns, gaps FROM idle_rollup WHERE trace_id = $trace AND oper
 ORDER BY idle_ns DESC, category
 """
 
+# The top operators from the rollup, then their slow calls from the pieces: the instances (op_id) in whose host
+# work the GPU waited SLOW_CALL_NS or more, and how many of those were the operator's first call with their input
+# shapes in the trace (by start; instances without recorded shapes never count as new). 0s without slow calls.
 _OPERATORS_SQL = """
-WITH r AS (SELECT operator, category, idle_ns, gaps FROM idle_rollup WHERE trace_id = $trace AND operator IS NOT NULL)
-SELECT b.operator, b.idle_ns, (SELECT arg_max(c.category, c.idle_ns) FROM r c
-                               WHERE c.operator = b.operator AND c.category IS NOT NULL) AS main_category, b.gaps
-FROM r b WHERE b.category IS NULL ORDER BY b.idle_ns DESC, b.operator LIMIT $top
+WITH r AS (SELECT operator, category, idle_ns, gaps FROM idle_rollup WHERE trace_id = $trace AND operator IS NOT NULL),
+top AS (
+    SELECT b.operator, b.idle_ns, (SELECT arg_max(c.category, c.idle_ns) FROM r c
+                                   WHERE c.operator = b.operator AND c.category IS NOT NULL) AS main_category, b.gaps
+    FROM r b WHERE b.category IS NULL ORDER BY b.idle_ns DESC, b.operator LIMIT $top
+),
+inst AS (  -- a call's idle lies inside it: only calls lasting $slow or more can be slow
+    SELECT op_id, sum(ns) AS ns FROM idle_pieces
+    WHERE trace_id = $trace AND op_id IN (SELECT op_id FROM cpu_ops WHERE trace_id = $trace AND dur_ns >= $slow
+                                          AND name IN (SELECT operator FROM top))
+    GROUP BY op_id HAVING sum(ns) >= $slow
+),
+shape_first AS (
+    SELECT name, input_dims, min(start_ns) AS first_ns FROM cpu_ops
+    WHERE trace_id = $trace AND input_dims IS NOT NULL AND name IN (SELECT operator FROM top) GROUP BY ALL
+),
+slow AS (
+    SELECT o.name AS operator, count(*) AS slow_calls, sum(i.ns) AS slow_call_idle_ns, max(i.ns) AS max_call_idle_ns,
+           count(*) FILTER (WHERE o.start_ns = f.first_ns) AS slow_new_shape_calls
+    FROM inst i JOIN cpu_ops o ON o.trace_id = $trace AND o.op_id = i.op_id
+    LEFT JOIN shape_first f ON f.name = o.name AND f.input_dims = o.input_dims
+    GROUP BY o.name
+)
+SELECT t.operator, t.idle_ns, t.main_category, t.gaps,
+       coalesce(s.slow_calls, 0) AS slow_calls, CAST(coalesce(s.slow_call_idle_ns, 0) AS BIGINT) AS slow_call_idle_ns,
+       CAST(coalesce(s.max_call_idle_ns, 0) AS BIGINT) AS max_call_idle_ns,
+       coalesce(s.slow_new_shape_calls, 0) AS slow_new_shape_calls
+FROM top t LEFT JOIN slow s USING (operator) ORDER BY t.idle_ns DESC, t.operator
 """
 
 
@@ -319,8 +349,12 @@ def idle_causes(store, trace_id: str) -> pd.DataFrame:
 def idle_operators(store, trace_id: str, top: int = 20) -> pd.DataFrame:
     """Operators ranked by host-wait idle they cause: the gap time during which the operator was the
     innermost one open on the launching thread (directly or around a runtime call). Columns: operator,
-    idle_ns, main_category (the cause category holding most of it), gaps."""
-    return store.query(_OPERATORS_SQL, {"trace": trace_id, "top": int(top)})
+    idle_ns, main_category (the cause category holding most of it), gaps; slow_calls and slow_call_idle_ns: its
+    calls that each kept the GPU waiting SLOW_CALL_NS or more, and that idle (host work far beyond a launch's
+    microseconds: a plan built or autotuned for a new shape, a compile, a lazy load), max_call_idle_ns the most
+    one slow call did (0 without slow calls), slow_new_shape_calls those slow calls that were the operator's first
+    with their input shapes."""
+    return store.query(_OPERATORS_SQL, {"trace": trace_id, "top": int(top), "slow": SLOW_CALL_NS})
 
 
 TABLES = ("devices", "idle_causes", "idle_operators", "segments", "queue_depth")

@@ -1,6 +1,6 @@
 """Recommendations: rules over the other analyses' results, each finding citing the numbers it rests on.
 
-recommend reads bound, launch, kernels, bandwidth and whatif on one trace and checks seven rules. A finding
+recommend reads bound, launch, kernels, bandwidth and whatif on one trace and checks eight rules. A finding
 has a ``rule`` id, a ``severity`` (from the rule's main share: >= 0.5 high, >= 0.2 medium, else low), a
 ``message`` with the numbers, ``evidence`` (a list of ``{"analysis", "key", "value"}`` plus ``"row"`` for
 a table cell: the cited analysis' own output, unchanged) and ``saving_ns`` (estimated time saved, null
@@ -30,6 +30,11 @@ Rules (thresholds below):
    HOST_OVERHEAD_OPS ``idle_operators`` with their ``share_of_host_wait``; when torch.compile's compile phases
    (operators named ``... (dynamo_timed)``) hold COMPILE_SHARE_MIN of the host wait, says the trace records
    compilation and to profile after the warm-up.
+8. ``slow_host_calls``: bound ``host_wait_share`` >= HOST_WAIT_MIN and, among bound's top TOP_IDLE_OPS
+   ``idle_operators``, the slow calls (each kept the GPU waiting bound.SLOW_CALL_NS or more: host work inside the
+   call, not launching) hold >= SLOW_CALLS_SHARE_MIN of the host wait. When most of them are the operator's first
+   call with their input shapes, says it is a per-shape one-time cost and to fix the shapes. Rule 1 does not
+   count slow calls' idle as launch-heavy. Saving: their summed ``slow_call_idle_ns``.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ import pandas as pd
 from ..errors import KernelscopeError
 from ..units import NS_PER_US, ns_to_ms
 from . import cache
+from .bound import SLOW_CALL_NS
 from .result import Result, py_scalar
 from .summary import launches_without_kernel
 
@@ -74,10 +80,12 @@ HOST_OVERHEAD_OPS = 3  # the operators named in the message
 COMPILE_SHARE_MIN = 0.2  # torch.compile compiling holds this much of the host wait: the trace records compilation
 COMPILE_PHASE = " (dynamo_timed)"  # the suffix of torch.compile's compile-phase annotations
 GRAPH_KERNELS_MIN = 0.5  # most kernels replayed from CUDA graphs: launches are gone, the host wait is not
+# 8. slow host calls
+SLOW_CALLS_SHARE_MIN = 0.2  # a fifth of the host wait in a few slow calls: one cause (a shape, a backend) to fix
 
-RULES = ("host_bound_launch", "host_overhead", "gpu_bound", "low_bandwidth", "short_kernels", "sync_stalls",
-         "low_tensor_core")
-NEEDS = {"host_bound_launch": ("bound", "launch"), "host_overhead": ("bound", "launch"),
+RULES = ("host_bound_launch", "host_overhead", "slow_host_calls", "gpu_bound", "low_bandwidth", "short_kernels",
+         "sync_stalls", "low_tensor_core")
+NEEDS = {"host_bound_launch": ("bound", "launch"), "host_overhead": ("bound", "launch"), "slow_host_calls": ("bound",),
          "gpu_bound": ("launch", "kernels"),
          "low_bandwidth": ("bandwidth",), "short_kernels": ("kernels",), "sync_stalls": ("bound",),
          "low_tensor_core": ("kernels",)}
@@ -189,11 +197,17 @@ def _launch_heavy(res: dict[str, Result]) -> tuple[list[tuple[str, int]], int, l
     for r in ops.itertuples(index=False):
         p = per.get(r.operator)
         if p is not None and p.calls > 0 and p.launch_bound_calls / p.calls >= LAUNCH_HEAVY_CALLS:
-            heavy.append((r.operator, int(r.idle_ns)))
+            heavy.append((r.operator, int(r.idle_ns) - _slow_ns(r)))  # slow calls are rule 8's, not launching
             ev += [_ev("bound", "idle_operators.idle_ns", r.idle_ns, {"operator": r.operator}),
                    _ev("launch", "per_leaf_op.launch_bound_calls", p.launch_bound_calls, {"name": r.operator}),
                    _ev("launch", "per_leaf_op.calls", p.calls, {"name": r.operator})]
     return heavy, int(ops["idle_ns"].sum()), ev
+
+
+def _slow_ns(r) -> int:
+    """The idle of an ``idle_operators`` row's slow calls (0 when the table has no such column)."""
+    v = _num(getattr(r, "slow_call_idle_ns", None))
+    return int(v) if v else 0
 
 
 def _launches_explain(heavy: list[tuple[str, int]], total: int) -> bool:
@@ -262,6 +276,40 @@ def rule_host_overhead(res: dict[str, Result]) -> list[dict]:
     for r in cited.itertuples(index=False):
         ev += [_ev("bound", "idle_operators.share_of_host_wait", r.share_of_host_wait, {"operator": r.operator})]
     return [_finding("host_overhead", hw, msg, ev)]
+
+
+def rule_slow_host_calls(res: dict[str, Result]) -> list[dict]:
+    """Host wait inside a few slow calls of the top idle operators (cuDNN attention building a plan for each new
+    sequence length in a decode loop, 40-57 ms a call on an H200, say): not launch overhead."""
+    b = res["bound"]
+    hw, host = _num(b.scalars.get("host_wait_share")), _num(b.scalars.get("host_wait_ns"))
+    ops = _top_idle_ops(b, TOP_IDLE_OPS)
+    if hw is None or hw < HOST_WAIT_MIN or not host or "slow_calls" not in ops:
+        return []
+    slow = ops[ops["slow_calls"] > 0]
+    slow_ns = int(slow["slow_call_idle_ns"].sum())
+    if slow_ns / host < SLOW_CALLS_SHARE_MIN:
+        return []
+    calls, new = int(slow["slow_calls"].sum()), int(slow["slow_new_shape_calls"].sum())
+    names = "; ".join(f"{r.operator}: {r.slow_calls}, up to {_ms(r.max_call_idle_ns)} each"
+                      for r in slow.itertuples(index=False))
+    msg = (f"{slow_ns / host:.0%} of the host wait ({_ms(slow_ns)}) is inside {calls} slow operator calls ({names}; "
+           f"bound): in each the GPU waited {ns_to_ms(SLOW_CALL_NS):g} ms or more, far beyond what launching costs, "
+           "so it is host work inside the call, which CUDA graphs or fusing launches do not address.")
+    if new * 2 > calls:
+        msg += (f" {new} of the {calls} are the operator's first call with their input shapes in the trace: a "
+                "one-time cost per shape (a library building a plan or autotuning for it, a compile), paid again "
+                "whenever the shapes change (a growing KV cache, unpadded batches): keep the shapes fixed (a static "
+                "cache, padding to a few sizes) or use another backend for that operator.")
+    else:
+        msg += " Find those calls in the timeline: a compile, a lazy load, a lock or work done on first use."
+    ev = [_ev("bound", "host_wait_share", b.scalars["host_wait_share"]),
+          _ev("bound", "host_wait_ns", b.scalars["host_wait_ns"])]
+    for r in slow.itertuples(index=False):
+        row = {"operator": r.operator}
+        ev += [_ev("bound", f"idle_operators.{k}", getattr(r, k), row)
+               for k in ("slow_calls", "slow_call_idle_ns", "max_call_idle_ns", "slow_new_shape_calls")]
+    return [_finding("slow_host_calls", hw * slow_ns / host, msg, ev, slow_ns)]
 
 
 def _api_share(lch: Result) -> float:
@@ -385,7 +433,7 @@ def rule_low_tensor_core(res: dict[str, Result]) -> list[dict]:
 
 
 _RULE_FNS = {"host_bound_launch": rule_host_bound_launch, "host_overhead": rule_host_overhead,
-             "gpu_bound": rule_gpu_bound,
+             "slow_host_calls": rule_slow_host_calls, "gpu_bound": rule_gpu_bound,
              "low_bandwidth": rule_low_bandwidth, "short_kernels": rule_short_kernels,
              "sync_stalls": rule_sync_stalls, "low_tensor_core": rule_low_tensor_core}
 
