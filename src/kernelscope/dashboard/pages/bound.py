@@ -73,9 +73,9 @@ def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
             body += [graph("bound-idle-operators", rb.idle_operators_figure(ops)),
                      grid(ops, [("operator", "operator", "text"), ("idle_ns", "host wait caused (ms)", "ms"),
                                 ("share_pct", "% of host wait", "numeric"), ("main_category", "main cause", "text"),
-                                ("gaps", "gaps", "numeric"), ("slow_calls", "slow calls (GPU waited >= 1 ms in each)", "numeric"),
-                                ("slow_call_idle_ns", "host wait in slow calls (ms)", "ms"),
-                                ("slow_new_shape_calls", "slow calls with new input shapes", "numeric")],
+                                ("gaps", "gaps", "numeric"), ("slow_calls", "slow calls (>= 1 ms)", "numeric"),
+                                ("slow_call_idle_ns", "in slow calls (ms)", "ms"),
+                                ("slow_new_shape_calls", "slow, new shapes", "numeric")],
                           "bound-idle-operators-table")]
     body += warning_lines(r.warnings)
     return html.Div(body, id="bound-page")
