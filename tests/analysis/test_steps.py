@@ -167,6 +167,7 @@ def test_edges_by_hand(edges):
     assert (s["step_count"], s["steady_steps"], s["warmup_steps"], s["partial_steps"]) == (5, 1, 2, 3)
     assert s["step_time_median_ns"] == s["step_time_min_ns"] == s["step_time_max_ns"] == 160 * US
     assert s["step_time_cv"] is None  # one steady step: no spread
+    assert r.trust["warmup"] == "1 (default)"  # no provenance: a hand-written trace
     b = r.tables["breakdown"].set_index("category")
     assert b.at["kernel", "mean_ns"] == 110 * US and b.at["other", "share"] == pytest.approx(35 / 160)
 
@@ -203,6 +204,26 @@ def test_warmup_option_and_spread(edges):
     mean = sum(durs) / 2
     assert r.scalars["step_time_median_ns"] == 130 * US
     assert r.scalars["step_time_cv"] == pytest.approx((sum((d - mean) ** 2 for d in durs) / 2) ** 0.5 / mean)
+
+
+def test_a_schedule_that_warmed_up_marks_no_warm_up_step(tmp_path):
+    """`kernelscope profile --schedule 1,1,3` records the schedule in the trace's provenance: torch.profiler ran the
+    warm-up step without keeping it, so the first recorded step is past its warm-up (a Llama decode on an H200
+    had its first recorded step, 64.4 ms against 78.0 and 63.0 ms, marked warm-up and left out of the median).
+    The edge trace with that provenance: no warm-up step, steps 6 and 10 steady (5, 7 and 11 stay partial)."""
+    from kernelscope.storage.ingest import ingest_file
+
+    path = write_trace(tmp_path / "edges.json", edge_events())
+    sched = {"profiler_options": {"schedule": {"wait": 1, "warmup": 1, "active": 3, "repeat": 1, "skip_first": 0}}}
+    with open_store(stores.empty(tmp_path / "w.duckdb")) as store:
+        res = ingest_file(store, path, provenance=sched)
+        r = steps(store, res.trace_id)
+        assert not r.tables["steps"]["warmup"].any()
+        assert (r.scalars["warmup_steps"], r.scalars["steady_steps"], r.scalars["partial_steps"]) == (0, 2, 3)
+        assert r.scalars["step_time_median_ns"] == 130 * US  # (160 + 100) / 2
+        assert r.trust["warmup"].startswith("0: the profiler's schedule warmed up 1 step(s)")
+        forced = steps(store, res.trace_id, warmup=1)  # the option still decides when given
+        assert forced.scalars["warmup_steps"] == 2 and forced.trust["warmup"] == "1 (-o warmup)"
 
 
 def test_phase_steps(edges):

@@ -31,7 +31,9 @@ Definitions (docs/metrics.md, "Steps", is the canonical text; every time is an i
 - **Window**: a maximal run of consecutive step numbers (a schedule's active cycle; ``phase=`` steps form one).
   **Warm-up**: the first ``warmup`` steps (option, default 1) of each window that holds more steps than that:
   just after the profiler starts recording (CUPTI set-up, cold caches) a step is slower than the rest (a
-  one-step recording has nothing to compare it with: not marked). **Partial**: the first or last step of
+  one-step recording has nothing to compare it with: not marked). The default is 0 when the trace's provenance
+  records a torch.profiler schedule with ``warmup`` >= 1: the profiler ran those steps before each window
+  without keeping them, so the first recorded step is already past its warm-up. **Partial**: the first or last step of
   a window whose GPU work the trace window cut: a kernel/memcpy/memset/graph launch call inside its host range
   has no GPU activity in the trace (``lost_launches``; more of them than any other step of the window has,
   since a call that never makes GPU work is lost in every step), or GPU activities with no launch call in the trace
@@ -58,6 +60,7 @@ from ..errors import UsageError
 from ..storage.intervals import covered_before, islands
 from .result import Result
 from .rows import query_row, query_rows
+from .summary import profiler_options
 
 DESCRIPTION = ("Per ProfilerStep: kernel, memcpy, memset, runtime, dataloader, CPU-op and other time "
                "(TensorBoard's overview), step-time spread, warm-up and partial steps marked.")
@@ -253,7 +256,18 @@ def _mark(df: pd.DataFrame, windows: list[list[int]], warmup: int) -> None:
     df["note"] = ["; ".join(n) for n in notes]
 
 
-def steps(store, trace_id: str, phase: str | None = None, warmup: int = 1) -> Result:
+def _default_warmup(store, trace_id: str) -> tuple[int, str]:
+    """(warm-up steps per window, why): 1, or 0 when the trace's provenance records a schedule that warmed up."""
+    opts = profiler_options(query_row(store, "SELECT provenance FROM traces WHERE trace_id = $t",
+                                      t=trace_id).get("provenance")) or {}
+    sched = opts.get("schedule")
+    n = sched.get("warmup") if isinstance(sched, dict) else None
+    if isinstance(n, int) and not isinstance(n, bool) and n >= 1:
+        return 0, f"0: the profiler's schedule warmed up {n} step(s) before each recording window (provenance)"
+    return 1, "1 (default)"
+
+
+def steps(store, trace_id: str, phase: str | None = None, warmup: int | None = None) -> Result:
     """Per step: its span (TensorBoard's rule) split into kernel, memcpy, memset and the GPU's idle time by
     what the host did (runtime, dataloader, CPU operators, nothing traced); warm-up and partial steps marked;
     the spread of step times. Definitions: the module docstring and docs/metrics.md "Steps"."""
@@ -262,11 +276,15 @@ def steps(store, trace_id: str, phase: str | None = None, warmup: int = 1) -> Re
     if phase is not None and (not isinstance(phase, str) or not phase):
         raise UsageError("phase= takes the name of a user annotation (record_function range), "
                          "e.g. -o phase=train_step.")
-    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+    if warmup is None:
+        warmup, warmup_from = _default_warmup(store, trace_id)
+    elif isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
         raise UsageError(f"warmup= takes a whole number of steps >= 0, not {warmup!r}.")
+    else:
+        warmup_from = f"{warmup} (-o warmup)"
     rows = _host_steps(store, trace_id, phase)
     source = "ProfilerStep" if phase is None else f"annotation {phase}"
-    trust: dict[str, Any] = {"source": source}
+    trust: dict[str, Any] = {"source": source, "warmup": warmup_from}
     if not rows:
         sentence = ("This trace has no ProfilerStep#N ranges: call prof.step() once per iteration under "
                     "torch.profiler (or kernelscope.profile's p.step()), or name a record_function range "

@@ -47,7 +47,8 @@ def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
     warmup = P.integer(params, "warmup")
     body: list = [html.H2("Steps")]
     try:
-        r = cache.analysis(store, "steps", trace_id, phase=phase, warmup=1 if warmup is None else warmup)
+        given = {k: v for k, v in (("phase", phase), ("warmup", warmup)) if v is not None}  # the report's key
+        r = cache.analysis(store, "steps", trace_id, **given)
     except UsageError as exc:
         return html.Div(body + [message(str(exc), "msg-steps-bad-option", "error")])
     if not r.scalars.get("step_count"):
