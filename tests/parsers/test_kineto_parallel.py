@@ -197,3 +197,31 @@ def test_a_cut_gzip_stream_is_the_same_error_through_the_prefetch(tmp_path, pool
     finally:
         s.close()
         two._hasher.close()
+
+
+def test_ingest_starts_the_pool_first_and_the_reader_takes_it(tmp_path, monkeypatch, small_chunks):
+    """`kernelscope ingest FILE` with a Kineto file big enough starts the parse pool before its own imports; the
+    reader takes that pool (so it is shut down after the parse, not left idle beside the derivations) and the
+    store equals a one-process ingest. A folder or a file too small starts none."""
+    from click.testing import CliRunner
+
+    from kernelscope.cli import cli
+    from kernelscope.parsers import pool as pools
+
+    taken = []
+    take = pools.take
+    monkeypatch.setattr(parallel, "take", lambda n: (taken.append(take(n)), taken[-1])[1])
+    monkeypatch.setattr(pools, "_SHARED", {})  # not the module's shared pool, when an earlier test started it
+    monkeypatch.setattr(pools, "MIN_BYTES", 1 << 20)  # the 2 MB sample's estimate is ~20 MB
+    monkeypatch.setenv(parallel.ENV_WORKERS, "2")
+    assert isinstance(pools.prestart([SAMPLE.parent], 16), type(pools.nullcontext()))  # a folder: none
+    monkeypatch.setattr(pools, "MIN_BYTES", 1 << 30)
+    assert isinstance(pools.prestart([SAMPLE], 16), type(pools.nullcontext()))  # too small: none
+    monkeypatch.setattr(pools, "MIN_BYTES", 1 << 20)
+    db = empty(tmp_path / "cli.duckdb")
+    res = CliRunner().invoke(cli, ["ingest", str(SAMPLE), "--db", str(db)])
+    assert res.exit_code == 0, res.output
+    assert len(taken) == 1 and taken[0] is not None  # the reader found the pool the command had started
+    assert taken[0]._shutdown_thread and not pools._STARTED  # and shut it down after its parse
+    one_db, _ = ingest(tmp_path, "one", SAMPLE, "1", monkeypatch)
+    assert store_rows(db) == store_rows(one_db)

@@ -75,23 +75,12 @@ def ingest(paths, labels, name, no_python, salvage, engine, ray_address, parquet
     Prints one line per file (ingested or skipped, with the trace id); failures go to stderr as
     `kernelscope: <path>: <reason>` and make the exit code non-zero. A file that fails leaves no rows.
     """
-    from ..storage import engine as engines
-    from ..storage.ingest import ingest_paths
+    from ..parsers.pool import prestart
+    from ..storage.sizing import usable_cores
 
-    label_map = label_pairs(labels)
-    where = engines.Engine(engine, ray_address)
-    engines.check(where)  # Ray missing: one line before any work
-    if parquet_dir is not None:
-        from ..storage.ingest import ingest_run_parquet
-
-        if name is not None:
-            raise UsageError("--name applies to one trace; --parquet writes a run of ranks")
-        results = ingest_run_parquet(paths, parquet_dir, labels=label_map, python_functions=not no_python,
-                                     salvage=salvage, engine=where)
-    else:
-        with open_db(db, read_only=False) as store:
-            results = ingest_paths(store, paths, labels=label_map, name=name, python_functions=not no_python,
-                                   salvage=salvage, engine=where)
+    # a big trace file given: its parse workers start now, beside the imports and the store's migrations
+    with prestart(paths if parquet_dir is None else (), usable_cores()):
+        results = _ingest(paths, labels, name, no_python, salvage, engine, ray_address, parquet_dir, db)
     failed = 0
     for r in results:
         if r.status == "failed":
@@ -104,6 +93,26 @@ def ingest(paths, labels, name, no_python, salvage, engine, ray_address, parquet
             click.echo(f"ingested  {r.trace_id}  {r.path}  ({r.events} events, {r.seconds:.2f} s{note})")
     if failed:
         sys.exit(1)
+
+
+def _ingest(paths, labels, name, no_python, salvage, engine, ray_address, parquet_dir, db) -> list:
+    """The ingest command's work: the paths into the store, or a run of ranks into a Parquet dataset."""
+    from ..storage import engine as engines
+    from ..storage.ingest import ingest_paths
+
+    label_map = label_pairs(labels)
+    where = engines.Engine(engine, ray_address)
+    engines.check(where)  # Ray missing: one line before any work
+    if parquet_dir is not None:
+        from ..storage.ingest import ingest_run_parquet
+
+        if name is not None:
+            raise UsageError("--name applies to one trace; --parquet writes a run of ranks")
+        return ingest_run_parquet(paths, parquet_dir, labels=label_map, python_functions=not no_python,
+                                  salvage=salvage, engine=where)
+    with open_db(db, read_only=False) as store:
+        return ingest_paths(store, paths, labels=label_map, name=name, python_functions=not no_python,
+                            salvage=salvage, engine=where)
 
 
 @cli.command()

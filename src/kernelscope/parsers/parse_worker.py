@@ -18,7 +18,17 @@ class _NoPandas:
         return None
 
 
+def keep_pandas_out() -> None:
+    """Refuse pandas from now on in this process (once; nothing when it is imported already)."""
+    if "pandas" not in sys.modules and not any(isinstance(f, _NoPandas) for f in sys.meta_path):
+        sys.meta_path.insert(0, _NoPandas())
+
+
 def init() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if "pandas" not in sys.modules:
-        sys.meta_path.insert(0, _NoPandas())
+    keep_pandas_out()
+
+
+def warm() -> None:
+    """A shared pool's first task in every worker (parsers/pool.py): import the decoder now, not at the first chunk."""
+    import kernelscope.parsers.kineto.parallel  # noqa: F401

@@ -20,73 +20,46 @@ JSON to repair, a boundary cut inside a string, a bad time) is decoded again in 
 ``KinetoReader._decode_run`` at its true byte offset and event number (so repairs, carries and error messages
 are the same), and the end of the file (the text after the last boundary, the tail, a truncated file's
 salvage) is ``KinetoReader._finish``. While the workers start (~1 s: a Python with pyarrow), the parent decodes on in
-process; files estimated under ``MIN_BYTES`` never start a pool.
+process; files estimated under ``MIN_BYTES`` never start a pool. The pool itself is parsers/pool.py's (the ingest
+command starts it early, beside its imports and the store's migrations).
 """
 
 from __future__ import annotations
 
 import os
-import struct
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 
-from kernelscope.parsers import parse_worker, source
+from kernelscope.parsers import source
 from kernelscope.parsers.kineto.batch import BatchBuilder
 from kernelscope.parsers.kineto.fields import RUN_DEC
 from kernelscope.parsers.kineto.reader import KinetoReader, max_event_bytes, more
 from kernelscope.parsers.kineto.repair import count_null_numbers
+from kernelscope.parsers.pool import (
+    ENV_WORKERS,
+    MIN_BYTES,
+    estimated_bytes,
+    parse_workers,
+    shared,
+    shared_pool,
+    start_pool,
+    take,
+)
 from kernelscope.parsers.schema import PART_EVENTS, RAW_EVENTS, Part, TraceMeta
 from kernelscope.parsers.source import Source
 
 #: Decompressed bytes per chunk handed to a worker (cut at the last event boundary past it). A worker holds
 #: ~10x its chunk while decoding it (Python objects of every event); per-chunk costs are ~1 ms.
 CHUNK_BYTES = 4 << 20
-#: Files estimated smaller than this (decompressed) are read in process: starting workers costs ~1 s of CPU.
-MIN_BYTES = 48 << 20
 #: Whether the parent decodes in process while the pool starts (False: it waits for the pool; tests).
 DECODE_WHILE_STARTING = True
-#: The environment variable that forces the worker count (1: the one-process reader).
-ENV_WORKERS = "KERNELSCOPE_PARSE_WORKERS"
 _SEQ = RAW_EVENTS.get_field_index("seq")
-_SHARED: dict[int, ProcessPoolExecutor] = {}  # workers -> the pool of ``shared_pool``
-
-
-def parse_workers(cores: int) -> int:
-    """Worker processes for one trace: ``$KERNELSCOPE_PARSE_WORKERS`` when set to a positive integer, else one
-    less than ``cores`` (the usable cores, storage/sizing.py): the parent keeps a core to read, hash and stage
-    what they decode. So 2 cores read in process (1 worker): two workers there were no faster and put ~300 MB
-    more in memory (benchmarks/results/ingest-2026-11-27-parallel.md)."""
-    env = os.environ.get(ENV_WORKERS, "").strip()
-    if env:
-        try:
-            n = int(env)
-        except ValueError:
-            n = 0
-        if n > 0:
-            return n
-    return max(1, int(cores) - 1)
-
-
-def estimated_bytes(path: Path) -> int:
-    """The decompressed size of ``path``, estimated: a plain file's size; a gzip file's ISIZE trailer (its
-    size mod 2^32; the compressed size when that is larger, as a wrapped ISIZE would be)."""
-    try:
-        size = os.path.getsize(path)
-        with open(path, "rb") as fh:
-            if fh.read(2) != b"\x1f\x8b" or size < 18:
-                return size
-            fh.seek(size - 4)
-            isize = struct.unpack("<I", fh.read(4))[0]
-    except (OSError, struct.error):
-        return 0
-    return max(isize, size)
 
 
 @dataclass
@@ -146,9 +119,11 @@ class ParallelKinetoReader(KinetoReader):
     def __iter__(self) -> Iterator[pa.RecordBatch]:
         own = False
         if self.workers > 1 and estimated_bytes(self.path) >= MIN_BYTES:
-            own = _SHARED.get(self.workers) is None
+            self._pool = shared(self.workers)
+            own = self._pool is None
             try:
-                self._pool = _start_pool(self.workers) if own else _SHARED[self.workers]
+                if own:  # the pool the ingest command started beside its imports, else a new one
+                    self._pool = take(self.workers) or start_pool(self.workers)
             except OSError:  # no processes to be had (limits): read in process
                 self._pool = None
         try:
@@ -262,7 +237,7 @@ class ParallelKinetoReader(KinetoReader):
         when not, it is shut down and the file is read in process."""
         ok = all(not f.cancelled() and f.exception() is None for f in self._warming)
         if not ok and self._pool is not None:
-            if self._pool is not _SHARED.get(self.workers):
+            if self._pool is not shared(self.workers):
                 self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
         return ok
@@ -352,26 +327,6 @@ class _HashThread:
     def hexdigest(self) -> str:
         self.close()
         return self._sha.hexdigest()
-
-
-@contextmanager
-def shared_pool(workers: int) -> Iterator[None]:
-    """Within it, every ``ParallelKinetoReader`` of ``workers`` workers uses one pool, started once (many
-    traces in a row pay the workers' start once); it is shut down on leaving."""
-    pool = _start_pool(workers)
-    _SHARED[workers] = pool
-    try:
-        yield
-    finally:
-        _SHARED.pop(workers, None)
-        pool.shutdown(wait=True, cancel_futures=True)
-
-
-def _start_pool(workers: int) -> ProcessPoolExecutor:
-    import multiprocessing
-
-    ctx = multiprocessing.get_context("spawn")  # the parent holds DuckDB threads: never fork it
-    return ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=parse_worker.init)
 
 
 def _ready() -> bool:

@@ -1,0 +1,140 @@
+"""The parse workers' process pool (``ParallelKinetoReader``, parsers/kineto/parallel.py), in a module that imports
+only the standard library, so that ``kernelscope ingest`` can start it before its own imports and the store's
+migrations: the workers' start (a Python each that imports the decoder and pyarrow, ~0.65 s on 16 cores) then
+runs beside them instead of after them.
+
+- ``parse_workers(cores)``: how many workers one trace gets; ``estimated_bytes(path)``: its decompressed size;
+  a file under ``MIN_BYTES`` never starts a pool.
+- ``shared_pool(workers)``: within it every reader of that many workers uses one pool, started and warmed once
+  (many traces in a row pay the start once), shut down on leaving.
+- ``prestart(paths, cores)``: a pool started and warmed now when one of ``paths`` is a Kineto file big enough for
+  one, else nothing (a folder may be a run of ranks, which parses in rank workers instead). The first reader that
+  needs a pool ``take``s it and shuts it down after its parse, as it does a pool it started itself, so idle
+  workers never sit beside the derivations; one nobody took is shut down on leaving.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager, nullcontext
+from pathlib import Path
+
+from kernelscope.parsers import parse_worker
+
+#: Files estimated smaller than this (decompressed) are read in process: starting workers costs ~1 s of CPU.
+MIN_BYTES = 48 << 20
+#: The environment variable that forces the worker count (1: the one-process reader).
+ENV_WORKERS = "KERNELSCOPE_PARSE_WORKERS"
+_SHARED: dict[int, ProcessPoolExecutor] = {}  # workers -> the pool of ``shared_pool``
+_STARTED: dict[int, ProcessPoolExecutor] = {}  # workers -> the pool ``prestart`` started, until a reader takes it
+
+
+def parse_workers(cores: int) -> int:
+    """Worker processes for one trace: ``$KERNELSCOPE_PARSE_WORKERS`` when set to a positive integer, else one
+    less than ``cores`` (the usable cores, storage/sizing.py): the parent keeps a core to read, hash and stage
+    what they decode. So 2 cores read in process (1 worker): two workers there were no faster and put ~300 MB
+    more in memory (benchmarks/results/ingest-2026-11-27-parallel.md)."""
+    env = os.environ.get(ENV_WORKERS, "").strip()
+    if env:
+        try:
+            n = int(env)
+        except ValueError:
+            n = 0
+        if n > 0:
+            return n
+    return max(1, int(cores) - 1)
+
+
+def estimated_bytes(path) -> int:
+    """The decompressed size of ``path``, estimated: a plain file's size; a gzip file's ISIZE trailer (its
+    size mod 2^32; the compressed size when that is larger, as a wrapped ISIZE would be)."""
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as fh:
+            if fh.read(2) != b"\x1f\x8b" or size < 18:
+                return size
+            fh.seek(size - 4)
+            isize = struct.unpack("<I", fh.read(4))[0]
+    except (OSError, struct.error):
+        return 0
+    return max(isize, size)
+
+
+def start_pool(workers: int) -> ProcessPoolExecutor:
+    """A pool of ``workers`` processes. The parent holds DuckDB threads, so it never forks: the workers fork from
+    a fork server (a fresh process that imported the decoder once, parsers/parse_server.py), or are spawned
+    where there is none. Forked from the server, a worker starts in milliseconds without importing anything, and
+    the parent's own cost of starting 15 (spawning each was ~40 ms of its time) goes."""
+    import multiprocessing
+
+    if "forkserver" in multiprocessing.get_all_start_methods():
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(["kernelscope.parsers.parse_server"])
+    else:
+        ctx = multiprocessing.get_context("spawn")
+    return ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=parse_worker.init)
+
+
+def shared(workers: int) -> ProcessPoolExecutor | None:
+    """The pool ``shared_pool`` holds for ``workers`` workers, else None."""
+    return _SHARED.get(workers)
+
+
+def _warmed(workers: int) -> ProcessPoolExecutor:
+    """A pool whose workers start now, from a thread, while the caller goes on (the first worker waits for the
+    fork server to import the decoder, ~0.5 s, which would otherwise block the caller)."""
+    import threading
+
+    pool = start_pool(workers)
+
+    def warm() -> None:
+        try:
+            for _ in range(workers):
+                pool.submit(parse_worker.warm)
+        except RuntimeError:  # shut down already (an ingest that failed at once)
+            pass
+
+    threading.Thread(target=warm, name="kernelscope-pool-start", daemon=True).start()
+    return pool
+
+
+@contextmanager
+def shared_pool(workers: int) -> Iterator[None]:
+    """Within it, every ``ParallelKinetoReader`` of ``workers`` workers uses one pool, started once and warmed at
+    once; it is shut down on leaving."""
+    _SHARED[workers] = pool = _warmed(workers)
+    try:
+        yield
+    finally:
+        _SHARED.pop(workers, None)
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def take(workers: int) -> ProcessPoolExecutor | None:
+    """The pool ``prestart`` started for ``workers`` workers, now the caller's to shut down; else None."""
+    return _STARTED.pop(workers, None)
+
+
+@contextmanager
+def _started(workers: int) -> Iterator[None]:
+    _STARTED[workers] = _warmed(workers)
+    try:
+        yield
+    finally:
+        left = _STARTED.pop(workers, None)
+        if left is not None:
+            left.shutdown(wait=True, cancel_futures=True)
+
+
+def prestart(paths: Iterable, cores: int):
+    """A context within which the first reader of ``parse_workers(cores)`` workers finds its pool started: when
+    more than one worker would parse and one of ``paths`` is a Kineto file (``.json``, ``.json.gz``) estimated at
+    ``MIN_BYTES`` or more; else a context that does nothing. Folders do not count: a run of ranks is parsed by rank
+    workers, which this pool would only crowd."""
+    workers = parse_workers(cores)
+    big = workers > 1 and any(str(p).endswith((".json", ".json.gz")) and Path(p).is_file()
+                              and estimated_bytes(p) >= MIN_BYTES for p in paths)
+    return _started(workers) if big else nullcontext()
