@@ -222,6 +222,10 @@ def test_a_schedule_that_warmed_up_marks_no_warm_up_step(tmp_path):
         assert (r.scalars["warmup_steps"], r.scalars["steady_steps"], r.scalars["partial_steps"]) == (0, 2, 3)
         assert r.scalars["step_time_median_ns"] == 130 * US  # (160 + 100) / 2
         assert r.trust["warmup"].startswith("0: the profiler's schedule warmed up 1 step(s)")
+        from kernelscope.reports.steps import spread_text
+
+        assert spread_text(r).startswith("5 step(s) (ProfilerStep), no warm-up step (the profiler's schedule warmed "
+                                         "up 1 step(s) before each recording window) and 3 partial. Over the 2 steady")
         forced = steps(store, res.trace_id, warmup=1)  # the option still decides when given
         assert forced.scalars["warmup_steps"] == 2 and forced.trust["warmup"] == "1 (-o warmup)"
 

@@ -90,8 +90,11 @@ def spread_text(r) -> str:
     if not n:
         return shown(r.warnings[0]) if r.warnings else "No steps."
     marks = []
+    why = str(r.trust.get("warmup") or "")
     if s.get("warmup_steps"):
         marks.append(f"{s['warmup_steps']} warm-up")
+    elif why.startswith("0: "):  # the schedule warmed up unrecorded: say why the first step is not marked
+        marks.append(f"no warm-up step ({why[3:].removesuffix(' (provenance)')})")
     if s.get("partial_steps"):
         marks.append(f"{s['partial_steps']} partial")
     over = f"the {s['steady_steps']} steady step(s)" if s.get("steady_steps") else "all steps (none is steady)"
