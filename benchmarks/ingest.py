@@ -98,7 +98,7 @@ def say(*a) -> None:
 # ---------------------------------------------------------------- measuring
 
 def _proc_table() -> dict:
-    """pid -> (ppid, rss_bytes) for every process visible in /proc."""
+    """pid -> (ppid, rss_bytes, cpu_ticks) for every process visible in /proc (cpu: its user + system time)."""
     page = os.sysconf("SC_PAGE_SIZE")
     out = {}
     for name in os.listdir("/proc"):
@@ -110,21 +110,24 @@ def _proc_table() -> dict:
         except OSError:
             continue
         rest = data[data.rindex(b")") + 2:].split()
-        out[int(name)] = (int(rest[1]), int(rest[21]) * page)
+        out[int(name)] = (int(rest[1]), int(rest[21]) * page, int(rest[11]) + int(rest[12]))
     return out
 
 
-def tree_rss(root: int) -> int:
-    """Sum of RSS in bytes of root and all its descendants."""
+def tree_rss(root: int, cpu_seen: dict | None = None) -> int:
+    """Sum of RSS in bytes of root and all its descendants; ``cpu_seen`` (pid -> CPU ticks), when given, gets
+    each one's CPU so far."""
     table = _proc_table()
     kids: dict = {}
-    for pid, (ppid, _) in table.items():
+    for pid, (ppid, _, _) in table.items():
         kids.setdefault(ppid, []).append(pid)
     total, todo = 0, [root]
     while todo:
         pid = todo.pop()
         if pid in table:
             total += table[pid][1]
+            if cpu_seen is not None:
+                cpu_seen[pid] = max(cpu_seen.get(pid, 0), table[pid][2])
         todo.extend(kids.get(pid, ()))
     return total
 
@@ -143,14 +146,16 @@ def measure(cmd: list, log_path: str, timeout_s: float, env: dict | None = None)
         t0 = time.perf_counter()
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True, env=env)
-        peak, killed = 0, ""
+        peak, killed, seen = 0, "", {}
         while True:
             pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
             if pid:
                 wall = time.perf_counter() - t0
-                cpu = usage.ru_utime + usage.ru_stime  # the process and the children it waited for
+                # the process and the children it waited for; or, when larger, the CPU seen in /proc of every
+                # descendant (workers forked by a fork server are its children, never waited for by the command)
+                cpu = max(usage.ru_utime + usage.ru_stime, sum(seen.values()) / os.sysconf("SC_CLK_TCK"))
                 break
-            peak = max(peak, tree_rss(proc.pid))
+            peak = max(peak, tree_rss(proc.pid, seen))
             if not killed and mem_available() < MEM_GUARD_BYTES:
                 killed = "memory guard (MemAvailable < 1.5 GiB)"
                 os.killpg(proc.pid, 9)
