@@ -1,7 +1,8 @@
 """The parse workers' process pool (``ParallelKinetoReader``, parsers/kineto/parallel.py), in a module that imports
 only the standard library, so that ``kernelscope ingest`` can start it before its own imports and the store's
-migrations: the workers' start (a Python each that imports the decoder and pyarrow, ~0.65 s on 16 cores) then
-runs beside them instead of after them.
+migrations: the workers' start (a fork server that imports the decoder and pyarrow once, then a fork per worker;
+~0.65 s on 16 cores when each worker was a fresh Python importing them itself) then runs beside them instead of
+after them.
 
 - ``parse_workers(cores)``: how many workers one trace gets; ``estimated_bytes(path)``: its decompressed size;
   a file under ``MIN_BYTES`` never starts a pool.
