@@ -50,7 +50,7 @@ from ..units import NS_PER_US, ns_to_ms
 from . import cache
 from .bound import SLOW_CALL_NS
 from .result import Result, py_scalar
-from .summary import launches_without_kernel
+from .summary import launches_without_kernel, trace_profiler_options
 
 DESCRIPTION = "Rules over bound/launch/whatif/kernels/bandwidth: findings with cited evidence and savings."
 
@@ -457,11 +457,7 @@ HOST_RULES = frozenset({"host_bound_launch", "host_overhead", "sync_stalls"})
 def _slowing_options(store, trace_id: str) -> list[str]:
     """The torch.profiler options that slow the host which the trace's collector run had on (with_stack,
     profile_memory), from its provenance; [] when off or not recorded (not a kernelscope collector run)."""
-    from .rows import query_row
-    from .summary import profiler_options
-
-    opts = profiler_options(query_row(store, "SELECT provenance FROM traces WHERE trace_id = $t",
-                                      t=trace_id).get("provenance")) or {}
+    opts = trace_profiler_options(store, trace_id)
     return [k for k in ("with_stack", "profile_memory") if opts.get(k) is True]
 
 

@@ -60,7 +60,7 @@ from ..errors import UsageError
 from ..storage.intervals import covered_before, islands
 from .result import Result
 from .rows import query_row, query_rows
-from .summary import profiler_options
+from .summary import trace_profiler_options
 
 DESCRIPTION = ("Per ProfilerStep: kernel, memcpy, memset, runtime, dataloader, CPU-op and other time "
                "(TensorBoard's overview), step-time spread, warm-up and partial steps marked.")
@@ -258,9 +258,7 @@ def _mark(df: pd.DataFrame, windows: list[list[int]], warmup: int) -> None:
 
 def _default_warmup(store, trace_id: str) -> tuple[int, str]:
     """(warm-up steps per window, why): 1, or 0 when the trace's provenance records a schedule that warmed up."""
-    opts = profiler_options(query_row(store, "SELECT provenance FROM traces WHERE trace_id = $t",
-                                      t=trace_id).get("provenance")) or {}
-    sched = opts.get("schedule")
+    sched = trace_profiler_options(store, trace_id).get("schedule")
     n = sched.get("warmup") if isinstance(sched, dict) else None
     if isinstance(n, int) and not isinstance(n, bool) and n >= 1:
         return 0, f"0: the profiler's schedule warmed up {n} step(s) before each recording window (provenance)"

@@ -215,6 +215,12 @@ def profiler_options(provenance: Any) -> dict | None:
     return opts if isinstance(opts, dict) else None
 
 
+def trace_profiler_options(store, trace_id: str) -> dict:
+    """``profiler_options`` of a stored trace's provenance; {} when it does not say."""
+    row = query_row(store, "SELECT provenance FROM traces WHERE trace_id = $t", t=trace_id)
+    return profiler_options(row.get("provenance")) or {}
+
+
 def _not_recorded(provenance: Any) -> list[str] | None:
     """What the collector's profiler was told not to record (shapes, stacks, memory, modules); null when the
     trace does not say (not a kernelscope collector run)."""
