@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
 import pytest
 from click.testing import CliRunner
 from storage.kineto_build import kern, op, rt, write_trace
@@ -132,6 +133,16 @@ def test_slow_calls_of_an_operator_by_hand(tmp_path):
     assert ops.loc["attn", ["slow_calls", "slow_call_idle_ns", "max_call_idle_ns", "slow_new_shape_calls"]].tolist() \
         == [2, 3490 * US, 1998 * US, 1]
     assert ops.loc["aten::mm", ["slow_calls", "slow_call_idle_ns", "max_call_idle_ns"]].tolist() == [0, 0, 0]
+    # the same trace recorded without shapes (torch.profiler's default): whether a slow call was new cannot be told
+    for e in attn:
+        e["args"].pop("Input Dims")
+    path = write_trace(tmp_path / "slow_noshapes.json", [e for e in json.loads(path.read_text())["traceEvents"]
+                                                         if e["name"] != "attn"] + attn)
+    with open_store(db, read_only=False) as store:
+        (res,) = ingest_paths(store, [path])
+        bare = B.bound(store, res.trace_id, bins=1).tables["idle_operators"].set_index("operator")
+    assert bare.loc["attn", "slow_calls"] == 2 and pd.isna(bare.loc["attn", "slow_new_shape_calls"])
+    assert bare.loc["aten::mm", "slow_new_shape_calls"] == 0
 
 
 def test_dependency_wait_when_work_is_queued(tmp_path):

@@ -129,6 +129,10 @@ def test_slow_host_calls_fire_and_say_the_cost_is_per_shape():
     # 1 of 3 new shapes: not the per-shape advice
     [g] = rec.rule_slow_host_calls({"bound": slow_bound(new=1)})
     assert "first call" not in g["message"] and "Find those calls in the timeline" in g["message"]
+    assert "record_shapes=True" not in g["message"]
+    # recorded without shapes: new shapes cannot be told, and the message says how to record them
+    [h] = rec.rule_slow_host_calls({"bound": slow_bound(new=None)})
+    assert "The trace has no input shapes (torch.profiler records them with record_shapes=True)" in h["message"]
 
 
 def test_slow_host_calls_are_not_launch_overhead():

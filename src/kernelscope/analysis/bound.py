@@ -238,7 +238,8 @@ ORDER BY idle_ns DESC, category
 
 # The top operators from the rollup, then their slow calls from the pieces: the instances (op_id) in whose host
 # work the GPU waited SLOW_CALL_NS or more, and how many of those were the operator's first call with their input
-# shapes in the trace (by start; instances without recorded shapes never count as new). 0s without slow calls.
+# shapes in the trace (by start; instances without recorded shapes never count as new; null when none of its
+# slow calls has recorded shapes). 0s without slow calls.
 _OPERATORS_SQL = """
 WITH r AS (SELECT operator, category, idle_ns, gaps FROM idle_rollup WHERE trace_id = $trace AND operator IS NOT NULL),
 top AS (
@@ -258,7 +259,8 @@ shape_first AS (
 ),
 slow AS (
     SELECT o.name AS operator, count(*) AS slow_calls, sum(i.ns) AS slow_call_idle_ns, max(i.ns) AS max_call_idle_ns,
-           count(*) FILTER (WHERE o.start_ns = f.first_ns) AS slow_new_shape_calls
+           CASE WHEN count(o.input_dims) > 0 THEN count(*) FILTER (WHERE o.start_ns = f.first_ns) END
+               AS slow_new_shape_calls
     FROM inst i JOIN cpu_ops o ON o.trace_id = $trace AND o.op_id = i.op_id
     LEFT JOIN shape_first f ON f.name = o.name AND f.input_dims = o.input_dims
     GROUP BY o.name
@@ -266,7 +268,7 @@ slow AS (
 SELECT t.operator, t.idle_ns, t.main_category, t.gaps,
        coalesce(s.slow_calls, 0) AS slow_calls, CAST(coalesce(s.slow_call_idle_ns, 0) AS BIGINT) AS slow_call_idle_ns,
        CAST(coalesce(s.max_call_idle_ns, 0) AS BIGINT) AS max_call_idle_ns,
-       coalesce(s.slow_new_shape_calls, 0) AS slow_new_shape_calls
+       CASE WHEN s.operator IS NULL THEN 0 ELSE s.slow_new_shape_calls END AS slow_new_shape_calls
 FROM top t LEFT JOIN slow s USING (operator) ORDER BY t.idle_ns DESC, t.operator
 """
 
@@ -353,7 +355,7 @@ def idle_operators(store, trace_id: str, top: int = 20) -> pd.DataFrame:
     calls that each kept the GPU waiting SLOW_CALL_NS or more, and that idle (host work far beyond a launch's
     microseconds: a plan built or autotuned for a new shape, a compile, a lazy load), max_call_idle_ns the most
     one slow call did (0 without slow calls), slow_new_shape_calls those slow calls that were the operator's first
-    with their input shapes."""
+    with their input shapes (null when none of them has recorded shapes: it cannot be told)."""
     return store.query(_OPERATORS_SQL, {"trace": trace_id, "top": int(top), "slow": SLOW_CALL_NS})
 
 

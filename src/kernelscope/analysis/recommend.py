@@ -290,7 +290,8 @@ def rule_slow_host_calls(res: dict[str, Result]) -> list[dict]:
     slow_ns = int(slow["slow_call_idle_ns"].sum())
     if slow_ns / host < SLOW_CALLS_SHARE_MIN:
         return []
-    calls, new = int(slow["slow_calls"].sum()), int(slow["slow_new_shape_calls"].sum())
+    calls, new = int(slow["slow_calls"].sum()), int(slow["slow_new_shape_calls"].fillna(0).sum())
+    unshaped = bool(slow["slow_new_shape_calls"].isna().all())
     names = "; ".join(f"{r.operator}: {r.slow_calls}, up to {_ms(r.max_call_idle_ns)} each"
                       for r in slow.itertuples(index=False))
     msg = (f"{slow_ns / host:.0%} of the host wait ({_ms(slow_ns)}) is inside {calls} slow operator calls ({names}; "
@@ -303,6 +304,10 @@ def rule_slow_host_calls(res: dict[str, Result]) -> list[dict]:
                 "cache, padding to a few sizes) or use another backend for that operator.")
     else:
         msg += " Find those calls in the timeline: a compile, a lazy load, a lock or work done on first use."
+        if unshaped:
+            msg += (" The trace has no input shapes (torch.profiler records them with record_shapes=True), so "
+                    "whether each is the first call with new shapes (a plan built or autotuned per shape) cannot be "
+                    "told.")
     ev = [_ev("bound", "host_wait_share", b.scalars["host_wait_share"]),
           _ev("bound", "host_wait_ns", b.scalars["host_wait_ns"])]
     for r in slow.itertuples(index=False):
