@@ -3,7 +3,9 @@
 Only what ``kernelscope.collectors.nvml_devices`` calls is implemented. Each device's averaged power is
 ``1000 * (index + 1)`` mW and instant power ``1000 * (index + 1) + 1`` so rows can be traced back to
 their device; the energy counter rises by 10 mJ per read, or (``energy_step_ms``) by 10 mJ at every multiple
-of that many ms of the epoch clock, as a real counter that refreshes on its own cadence.
+of that many ms of the epoch clock, as a real counter that refreshes on its own cadence; ``late_return_ms``
+makes a read of it within 10 ms before its next change return that many ms after it read the value (a sampler
+thread descheduled in between, as on a loaded machine).
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ class FakeNVML:
     call number, seconds) to block one call."""
 
     def __init__(self, uuids, unsupported_fields=(), unsupported_calls=(), stall=None, init_error=None,
-                 stamp=None, stall_file=None, energy_step_ms=None):
+                 stamp=None, stall_file=None, energy_step_ms=None, late_return_ms=None):
         self.uuids = list(uuids)
         self.unsupported_fields = set(unsupported_fields)
         self.unsupported_calls = set(unsupported_calls)
@@ -51,6 +53,7 @@ class FakeNVML:
         self.stall_file = stall_file  # where to write stall_end_ns (read by tests of the sampler process)
         self.energy = {i: 1_000_000 for i in range(len(uuids))}
         self.energy_step_ms = energy_step_ms
+        self.late_return_ms = late_return_ms
         self.lock = threading.Lock()
         self.NVMLError = NVMLError
 
@@ -110,7 +113,10 @@ class FakeNVML:
             elif f == 186:
                 out.append(_FieldValue(f, 0, 1, 1000 * (i + 1) + 1, ts))
             elif f == 83 and self.energy_step_ms:
-                out.append(_FieldValue(f, 0, 3, 10 * (time.time_ns() // round(self.energy_step_ms * 1e6)), ts))
+                step_ns, now = round(self.energy_step_ms * 1e6), time.time_ns()
+                out.append(_FieldValue(f, 0, 3, 10 * (now // step_ns), ts))
+                if self.late_return_ms and step_ns - now % step_ns <= 10_000_000:
+                    time.sleep(self.late_return_ms / 1000)
             elif f == 83:
                 with self.lock:
                     self.energy[i] += 10

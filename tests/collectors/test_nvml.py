@@ -109,6 +109,25 @@ def test_energy_counter_is_read_near_its_next_change_and_every_change_is_seen(fa
         assert skipped == [], (t, skipped)
 
 
+def test_a_read_that_returns_late_does_not_date_the_next_change_late(fake, mode):
+    """Every read of the counter in the 10 ms before its change returns 60 ms after it read the value (no NVML
+    stamp). The change is dated by when that read began, so the next window still opens before the next change:
+    no tick after a change skips the counter. Dated by when the read returned, the window opened ~60 ms late and
+    the ticks between the change and it went without the counter."""
+    fake(energy_step_ms=100, late_return_ms=60)
+    s = nvml.make_sampler(devices=[UUIDS[0]], period_ms=5, slow_period_ms=50, mode=mode)
+    d = _run(s, 1.5).to_pydict()
+    read = [(t, e) for t, e in zip(d["ts_ns"], d["energy_mj"]) if e is not None]
+    assert s.info()["energy_reads"] == len(read) < 0.7 * len(d["ts_ns"])
+    step = 100 * 1_000_000
+    changes = [t for (_, a), (t, b) in zip(read, read[1:]) if b != a]
+    assert len(changes) >= 8
+    for t in changes[4:]:  # read on every tick until the fourth change
+        happened = t // step * step
+        skipped = [u for u, e in zip(d["ts_ns"], d["energy_mj"]) if happened + 1_000_000 <= u < t and e is None]
+        assert skipped == [], (t, skipped)
+
+
 def test_unsupported_fields_are_null_and_not_retried(fake, mode):
     f = fake(unsupported_fields={186}, unsupported_calls={"nvmlDeviceGetTemperature"})
     s = nvml.make_sampler(devices=[UUIDS[0]], period_ms=5, slow_period_ms=5, mode=mode)

@@ -129,7 +129,10 @@ class _CounterSchedule:
     intervals) until it changes, so each change is still seen on the first tick after it. A counter that
     changes every few ticks is read on every tick. A change is dated by the last read that did not show it (the
     earliest it can have happened): dated by the read that saw it, a sampler starved for a while (a busy
-    machine) saw a change 65 ms late, opened its next window as late and skipped the ticks after that change."""
+    machine) saw a change 65 ms late, opened its next window as late and skipped the ticks after that change.
+    That read's time is NVML's stamp of its values or, without one, when the call began: the time after it
+    returns can be tens of ms after the values were read (the thread descheduled in between), and dating by it
+    opened the next window as late (seen on a loaded 2-core machine: 11 ticks after a change skipped)."""
 
     def __init__(self, period_s: float):
         self.margin_ns = round(2 * period_s * NS_PER_S)
@@ -144,16 +147,17 @@ class _CounterSchedule:
         step = sorted(self.steps)[len(self.steps) // 2]
         return now_ns >= self.changed_ns + step - self.margin_ns
 
-    def saw(self, ts_ns: int, value: int | None) -> None:
+    def saw(self, read_ns: int, value: int | None) -> None:
+        """One read of the counter: ``read_ns`` is no later than when its value was read."""
         if value is None:
             return
         if self.value is not None and value != self.value:
-            at = self.read_ns if self.read_ns is not None else ts_ns
+            at = self.read_ns if self.read_ns is not None else read_ns
             if self.changed_ns is not None:
                 self.steps = [*self.steps[-7:], at - self.changed_ns]
             self.changed_ns = at
         self.value = value
-        self.read_ns = ts_ns
+        self.read_ns = read_ns
 
 
 class _Ticker:
@@ -198,13 +202,13 @@ class _Ticker:
             # waiting (GIL, scheduler) after the call. Used when it lies within the call (1 ms slack).
             nv_ts = row.pop("_ts_ns", None)
             if nv_ts is not None and before - NS_PER_MS <= nv_ts <= after + NS_PER_MS:
-                row["ts"] = nv_ts
+                row["ts"] = read_at = nv_ts
                 self.nvml_stamped += 1
             else:
-                row["ts"] = after
+                row["ts"], read_at = after, before
             if energy:
                 self.energy_reads += 1
-                counter.saw(row["ts"], row["energy_mj"])
+                counter.saw(read_at, row["energy_mj"])
             fast.append((d, row))
         for d, row in fast:
             queue = self._pending[d.uuid]
