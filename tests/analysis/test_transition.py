@@ -186,3 +186,26 @@ def test_every_transition_key_is_documented(tmp_path):
     keys |= {f"brackets.{k}" for k in r.scalars["brackets"]}
     missing = sorted(k for k in keys if k not in documented)
     assert not missing, f"undocumented transition keys: {missing}"
+
+
+def test_a_point_whose_host_wait_is_in_slow_calls_is_named(tmp_path):
+    """batch=1: test_bound's slow-call trace (host wait 3,500 us, of which 3,490 us inside two attn calls that
+    each kept the GPU waiting 1 ms or more); batch=2: the synthetic sweep's d = 0.25 us point (no call waits
+    1 ms). The warning names batch=1 alone, with 3,490 / 3,500 = 100% (rounded)."""
+    attn = [op("attn", ts, dur, ext) for ts, dur, ext in ((10, 2000, 2), (2010, 10, 3), (2020, 1500, 4))]
+    slow = write_trace(tmp_path / "slow.json", [
+        op("aten::mm", 0, 10, 1), rt("cudaLaunchKernel", 1, 1, 1, 1), kern("k0", 5, 3, 1, 1), *attn,
+        rt("cudaLaunchKernel", 2000, 5, 2, 2), kern("k1", 2006, 2, 2, 2),
+        rt("cudaLaunchKernel", 2012, 1, 3, 3), kern("k2", 2014, 2, 3, 3),
+        rt("cudaLaunchKernel", 3510, 1, 4, 4), kern("k3", 3512, 2, 4, 4)])
+    fast = write_trace(tmp_path / "fast.json", sweep_events(0.25))
+    with open_store(stores.empty(tmp_path / "s.duckdb"), read_only=False) as store:
+        for path, b in ((slow, 1), (fast, 2)):
+            (res,) = ingest_paths(store, [path], labels={"batch": str(b)})
+            assert res.status == "ingested", res.message
+        r = transition(store)
+    pts = r.tables["points"].set_index("label")
+    assert pts.loc[1, "slow_call_idle_ns"] == 3490 * US and pts.loc[2, "slow_call_idle_ns"] == 0
+    assert pts.loc[1, "slow_call_share"] == pytest.approx(3490 / 3500) and pts.loc[2, "slow_call_share"] == 0
+    (warning,) = [w for w in r.warnings if "slow operator calls" in w]
+    assert warning.startswith("at batch=1: 100% of the host wait")

@@ -24,6 +24,12 @@ rule decides when it applies, else the trace rule. A rule's bracket is ``last_cp
 last CPU-bound point) and ``first_gpu_bound`` (the first GPU-bound one), with ``rule`` and ``points`` (the
 labels); it is null with a reason when every point falls in one regime or the classes interleave.
 
+Slow calls: ``slow_call_idle_ns`` = the host-wait idle inside calls of bound's top TOP_IDLE_OPS idle operators
+that each kept the GPU waiting bound.SLOW_CALL_NS or more (bound's ``idle_operators.slow_call_idle_ns``, summed);
+``slow_call_share`` = that / the host-wait idle. Such calls (a first call with new input shapes, autotuning) are
+host work inside one call, not launching: a point where they hold SLOW_CALLS_SHARE_MIN of the host wait or more
+reads as more CPU-bound than its steady state, and a warning names those points.
+
 Communication: ``comm_only_ns`` = time when only collective kernels are busy (no compute kernel, no
 memcpy/memset on any stream; comm.comm_only_busy, summed over devices); ``comm_only_share`` =
 ``comm_only_ns / busy_ns``. The ``regime`` column reads ``comm_bound`` when ``comm_only_ns > 0`` and
@@ -44,6 +50,7 @@ from ..storage.queries import iterations_sql
 from . import bound as bound_mod
 from . import comm as comm_mod
 from . import launch as launch_mod
+from .recommend import SLOW_CALLS_SHARE_MIN, TOP_IDLE_OPS
 from .result import Result, int_or_none
 
 DESCRIPTION = ("Several traces: CPU->GPU-bound transition over a numeric label (--by batch), trace rule "
@@ -180,12 +187,14 @@ def transition(store, trace_ids: list[str] | None = None, by: str = "batch", swe
         else:
             unp, src = None, None
         host = int(split["host_wait_ns"].sum()) if len(split) else 0
+        slow = int(bound_mod.idle_operators(store, t, top=TOP_IDLE_OPS)["slow_call_idle_ns"].sum()) if host else 0
         rows.append({
             "label": p.label, "trace_id": t, "name": p.name, "iterations": iters,
             "tklqt_ns": lr["tklqt_ns"], "mean_queue_depth": lr["mean_queue_depth"],
             "kernel_time_ns": int(m["kernel_time_ns"]), "busy_ns": busy, "busy_per_iter_ns": busy_iter,
             "gpu_span_ns": span, "idle_ns": None if span is None else span - busy,
             "host_wait_share": host / span if span else None,
+            "slow_call_idle_ns": slow, "slow_call_share": slow / host if host else None,
             "latency_ns": latency, "latency_per_iter_ns": lat_iter,
             "unprofiled_ns": unp, "unprofiled_source": src,
             "inflation": lat_iter / unp if unp and lat_iter is not None else None,
@@ -196,6 +205,15 @@ def transition(store, trace_ids: list[str] | None = None, by: str = "batch", swe
             warnings.append(f"{p.name or t} has no GPU activity; the trace rule calls it CPU-bound.")
     df = pd.DataFrame(rows)
     labels = list(df["label"])
+    slowed = df[df["slow_call_share"].fillna(0) >= SLOW_CALLS_SHARE_MIN]
+    if len(slowed):
+        shares = sorted(round(100 * x) for x in slowed["slow_call_share"])
+        pct = f"{shares[0]}%" if shares[0] == shares[-1] else f"{shares[0]}-{shares[-1]}%"
+        warnings.append(
+            f"at {by}={', '.join(str(v) for v in slowed['label'])}: {pct} of the host wait is inside slow operator "
+            f"calls (each kept the GPU waiting {bound_mod.SLOW_CALL_NS // 1_000_000} ms or more: host work inside "
+            "the call, such as a first call with new input shapes), so those points read as more CPU-bound than "
+            "their steady state; `kernelscope analyze recommend TRACE` names the calls.")
     trace_gpu = [q is not None and q >= 1 for q in df["mean_queue_depth"]]
     df["regime_trace"] = ["gpu_bound" if g else "cpu_bound" for g in trace_gpu]
 
