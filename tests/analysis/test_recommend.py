@@ -64,6 +64,13 @@ def fake_bandwidth(pct=18.0, gpu_ns=100, bound_kind="memory", tf32=None):
     return R("bandwidth", scalars, {"per_signature": sig}, trust)
 
 
+def fake_steps(share=0.0, mean_ns=0, step_mean_ns=152_490_000, steady=5, loaders=()):
+    bd = [{"category": "kernel", "mean_ns": step_mean_ns - mean_ns, "share": 1 - share},
+          {"category": "dataloader", "mean_ns": mean_ns, "share": share}]
+    return R("steps", {"step_count": steady + 1, "steady_steps": steady, "step_time_mean_ns": step_mean_ns},
+             {"breakdown": bd}, {"dataloaders": list(loaders)})
+
+
 def fake_whatif(pred=3_000_000, obs=10_000_000):
     return R("whatif", {"predicted_ns": pred, "observed_ns": obs})
 
@@ -147,7 +154,50 @@ def test_slow_host_calls_are_not_launch_overhead():
     assert rec.rule_slow_host_calls({"bound": slow_bound(slow_ns=40_000_000)}) == []
 
 
+def test_slow_host_calls_leave_dataloader_ranges_to_input_pipeline():
+    """An old trace records the DataLoader's __next__ as an operator; its slow calls are the input pipeline's
+    (rule 9), not host work inside a library call: alone they fire no slow_host_calls."""
+    loader = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+    b = slow_bound()
+    b.tables["idle_operators"].loc[0, "operator"] = loader
+    assert rec.rule_slow_host_calls({"bound": b}) == []
+
+
+# 9. input pipeline --------------------------------------------------------------------------------------
+
+SINGLE = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+MULTI = "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"
+
+
+def test_input_pipeline_fires_above_tensorboards_five_percent():
+    """TensorBoard's resnet50 sample with num_workers=0 (kineto's tb_plugin/samples, 2021): 35.47 ms of a mean
+    steady step of 152.49 ms (23%) the GPU idles inside the loader's __next__; 5 steady steps: 177.35 ms."""
+    [f] = rec.rule_input_pipeline({"steps": fake_steps(0.2326, 35_470_000, loaders=[SINGLE])})
+    assert f["message"].startswith("For 23% of the step time (35.47 ms of a mean step of 152.49 ms; steps) the GPU "
+                                   "is idle while the host is inside the DataLoader's __next__")
+    assert "(num_workers=0): DataLoader(num_workers=N, pin_memory=True" in f["message"]
+    assert f["severity"] == "medium" and f["saving_ns"] == 5 * 35_470_000
+    assert values(f)[("steps", "breakdown.share", '{"category": "dataloader"}')] == 0.2326
+    [m] = rec.rule_input_pipeline({"steps": fake_steps(0.06, 9_000_000, loaders=[MULTI])})
+    assert "Its worker processes do not keep up" in m["message"] and m["severity"] == "low"
+    [g] = rec.rule_input_pipeline({"steps": fake_steps(0.06, 9_000_000)})
+    assert "Load in worker processes" in g["message"]
+    assert rec.rule_input_pipeline({"steps": fake_steps(0.05, 7_624_500, loaders=[SINGLE])}) == []
+    assert rec.rule_input_pipeline({"steps": fake_steps()}) == []
+
+
 # 2. GPU-bound -------------------------------------------------------------------------------------------
+
+def test_gpu_bound_says_when_the_gpu_also_waits_on_the_host():
+    """The same resnet50 sample: mean queue depth 111.05 (deep queues while the step computes) but 28% of the span
+    host wait (the loader between steps): the finding says the depth hides the waits; below a fifth it does not."""
+    res = {"launch": fake_launch(depth=111.05), "kernels": fake_kernels(gemm_share=0.68)}
+    [f] = rec.rule_gpu_bound({**res, "bound": fake_bound(host_wait_share=0.2821)})
+    assert "Yet for 28% of its span the GPU waits on the host (bound)" in f["message"]
+    assert values(f)[("bound", "host_wait_share", "null")] == 0.2821
+    [g] = rec.rule_gpu_bound({**res, "bound": fake_bound(host_wait_share=0.19)})
+    assert "Yet" not in g["message"] and ("bound", "host_wait_share", "null") not in values(g)
+
 
 def test_gpu_bound_fires_at_depth_one():
     [f] = rec.rule_gpu_bound({"launch": fake_launch(depth=1.0), "kernels": fake_kernels(gemm_share=0.7)})
@@ -320,6 +370,10 @@ def test_low_tensor_core_advice_follows_the_gpu_generation():
     assert rec.rule_low_tensor_core({"kernels": fake_kernels(gemm_share=0.6, tc=0.0, cc="6.1")}) == []
     [h] = rec.rule_low_tensor_core({"kernels": fake_kernels(gemm_share=0.6, tc=0.0, cc="9.0")})
     assert "enable TF32 (torch.set_float32_matmul_precision('high'))" in h["message"]
+    # a 2021 trace without deviceProperties: both generations' advice, and why
+    [u] = rec.rule_low_tensor_core({"kernels": fake_kernels(gemm_share=0.6, tc=0.0, cc=None)})
+    assert "on compute capability 8.0 and later, fp16" in u["message"] \
+        and u["message"].endswith("the trace does not record which GPU it ran on.")
 
 
 @pytest.mark.parametrize("gemm, tc", [(0.29, 0.1), (0.9, 0.5)])
@@ -333,7 +387,7 @@ def fake_sources(monkeypatch, **given):
     """recommend reads ``given`` (name -> fn(store, trace_id)) and the fakes above for the rest."""
     fakes = {"bound": lambda s, t: fake_bound(), "launch": lambda s, t: fake_launch(),
              "whatif": lambda s, t: fake_whatif(), "kernels": lambda s, t: fake_kernels(),
-             "bandwidth": lambda s, t: fake_bandwidth(), **given}
+             "bandwidth": lambda s, t: fake_bandwidth(), "steps": lambda s, t: fake_steps(), **given}
     assert set(fakes) == set(rec._sources())  # every analysis recommend reads
     monkeypatch.setattr(rec, "_sources", lambda: dict(fakes))
     monkeypatch.setattr(rec, "_captured", lambda s, t: 0)  # no stream capture (the store is None here)
@@ -442,8 +496,8 @@ def test_whatif_runs_only_for_a_host_bound_finding(sample_store):
     db, ids = sample_store
     with open_store(db) as s:
         r1, r128 = rec.recommend(s, ids["b1"]), rec.recommend(s, ids["b128"])
-    assert r1.trust["analyses_run"] == ["bandwidth", "bound", "kernels", "launch", "whatif"]
-    assert r128.trust["analyses_run"] == ["bandwidth", "bound", "kernels", "launch"]
+    assert r1.trust["analyses_run"] == ["bandwidth", "bound", "kernels", "launch", "steps", "whatif"]
+    assert r128.trust["analyses_run"] == ["bandwidth", "bound", "kernels", "launch", "steps"]
     assert "host_bound_launch" not in r128.scalars["rules_fired"]
 
 

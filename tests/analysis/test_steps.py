@@ -170,6 +170,9 @@ def test_edges_by_hand(edges):
     assert r.trust["warmup"] == "1 (default)"  # no provenance: a hand-written trace
     b = r.tables["breakdown"].set_index("category")
     assert b.at["kernel", "mean_ns"] == 110 * US and b.at["other", "share"] == pytest.approx(35 / 160)
+    # the one DataLoader range (a user annotation) named for recommend's input_pipeline advice
+    assert r.trust["dataloaders"] == ["enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"]
+    assert b.at["dataloader", "share"] == pytest.approx(5 / 160)  # step 6's 5 us: under TensorBoard's 5%
 
 
 def test_a_launch_lost_in_every_step_does_not_make_the_edges_partial():

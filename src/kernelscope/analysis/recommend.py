@@ -1,6 +1,6 @@
 """Recommendations: rules over the other analyses' results, each finding citing the numbers it rests on.
 
-recommend reads bound, launch, kernels, bandwidth and whatif on one trace and checks eight rules. A finding
+recommend reads bound, launch, kernels, bandwidth, steps and whatif on one trace and checks nine rules. A finding
 has a ``rule`` id, a ``severity`` (from the rule's main share: >= 0.5 high, >= 0.2 medium, else low), a
 ``message`` with the numbers, ``evidence`` (a list of ``{"analysis", "key", "value"}`` plus ``"row"`` for
 a table cell: the cited analysis' own output, unchanged) and ``saving_ns`` (estimated time saved, null
@@ -32,9 +32,18 @@ Rules (thresholds below):
    compilation and to profile after the warm-up.
 8. ``slow_host_calls``: bound ``host_wait_share`` >= HOST_WAIT_MIN and, among bound's top TOP_IDLE_OPS
    ``idle_operators``, the slow calls (each kept the GPU waiting bound.SLOW_CALL_NS or more: host work inside the
-   call, not launching) hold >= SLOW_CALLS_SHARE_MIN of the host wait. When most of them are the operator's first
-   call with their input shapes, says it is a per-shape one-time cost and to fix the shapes. Rule 1 does not
-   count slow calls' idle as launch-heavy. Saving: their summed ``slow_call_idle_ns``.
+   call, not launching; DataLoader ranges left to rule 9) hold >= SLOW_CALLS_SHARE_MIN of the host wait. When
+   most of them are the operator's first call with their input shapes, says it is a per-shape one-time cost and
+   to fix the shapes. Rule 1 does not count slow calls' idle as launch-heavy. Saving: their summed
+   ``slow_call_idle_ns``.
+9. ``input_pipeline``: steps ``breakdown`` row ``dataloader``: ``share`` > DATALOADER_SHARE_MIN (the GPU idle
+   while the host is inside a DataLoader's ``__next__``, over the steady steps: TensorBoard's overview category
+   and its recommendation's threshold). The advice follows the loader steps' ``trust.dataloaders`` names: a
+   single-process iterator (``num_workers=0``) or worker processes that do not keep up. Saving: ``mean_ns`` x the
+   steady steps.
+
+Rule 2 adds, when bound's ``host_wait_share`` >= GPU_BOUND_HOST_NOTE, that the GPU also waits on the host for that
+share of its span: the mean queue depth averages the bursts in which kernels queue deep and the waits between.
 """
 
 from __future__ import annotations
@@ -82,10 +91,15 @@ COMPILE_PHASE = " (dynamo_timed)"  # the suffix of torch.compile's compile-phase
 GRAPH_KERNELS_MIN = 0.5  # most kernels replayed from CUDA graphs: launches are gone, the host wait is not
 # 8. slow host calls
 SLOW_CALLS_SHARE_MIN = 0.2  # a fifth of the host wait in a few slow calls: one cause (a shape, a backend) to fix
+# 9. input pipeline
+DATALOADER_SHARE_MIN = 0.05  # TensorBoard's profiler plugin recommended more DataLoader workers above 5% of a step
+# 2, qualified
+GPU_BOUND_HOST_NOTE = 0.2  # a fifth of the span waiting on the host: the mean depth hides it, say so
 
-RULES = ("host_bound_launch", "host_overhead", "slow_host_calls", "gpu_bound", "low_bandwidth", "short_kernels",
-         "sync_stalls", "low_tensor_core")
+RULES = ("host_bound_launch", "host_overhead", "slow_host_calls", "input_pipeline", "gpu_bound", "low_bandwidth",
+         "short_kernels", "sync_stalls", "low_tensor_core")
 NEEDS = {"host_bound_launch": ("bound", "launch"), "host_overhead": ("bound", "launch"), "slow_host_calls": ("bound",),
+         "input_pipeline": ("steps",),
          "gpu_bound": ("launch", "kernels"),
          "low_bandwidth": ("bandwidth",), "short_kernels": ("kernels",), "sync_stalls": ("bound",),
          "low_tensor_core": ("kernels",)}
@@ -102,7 +116,7 @@ def _sources() -> dict[str, Callable[..., Result]]:
     ones are cached); looked up at call time (tests replace them with fakes)."""
     return {"bound": lambda s, t: cache.analysis_part(s, "bound", t, BOUND_TABLES),
             "launch": lambda s, t: cache.analysis_part(s, "launch", t, LAUNCH_TABLES),
-            **{n: (lambda s, t, n=n: cache.analysis(s, n, t)) for n in ("whatif", "kernels", "bandwidth")}}
+            **{n: (lambda s, t, n=n: cache.analysis(s, n, t)) for n in ("whatif", "kernels", "bandwidth", "steps")}}
 
 
 class _Results(dict):
@@ -286,7 +300,7 @@ def rule_slow_host_calls(res: dict[str, Result]) -> list[dict]:
     ops = _top_idle_ops(b, TOP_IDLE_OPS)
     if hw is None or hw < HOST_WAIT_MIN or not host or "slow_calls" not in ops:
         return []
-    slow = ops[ops["slow_calls"] > 0]
+    slow = ops[(ops["slow_calls"] > 0) & ~ops["operator"].astype(str).map(_is_loader)]  # loaders: rule 9
     slow_ns = int(slow["slow_call_idle_ns"].sum())
     if slow_ns / host < SLOW_CALLS_SHARE_MIN:
         return []
@@ -317,6 +331,12 @@ def rule_slow_host_calls(res: dict[str, Result]) -> list[dict]:
     return [_finding("slow_host_calls", hw * slow_ns / host, msg, ev, slow_ns)]
 
 
+def _is_loader(name: str) -> bool:
+    """A DataLoader's next-batch range (the steps analysis' ``dataloader`` category)."""
+    return (name.startswith("enumerate(DataLoader)#") and name.endswith(".__next__")) \
+        or name.startswith("enumerate(DataPipe)#")
+
+
 def _api_share(lch: Result) -> float:
     """The share of TKLQT spent inside the launch calls themselves (launch ``api_ns / tklqt_ns``; 0 when unknown)."""
     api, tk = _num(lch.scalars.get("api_ns")), _num(lch.scalars.get("tklqt_ns"))
@@ -335,7 +355,43 @@ def rule_gpu_bound(res: dict[str, Result]) -> list[dict]:
            f"the top category is {top['category']} at {share:.0%} of kernel time (kernels).")
     ev = [_ev("launch", "mean_queue_depth", lch.scalars["mean_queue_depth"]),
           _ev("kernels", "categories.share", top["share"], {"category": top["category"]})]
+    b = res.get("bound")
+    hw = None if b is None else _num(b.scalars.get("host_wait_share"))
+    if hw is not None and hw >= GPU_BOUND_HOST_NOTE:
+        msg += (f" Yet for {hw:.0%} of its span the GPU waits on the host (bound): the depth averages the bursts in "
+                "which kernels queue deep and the waits between them, which kernel efficiency does not shorten: "
+                "the Bound page's segments separate the two and its idle causes say what the host does meanwhile.")
+        ev.append(_ev("bound", "host_wait_share", b.scalars["host_wait_share"]))
     return [_finding("gpu_bound", share, msg, ev)]
+
+
+def rule_input_pipeline(res: dict[str, Result]) -> list[dict]:
+    """The GPU idle while a DataLoader produces the next batch (TensorBoard's resnet50 sample with num_workers=0:
+    23% of its steady step time)."""
+    st = res["steps"]
+    bd = st.tables["breakdown"]
+    row = bd[bd["category"] == "dataloader"]
+    share = None if row.empty else _num(row.iloc[0]["share"])
+    if share is None or share <= DATALOADER_SHARE_MIN:
+        return []
+    mean = int(row.iloc[0]["mean_ns"])
+    steady = int(st.scalars.get("steady_steps") or st.scalars.get("step_count") or 0)
+    names = st.trust.get("dataloaders") or []
+    msg = (f"For {share:.0%} of the step time ({_ms(mean)} of a mean step of {_ms(st.scalars['step_time_mean_ns'])}; "
+           "steps) the GPU is idle while the host is inside the DataLoader's __next__, waiting for the next batch.")
+    if names and all("_SingleProcessDataLoaderIter" in n for n in names):
+        msg += (" The loader runs in the training process (num_workers=0): DataLoader(num_workers=N, pin_memory=True, "
+                "persistent_workers=True) prepares batches in worker processes while the GPU computes.")
+    elif names and any("_MultiProcessingDataLoaderIter" in n for n in names):
+        msg += (" Its worker processes do not keep up: more of them (num_workers), a larger prefetch_factor, or "
+                "cheaper per-item work (decoding, augmentation; on the GPU where it can run there).")
+    else:
+        msg += (" Load in worker processes (DataLoader num_workers > 0, pin_memory=True) so batches are ready before "
+                "the GPU needs them.")
+    ev = [_ev("steps", "breakdown.share", row.iloc[0]["share"], {"category": "dataloader"}),
+          _ev("steps", "breakdown.mean_ns", row.iloc[0]["mean_ns"], {"category": "dataloader"}),
+          _ev("steps", "step_time_mean_ns", st.scalars["step_time_mean_ns"])]
+    return [_finding("input_pipeline", share, msg, ev, mean * steady if steady else None)]
 
 
 def rule_low_bandwidth(res: dict[str, Result]) -> list[dict]:
@@ -431,6 +487,10 @@ def rule_low_tensor_core(res: dict[str, Result]) -> list[dict]:
         ev.append(_ev("kernels", "compute_capability", cc))
         msg += (f": run the GEMMs in fp16 (torch.autocast('cuda', dtype=torch.float16)); this GPU (compute "
                 f"capability {cc}) has no TF32 or bf16 tensor cores.")
+    elif major is None:  # an old trace without deviceProperties: the advice depends on the GPU
+        msg += (": run them in reduced precision: TF32 (torch.set_float32_matmul_precision('high')) or bf16 "
+                "(torch.autocast) on compute capability 8.0 and later, fp16 (torch.autocast('cuda', "
+                "dtype=torch.float16)) on 7.x; the trace does not record which GPU it ran on.")
     else:
         msg += (": enable TF32 (torch.set_float32_matmul_precision('high')) or run the GEMMs in bf16 "
                 "(torch.autocast).")
@@ -438,7 +498,8 @@ def rule_low_tensor_core(res: dict[str, Result]) -> list[dict]:
 
 
 _RULE_FNS = {"host_bound_launch": rule_host_bound_launch, "host_overhead": rule_host_overhead,
-             "slow_host_calls": rule_slow_host_calls, "gpu_bound": rule_gpu_bound,
+             "slow_host_calls": rule_slow_host_calls, "input_pipeline": rule_input_pipeline,
+             "gpu_bound": rule_gpu_bound,
              "low_bandwidth": rule_low_bandwidth, "short_kernels": rule_short_kernels,
              "sync_stalls": rule_sync_stalls, "low_tensor_core": rule_low_tensor_core}
 

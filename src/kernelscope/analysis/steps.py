@@ -328,7 +328,11 @@ def steps(store, trace_id: str, phase: str | None = None, warmup: int | None = N
         "step_time_min_ns": min(durs), "step_time_max_ns": max(durs), "step_time_mean_ns": int(round(mean)),
         "step_time_cv": (statistics.pstdev(durs) / mean) if mean > 0 and len(durs) > 1 else None,
     }
-    trust.update({"gpu_tail_steps": int((df["gpu_tail_ns"] > 0).sum()),
+    loaders = store.query(f"""
+        SELECT DISTINCT name FROM cpu_ops WHERE trace_id = $t AND {_DATALOADER}
+        UNION SELECT DISTINCT name FROM annotations WHERE trace_id = $t AND kind IN ('user', 'nvtx') AND {_DATALOADER}
+        ORDER BY name""", {"t": trace_id})
+    trust.update({"dataloaders": list(loaders["name"]), "gpu_tail_steps": int((df["gpu_tail_ns"] > 0).sum()),
                   "devices": int(query_row(store, "SELECT count(DISTINCT device) AS n FROM gpu_activities "
                                                   "WHERE trace_id = $t", t=trace_id).get("n") or 0)})
     return Result(name="steps", definition=__doc__.strip(), scalars=scalars,

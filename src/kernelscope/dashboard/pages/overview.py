@@ -72,8 +72,8 @@ def _power(store, trace_id: str):
 #: longest at 1M kernels first, with what whatif waits for (the launch and bound parts tell whether it is cited)
 #: started beside it; power after bandwidth, whose FLOP total it reads. The page's own work after the prefetch is
 #: then mostly reading the cache.
-PREFETCH = ("bandwidth", rb.launch_part, rb.bound_part, _whatif_if_cited, "summary", "kernels", _idle_split,
-            _busy_bins, _power)
+PREFETCH = ("bandwidth", rb.launch_part, rb.bound_part, _whatif_if_cited, "summary", "kernels", "steps",
+            _idle_split, _busy_bins, _power)
 
 
 def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
