@@ -225,3 +225,25 @@ def test_ingest_starts_the_pool_first_and_the_reader_takes_it(tmp_path, monkeypa
     assert taken[0]._shutdown_thread and not pools._STARTED  # and shut it down after its parse
     one_db, _ = ingest(tmp_path, "one", SAMPLE, "1", monkeypatch)
     assert store_rows(db) == store_rows(one_db)
+
+
+def test_a_bare_array_of_events_reads_as_its_wrapped_twin(tmp_path, monkeypatch, pool, small_chunks):
+    """PyTorch 1.8 wrote the event array alone (TensorBoard's own resnet50 samples in kineto's tb_plugin, 2020):
+    it reads as the same events wrapped in ``{"traceEvents": ...}``, batch for batch, by the one-process and the
+    parallel reader alike; cut short it is refused as a truncated array, and salvaged with ``salvage``."""
+    import json
+
+    events = json.loads(gzip.decompress(SAMPLE.read_bytes()))["traceEvents"]
+    bare, wrapped = tmp_path / "bare.json", tmp_path / "wrapped.json"
+    bare.write_text(json.dumps(events, indent=1))
+    wrapped.write_text(json.dumps({"traceEvents": events}, indent=1))
+    one = pa.Table.from_batches(list(KinetoReader(bare)))
+    assert one.num_rows > 1000 and one.equals(pa.Table.from_batches(list(KinetoReader(wrapped))))
+    assert pa.Table.from_batches(list(parallel.ParallelKinetoReader(bare, workers=2))).equals(one)
+    assert_same_store(tmp_path, bare, monkeypatch)
+    cut = tmp_path / "cut.json"
+    cut.write_bytes(bare.read_bytes()[: bare.stat().st_size // 2])
+    with pytest.raises(Exception, match="ends inside the traceEvents array"):
+        list(KinetoReader(cut))
+    kept = KinetoReader(cut, salvage=True)
+    assert 0 < sum(b.num_rows for b in kept) < one.num_rows and kept.meta.truncated

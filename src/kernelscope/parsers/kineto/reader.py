@@ -107,6 +107,7 @@ class KinetoReader:
         self._top = TopLevel(self.meta, self._fixes)
         self._batches = BatchBuilder(self.meta, python_functions=python_functions, batch_rows=self.batch_rows)
         self._started = False
+        self._bare = False  # the file is a bare array of events (PyTorch 1.8's export), no top-level object
 
     # -- public
 
@@ -146,13 +147,12 @@ class KinetoReader:
                 if stripped:
                     first_checked = True
                     c = stripped[:1]
-                    if c == b"[":
-                        raise ParseError(
-                            "the top-level JSON value is an array of events, not an object with a traceEvents "
-                            "key: a bare Chrome trace, or PyTorch 1.8's first Kineto export, which kernelscope "
-                            "does not read; re-record with PyTorch >= 1.9 (or wrap the array as "
-                            "{\"traceEvents\": [...]})"
-                        )
+                    if c == b"[":  # a bare array of events (PyTorch 1.8, TensorBoard's own samples): no keys
+                        self._bare = True
+                        base = src.offset - len(stripped) + 1  # absolute offset just after the '['
+                        yield from self._events(src, stripped[1:], base, eof)
+                        self._finalise(src)
+                        return
                     if c != b"{":
                         raise ParseError(
                             "not JSON: the file does not start with '{' (binary or another format); "
@@ -327,7 +327,11 @@ class KinetoReader:
             if k < 0:
                 break
             right = buf[k + 1 :].strip()
-            if right == b"}":
+            if self._bare:  # the array's ']' ends the file
+                if right:
+                    continue
+                tail = b"{}"
+            elif right == b"}":
                 tail = b"{}"
             elif right.startswith(b",") and right.endswith(b"}") and tail_ok(b"{" + right[1:]):
                 tail = b"{" + right[1:]
@@ -354,6 +358,13 @@ class KinetoReader:
             if left and not left.endswith(b"}"):
                 continue
             right = buf[k + 1 :].strip()
+            if self._bare:  # the fast path found no ']' ending the file after events that decode
+                if not right and self._events_ok(left):
+                    yield from self._decode_run(left, base, final=True)
+                    return
+                if not right:
+                    bad_events_at = left
+                continue
             if not right.endswith(b"}"):
                 end = right.rfind(b"}")
                 if end >= 0 and self._events_ok(left):
