@@ -69,7 +69,7 @@ def test_bad_input_one_line_nonzero_store_unchanged(name, seeded, tmp_path):
 def test_directory_of_mixed_good_and_bad_files(seeded, tmp_path):
     folder = tmp_path / "mixed"
     folder.mkdir()
-    bad = [CASES[n](folder) for n in ("truncated_gzip", "root_empty_array", "duplicate_correlations")
+    bad = [CASES[n](folder) for n in ("truncated_gzip", "root_string", "duplicate_correlations")
            if n in CASES]
     assert len(bad) == 3
     shutil.copytree(ROOT / "sample_traces" / "small_kernels_graph", folder / "good_run")

@@ -22,7 +22,7 @@ EXPECT = {
     "truncated_in_head": "truncated", "truncated_after_key": "truncated", "truncated_in_first_event": "truncated",
     "truncated_in_last_event": "truncated", "truncated_between_events": "truncated",
     "truncated_after_array": "closing brace", "truncated_in_tail": "closing brace",
-    "truncated_before_closing_brace": "closing brace", "root_empty_array": "array", "root_array_of_events": "array",
+    "truncated_before_closing_brace": "closing brace",
     "root_string": "'{'", "root_number": "'{'", "no_trace_events": "no \"traceEvents\"",
     "trace_events_object": "not an array", "trace_events_null": "not an array", "trace_events_string": "not an array",
     "nan_ts": "NaN", "infinity_dur": "NaN or Infinity", "string_nan_ts": "not a number", "object_ts": "not a number",

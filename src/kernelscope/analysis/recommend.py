@@ -300,7 +300,8 @@ def rule_slow_host_calls(res: dict[str, Result]) -> list[dict]:
     ops = _top_idle_ops(b, TOP_IDLE_OPS)
     if hw is None or hw < HOST_WAIT_MIN or not host or "slow_calls" not in ops:
         return []
-    slow = ops[(ops["slow_calls"] > 0) & ~ops["operator"].astype(str).map(_is_loader)]  # loaders: rule 9
+    loader = pd.Series([_is_loader(str(n)) for n in ops["operator"]], index=ops.index, dtype=bool)
+    slow = ops[(ops["slow_calls"] > 0) & ~loader]  # DataLoader ranges are rule 9's
     slow_ns = int(slow["slow_call_idle_ns"].sum())
     if slow_ns / host < SLOW_CALLS_SHARE_MIN:
         return []

@@ -47,6 +47,7 @@ from ..errors import UsageError
 from ..storage.intervals import union_length_sql, union_sql
 from ..storage.labels import label_value
 from ..storage.queries import iterations_sql
+from ..units import ns_to_ms
 from . import bound as bound_mod
 from . import comm as comm_mod
 from . import launch as launch_mod
@@ -211,7 +212,7 @@ def transition(store, trace_ids: list[str] | None = None, by: str = "batch", swe
         pct = f"{shares[0]}%" if shares[0] == shares[-1] else f"{shares[0]}-{shares[-1]}%"
         warnings.append(
             f"at {by}={', '.join(str(v) for v in slowed['label'])}: {pct} of the host wait is inside slow operator "
-            f"calls (each kept the GPU waiting {bound_mod.SLOW_CALL_NS // 1_000_000} ms or more: host work inside "
+            f"calls (each kept the GPU waiting {ns_to_ms(bound_mod.SLOW_CALL_NS):g} ms or more: host work inside "
             "the call, such as a first call with new input shapes), so those points read as more CPU-bound than "
             "their steady state; `kernelscope analyze recommend TRACE` names the calls.")
     trace_gpu = [q is not None and q >= 1 for q in df["mean_queue_depth"]]

@@ -96,7 +96,8 @@ def detect_format(path: str | Path, salvage: bool = False) -> str:
     if not head:
         raise ParseError("the file is empty after decompression; it holds no trace")
     raise ParseError(
-        "not a trace: the file does not start with '{' (binary, another format, or JSON that is not an object); "
+        "not a trace: the file starts with neither '{' nor '[' (binary, another format, or JSON that is neither "
+        "an object nor an array of events); "
         "give a torch.profiler .json or .json.gz trace"
     )
 

@@ -155,7 +155,7 @@ class KinetoReader:
                         return
                     if c != b"{":
                         raise ParseError(
-                            "not JSON: the file does not start with '{' (binary or another format); "
+                            "not JSON: the file starts with neither '{' nor '[' (binary or another format); "
                             "give a torch.profiler .json or .json.gz trace"
                         )
                 elif eof:
