@@ -186,3 +186,21 @@ def test_short_kernel_time_inside_cuda_graphs(store, tmp_path):
     d = K.kernels(store, res.trace_id).to_dict()
     assert d["kernel_time_ns"] == 26_000 and d["short_kernels"] == 3
     assert d["short_kernel_ns"] == 6_000 and d["short_graph_kernel_ns"] == 4_000
+
+
+def test_compute_capability_from_kineto_2021_compute_properties(store, tmp_path):
+    """TensorBoard's 2021 test traces list the devices under computeProperties with ``major``/``minor`` (a V100:
+    7.0); today's deviceProperties say ``computeMajor``/``computeMinor``. Both give the lowest capability."""
+    import json
+
+    events = [op("aten::mm", 0, 10, 1), rt("cudaLaunchKernel", 1, 2, 1, 1), kern("gemm", 5, 3, 1, 1)]
+    old = [{"id": 0, "name": "Tesla V100-DGXS-32GB", "major": 7, "minor": 0},
+           {"id": 1, "name": "Tesla T4", "major": 7, "minor": 5}]
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps({"schemaVersion": 1, "computeProperties": old, "traceEvents": events}))
+    new = write_trace(tmp_path / "new.json", events, deviceProperties=[{"id": 0, "computeMajor": 9, "computeMinor": 0}])
+    got = []
+    for p in (path, new):
+        res = ingest_file(store, p)
+        got.append(K.kernels(store, res.trace_id).scalars["compute_capability"])
+    assert got == ["7.0", "9.0"]

@@ -347,3 +347,25 @@ def test_pretty_printed_args_are_stored_on_one_line(tmp_path):
     assert json.loads(row["concrete_inputs"]) == ["", "a \\n b"]  # an escaped line break inside a string stays
     (row,), _ = read(plain)
     assert row["input_dims"] == "[[8, 16], [16, 4]]"
+
+
+def test_pytorch_1_8_names_of_shapes_and_devices(tmp_path):
+    """TensorBoard's 2021 test and sample traces: operators' shapes under "Input dims" (not "Input Dims") and the
+    devices under "computeProperties" (not "deviceProperties"). Both read as their later names; where the later
+    name is also present it wins."""
+    ops = [{"ph": "X", "cat": "Operator", "name": f"aten::mm{i}", "pid": 1, "tid": 1, "ts": 10 * i, "dur": 5,
+            "args": args} for i, args in enumerate([
+                {"Input dims": [[8, 16], [16, 4]], "Input type": ["float", "float"]},
+                {"Input Dims": [[2, 2]]},
+                {"Input Dims": [[3, 3]], "Input dims": [[9, 9]]},
+                {}])]
+    dev = [{"id": 0, "name": "Tesla V100-DGXS-32GB", "major": 7, "minor": 0, "multiProcessorCount": 80}]
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps({"schemaVersion": 1, "computeProperties": dev, "traceEvents": ops}))
+    rows, meta = read(path)
+    dims = [r["input_dims"] for r in rows]
+    assert dims == ["[[8, 16], [16, 4]]", "[[2, 2]]", "[[3, 3]]", None], dims  # as written
+    assert meta.device_properties == dev
+    path.write_text(json.dumps({"schemaVersion": 1, "computeProperties": dev, "traceEvents": ops,
+                                "deviceProperties": [{**dev[0], "name": "H200"}]}))
+    assert read(path)[1].device_properties[0]["name"] == "H200"

@@ -78,6 +78,11 @@ for _f in ARG_FIELDS:
     if _f.read == "number":
         _NUMBER_COLUMNS[_f.column] = (*_NUMBER_COLUMNS.get(_f.column, ()), _f)
 _DEVICE, _STREAM = _NUMBER_COLUMNS.pop("device")[0], _NUMBER_COLUMNS.pop("stream")[0]
+#: ``json`` args by the column they fill, first field first (``input_dims``: "Input Dims", else PyTorch 1.8's
+#: "Input dims").
+_JSON_COLUMNS: dict[str, tuple[ArgField, ...]] = {}
+for _f in JSON_FIELDS:
+    _JSON_COLUMNS[_f.column] = (*_JSON_COLUMNS.get(_f.column, ()), _f)
 #: The args whose presence makes an event a collective (its collective args kept as JSON in ``text``).
 _COLLECTIVE_MARKERS = ("coll_name", "pg_name")
 
@@ -200,8 +205,11 @@ class BatchBuilder:
             out[column] = _num_array(values, first.type, bad, first.key)
         for f in DIMS_FIELDS:
             out[f"{f.column}_x"], out[f"{f.column}_y"], out[f"{f.column}_z"] = _dims(arg_values[f.attr], bad, f.key)
-        for f in JSON_FIELDS:
-            out[f.column] = _one_line(_raw_strings(arg_values[f.attr]))
+        for column, (first, *older) in _JSON_COLUMNS.items():
+            raws = arg_values[first.attr]
+            for f in older:  # an older name of the same arg: used where the current one is absent
+                raws = [r if len(r) else o for r, o in zip(raws, arg_values[f.attr])]
+            out[column] = _one_line(_raw_strings(raws))
         return out
 
 

@@ -65,6 +65,8 @@ ARG_FIELDS: tuple[ArgField, ...] = (
     ArgField("mem_device_type", "Device Type", "mem_device_type", "number", _I32),
     ArgField("mem_device_id", "Device Id", "mem_device_id", "number", _I32),
     ArgField("input_dims", "Input Dims", "input_dims", "json"),
+    # PyTorch 1.8-1.9's name of the same shapes: used where "Input Dims" is absent
+    ArgField("input_dims_old", "Input dims", "input_dims", "json"),
     ArgField("input_types", "Input type", "input_types", "json"),
     ArgField("input_strides", "Input Strides", "input_strides", "json"),
     ArgField("concrete_inputs", "Concrete Inputs", "concrete_inputs", "json"),

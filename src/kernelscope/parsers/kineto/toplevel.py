@@ -23,7 +23,8 @@ from kernelscope.parsers.schema import TraceMeta
 TRACE_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*')
 _DROPPED = re.compile(rb"drop|lost|overflow", re.I)
 #: Top-level keys whose value kernelscope uses: given twice with different values, the trace is refused.
-READ_TOP_KEYS = frozenset({"traceEvents", "baseTimeNanoseconds", "deviceProperties", "distributedInfo"})
+READ_TOP_KEYS = frozenset({"traceEvents", "baseTimeNanoseconds", "deviceProperties", "computeProperties",
+                           "distributedInfo"})
 
 
 class TopLevel:
@@ -107,7 +108,8 @@ class TopLevel:
                         f"baseTimeNanoseconds ({str(value)[:40]}) is out of range for epoch nanoseconds; fix or "
                         "remove the key"
                     )
-            elif key == "deviceProperties":
+            elif key == "deviceProperties" or (key == "computeProperties" and "deviceProperties" not in self.seen):
+                # computeProperties: Kineto's name for the same list in 2021 (TensorBoard's test traces)
                 meta.device_properties = [d for d in value if isinstance(d, dict)] if isinstance(value, list) else []
             elif key == "distributedInfo":
                 if isinstance(value, dict):
