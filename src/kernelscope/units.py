@@ -20,6 +20,7 @@ MJ_PER_J = 1_000
 BYTES_PER_MB = 1_000_000
 BYTES_PER_GB = 1_000_000_000
 BYTES_PER_MIB = 1 << 20  # binary, as caches are sized
+BYTES_PER_GIB = 1 << 30  # binary, as device memory is sized (an "80 GB" H100 holds 79.2 GiB)
 FLOP_PER_GFLOP = 1_000_000_000
 FLOP_PER_TFLOP = 1_000_000_000_000
 GFLOP_PER_TFLOP = 1_000

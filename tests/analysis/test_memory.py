@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
 import pytest
 from click.testing import CliRunner
 from conftest import SAMPLES, session_store_copy
@@ -233,3 +234,31 @@ def test_salvaged_cut_trace_keeps_its_memory_events(tmp_path):
     reader = open_trace(cut, salvage=True)
     rows = [r for b in reader for r in b.to_pylist() if r["name"] == "[memory]"]
     assert reader.meta.truncated and [r["mem_bytes"] for r in rows] == [512, 256, -512, -100, 1024, -1024]
+
+
+@pytest.mark.parametrize("total, fires", [(2300, True), (2422, True), (2423, False), (4000, False)])
+def test_peak_against_the_device_memory(tmp_path, total, fires):
+    """The hand trace with its device's memory given (deviceProperties totalGlobalMem): cuda:0 peaks at 2,180
+    bytes: 2180/2300 = 94.8% (recommend's memory_at_limit fires, above TensorBoard's 90%), 2180/2422 = 90.008%
+    (fires), 2180/2423 = 89.97% (silent), 54.5% of 4,000; the CPU row has no device memory. Without
+    totalGlobalMem: null."""
+    from kernelscope.analysis import recommend as rec
+
+    path = write_trace(tmp_path / "m.json", _events(),
+                       deviceProperties=[{"id": 0, "name": "Test GPU", "totalGlobalMem": total}])
+    with open_store(empty(tmp_path / "m.duckdb")) as s:
+        res = ingest_file(s, path)
+        r = memory(s, res.trace_id)
+        bare = memory(s, ingest_file(s, write_trace(tmp_path / "bare.json", _events())).trace_id)
+    dev = r.table("device_memory").set_index("device")
+    assert dev.loc["cuda:0", "device_memory_bytes"] == total
+    assert dev.loc["cuda:0", "peak_share_of_device"] == pytest.approx(2180 / total)
+    assert pd.isna(dev.loc["cpu", "device_memory_bytes"]) and pd.isna(dev.loc["cpu", "peak_share_of_device"])
+    assert bare.table("device_memory")["device_memory_bytes"].isna().all()
+    found = rec.rule_memory_at_limit({"memory": r})
+    assert bool(found) is fires
+    if fires:
+        (f,) = found
+        assert f["message"].startswith(f"cuda:0's allocated memory peaks at 0.0 GiB, {2180 / total:.0%} of its 0.0 "
+                                       "GiB (memory; in aten::empty, of module nn.Module: Net_0)")
+        assert f["severity"] == "high" and f["saving_ns"] is None

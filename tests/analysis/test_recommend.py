@@ -387,7 +387,8 @@ def fake_sources(monkeypatch, **given):
     """recommend reads ``given`` (name -> fn(store, trace_id)) and the fakes above for the rest."""
     fakes = {"bound": lambda s, t: fake_bound(), "launch": lambda s, t: fake_launch(),
              "whatif": lambda s, t: fake_whatif(), "kernels": lambda s, t: fake_kernels(),
-             "bandwidth": lambda s, t: fake_bandwidth(), "steps": lambda s, t: fake_steps(), **given}
+             "bandwidth": lambda s, t: fake_bandwidth(), "steps": lambda s, t: fake_steps(),
+             "memory": lambda s, t: R("memory"), **given}  # no memory events: no device_memory table
     assert set(fakes) == set(rec._sources())  # every analysis recommend reads
     monkeypatch.setattr(rec, "_sources", lambda: dict(fakes))
     monkeypatch.setattr(rec, "_captured", lambda s, t: 0)  # no stream capture (the store is None here)
@@ -496,8 +497,8 @@ def test_whatif_runs_only_for_a_host_bound_finding(sample_store):
     db, ids = sample_store
     with open_store(db) as s:
         r1, r128 = rec.recommend(s, ids["b1"]), rec.recommend(s, ids["b128"])
-    assert r1.trust["analyses_run"] == ["bandwidth", "bound", "kernels", "launch", "steps", "whatif"]
-    assert r128.trust["analyses_run"] == ["bandwidth", "bound", "kernels", "launch", "steps"]
+    assert r1.trust["analyses_run"] == ["bandwidth", "bound", "kernels", "launch", "memory", "steps", "whatif"]
+    assert r128.trust["analyses_run"] == ["bandwidth", "bound", "kernels", "launch", "memory", "steps"]
     assert "host_bound_launch" not in r128.scalars["rules_fired"]
 
 

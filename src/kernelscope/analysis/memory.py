@@ -26,6 +26,9 @@ canonical text; every size is in bytes, every time integer ns).
   whose next event at the same device and address is not a free), largest first (at most ``live_limit`` rows),
   with the allocating operator, its top-level operator and module. ``live_at_end_bytes`` per device sums all
   such blocks. Frees of blocks allocated before the window are counted in trust.
+- ``device_memory_bytes``: a CUDA device's memory (``totalGlobalMem`` of the trace's deviceProperties entry with
+  its id; null when the trace does not say), and ``peak_share_of_device`` = ``peak_allocated_bytes`` / it, per
+  device in ``device_memory`` (recommend's ``memory_at_limit`` reads them).
 - Allocator stalls: ``idle_ns`` = the GPU idle time (the gaps of each device's busy union inside its GPU span,
   as the idle analysis counts them), ``allocator_idle_ns`` = the part of it that overlaps the union of the
   allocator's runtime/driver calls (``cudaMalloc``, ``cudaFree``, ``cuMemAlloc``, ``cuMemFree``, their
@@ -88,6 +91,21 @@ def _with_modules(store, trace_id: str, df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def _device_memory(store, trace_id: str) -> dict[int, int]:
+    """{CUDA device id: its memory in bytes} from the trace's deviceProperties (``id``, ``totalGlobalMem``)."""
+    from .opmodel_inputs import json_value
+    from .rows import query_row
+
+    props = json_value(query_row(store, "SELECT device_properties FROM traces WHERE trace_id = $t",
+                                 t=trace_id).get("device_properties"))
+    out = {}
+    for p in props if isinstance(props, list) else []:
+        i, total = (p.get("id"), p.get("totalGlobalMem")) if isinstance(p, dict) else (None, None)
+        if isinstance(i, int) and isinstance(total, int) and total > 0 and not isinstance(total, bool):
+            out[i] = total
+    return out
+
+
 def memory(store, trace_id: str, max_points: int = MAX_POINTS, live_limit: int = LIVE_LIMIT) -> Result:
     """Memory over time, its peak, allocations per operator, live-at-end blocks and allocator stalls (see the
     module docstring for the definitions)."""
@@ -112,6 +130,13 @@ def memory(store, trace_id: str, max_points: int = MAX_POINTS, live_limit: int =
     alloc_idle["allocator_idle_share"] = [
         _share(int(a), int(i)) for a, i in zip(alloc_idle["allocator_idle_ns"], alloc_idle["idle_ns"])]
 
+    capacity = _device_memory(store, trace_id)
+    devices["device_memory_bytes"] = pd.array(
+        [capacity.get(int(i)) if int(t) == 1 else None for t, i in zip(devices["device_type"], devices["device_id"])],
+        dtype="Int64")
+    devices["peak_share_of_device"] = [
+        float(p) / c if c is not pd.NA and c and not pd.isna(p) else None
+        for p, c in zip(devices["peak_allocated_bytes"], devices["device_memory_bytes"])]
     live_by_dev = dict(zip(live_totals["device"], live_totals["bytes"]))
     devices["live_at_end_blocks"] = [int(dict(zip(live_totals["device"], live_totals["blocks"])).get(d, 0))
                                      for d in devices["device"]]

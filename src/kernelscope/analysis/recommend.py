@@ -1,6 +1,6 @@
 """Recommendations: rules over the other analyses' results, each finding citing the numbers it rests on.
 
-recommend reads bound, launch, kernels, bandwidth, steps and whatif on one trace and checks nine rules. A finding
+recommend reads bound, launch, kernels, bandwidth, steps, memory and whatif on one trace and checks ten rules. A finding
 has a ``rule`` id, a ``severity`` (from the rule's main share: >= 0.5 high, >= 0.2 medium, else low), a
 ``message`` with the numbers, ``evidence`` (a list of ``{"analysis", "key", "value"}`` plus ``"row"`` for
 a table cell: the cited analysis' own output, unchanged) and ``saving_ns`` (estimated time saved, null
@@ -41,6 +41,9 @@ Rules (thresholds below):
    and its recommendation's threshold). The advice follows the loader steps' ``trust.dataloaders`` names: a
    single-process iterator (``num_workers=0``) or worker processes that do not keep up. Saving: ``mean_ns`` x the
    steady steps.
+10. ``memory_at_limit``: memory ``device_memory`` ``peak_share_of_device`` > MEMORY_SHARE_MIN on a device (the
+   allocator's peak against the device's memory: TensorBoard's recommendation and its threshold); names the
+   peak's operator and module. No saving: it costs no time, it caps the batch and risks an out-of-memory.
 
 Rule 2 adds, when bound's ``host_wait_share`` >= GPU_BOUND_HOST_NOTE, that the GPU also waits on the host for that
 share of its span: the mean queue depth averages the bursts in which kernels queue deep and the waits between.
@@ -55,7 +58,7 @@ from typing import Any
 import pandas as pd
 
 from ..errors import KernelscopeError
-from ..units import NS_PER_US, ns_to_ms
+from ..units import BYTES_PER_GIB, NS_PER_US, ns_to_ms
 from . import cache
 from .bound import SLOW_CALL_NS
 from .result import Result, py_scalar
@@ -93,18 +96,22 @@ GRAPH_KERNELS_MIN = 0.5  # most kernels replayed from CUDA graphs: launches are 
 SLOW_CALLS_SHARE_MIN = 0.2  # a fifth of the host wait in a few slow calls: one cause (a shape, a backend) to fix
 # 9. input pipeline
 DATALOADER_SHARE_MIN = 0.05  # TensorBoard's profiler plugin recommended more DataLoader workers above 5% of a step
+# 10. memory at the device's limit
+MEMORY_SHARE_MIN = 0.9  # TensorBoard's profiler plugin: the peak above 90% of the device's memory
 # 2, qualified
 GPU_BOUND_HOST_NOTE = 0.2  # a fifth of the span waiting on the host: the mean depth hides it, say so
 
 RULES = ("host_bound_launch", "host_overhead", "slow_host_calls", "input_pipeline", "gpu_bound", "low_bandwidth",
-         "short_kernels", "sync_stalls", "low_tensor_core")
+         "short_kernels", "sync_stalls", "low_tensor_core", "memory_at_limit")
 NEEDS = {"host_bound_launch": ("bound", "launch"), "host_overhead": ("bound", "launch"), "slow_host_calls": ("bound",),
-         "input_pipeline": ("steps",),
+         "input_pipeline": ("steps",), "memory_at_limit": ("memory",),
          "gpu_bound": ("launch", "kernels"),
          "low_bandwidth": ("bandwidth",), "short_kernels": ("kernels",), "sync_stalls": ("bound",),
          "low_tensor_core": ("kernels",)}
 
 
+#: The analyses the rules read whole.
+WHOLE = ("whatif", "kernels", "bandwidth", "steps", "memory")
 #: launch's and bound's tables the rules read (launch computes only these; bound skips its binned tables).
 LAUNCH_TABLES = ("per_leaf_op",)
 BOUND_TABLES = ("devices", "idle_causes", "idle_operators")
@@ -116,7 +123,7 @@ def _sources() -> dict[str, Callable[..., Result]]:
     ones are cached); looked up at call time (tests replace them with fakes)."""
     return {"bound": lambda s, t: cache.analysis_part(s, "bound", t, BOUND_TABLES),
             "launch": lambda s, t: cache.analysis_part(s, "launch", t, LAUNCH_TABLES),
-            **{n: (lambda s, t, n=n: cache.analysis(s, n, t)) for n in ("whatif", "kernels", "bandwidth", "steps")}}
+            **{n: (lambda s, t, n=n: cache.analysis(s, n, t)) for n in WHOLE}}
 
 
 class _Results(dict):
@@ -498,11 +505,37 @@ def rule_low_tensor_core(res: dict[str, Result]) -> list[dict]:
     return [_finding("low_tensor_core", gshare, msg, ev)]
 
 
+def rule_memory_at_limit(res: dict[str, Result]) -> list[dict]:
+    """The allocator's peak near the device's memory: the batch cannot grow, the next allocation may fail."""
+    m = res["memory"]
+    dm = m.tables.get("device_memory")
+    if dm is None or dm.empty or "peak_share_of_device" not in dm:
+        return []
+    out = []
+    for r in dm.itertuples(index=False):
+        share = _num(r.peak_share_of_device)
+        if share is None or share <= MEMORY_SHARE_MIN:
+            continue
+        where = ", ".join(f"{k} {v}" for k, v in (("in", r.peak_operator), ("of module", r.peak_module))
+                          if isinstance(v, str) and v)
+        msg = (f"{r.device}'s allocated memory peaks at {r.peak_allocated_bytes / BYTES_PER_GIB:.1f} GiB, {share:.0%} "
+               f"of its {r.device_memory_bytes / BYTES_PER_GIB:.1f} GiB (memory{'; ' + where if where else ''}): a "
+               "larger batch will not fit, and the caching allocator's fragmentation can make an allocation fail. "
+               "Activation checkpointing (torch.utils.checkpoint) or bf16/fp16 autocast lowers the peak; the Memory "
+               "page shows what is live at it.")
+        row = {"device": r.device}
+        ev = [_ev("memory", f"device_memory.{k}", getattr(r, k), row)
+              for k in ("peak_share_of_device", "peak_allocated_bytes", "device_memory_bytes")]
+        out.append(_finding("memory_at_limit", share, msg, ev))
+    return out
+
+
 _RULE_FNS = {"host_bound_launch": rule_host_bound_launch, "host_overhead": rule_host_overhead,
              "slow_host_calls": rule_slow_host_calls, "input_pipeline": rule_input_pipeline,
              "gpu_bound": rule_gpu_bound,
              "low_bandwidth": rule_low_bandwidth, "short_kernels": rule_short_kernels,
-             "sync_stalls": rule_sync_stalls, "low_tensor_core": rule_low_tensor_core}
+             "sync_stalls": rule_sync_stalls, "low_tensor_core": rule_low_tensor_core,
+             "memory_at_limit": rule_memory_at_limit}
 
 
 def evaluate(res: dict[str, Result]) -> tuple[list[dict], list[str]]:

@@ -72,7 +72,7 @@ def _power(store, trace_id: str):
 #: longest at 1M kernels first, with what whatif waits for (the launch and bound parts tell whether it is cited)
 #: started beside it; power after bandwidth, whose FLOP total it reads. The page's own work after the prefetch is
 #: then mostly reading the cache.
-PREFETCH = ("bandwidth", rb.launch_part, rb.bound_part, _whatif_if_cited, "summary", "kernels", "steps",
+PREFETCH = ("bandwidth", rb.launch_part, rb.bound_part, _whatif_if_cited, "summary", "kernels", "steps", "memory",
             _idle_split, _busy_bins, _power)
 
 
