@@ -242,7 +242,7 @@ def test_peak_against_the_device_memory(tmp_path, total, fires):
     bytes: 2180/2300 = 94.8% (recommend's memory_at_limit fires, above TensorBoard's 90%), 2180/2422 = 90.008%
     (fires), 2180/2423 = 89.97% (silent), 54.5% of 4,000; the CPU row has no device memory. Without
     totalGlobalMem: null."""
-    from kernelscope.analysis import recommend as rec
+    from kernelscope.analysis import rules
 
     path = write_trace(tmp_path / "m.json", _events(),
                        deviceProperties=[{"id": 0, "name": "Test GPU", "totalGlobalMem": total}])
@@ -255,7 +255,7 @@ def test_peak_against_the_device_memory(tmp_path, total, fires):
     assert dev.loc["cuda:0", "peak_share_of_device"] == pytest.approx(2180 / total)
     assert pd.isna(dev.loc["cpu", "device_memory_bytes"]) and pd.isna(dev.loc["cpu", "peak_share_of_device"])
     assert bare.table("device_memory")["device_memory_bytes"].isna().all()
-    found = rec.rule_memory_at_limit({"memory": r})
+    found = rules.rule_memory_at_limit({"memory": r})
     assert bool(found) is fires
     if fires:
         (f,) = found

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from conftest import ROOT
 
 from kernelscope.analysis import recommend as rec
+from kernelscope.analysis import rules
 from kernelscope.analysis.registry import ANALYSES
 from kernelscope.analysis.result import Result
 from kernelscope.cli import cli
@@ -84,7 +85,7 @@ def values(f):
 def test_host_bound_fires_with_whatif_saving():
     # top idle operators: mm 500 (1/10 launch-bound: not heavy), add 300 (10/10), mul 200 (5/10 = 0.5: heavy)
     # launch-heavy idle = 300 + 200 = 500 of 1000 = 0.5 >= 0.3; host wait 0.6 >= 0.3
-    [f] = rec.rule_host_bound_launch({"bound": fake_bound(), "launch": fake_launch(), "whatif": fake_whatif()})
+    [f] = rules.rule_host_bound_launch({"bound": fake_bound(), "launch": fake_launch(), "whatif": fake_whatif()})
     assert f["rule"] == "host_bound_launch" and f["severity"] == "high"  # 0.6 >= 0.5
     assert f["saving_ns"] == 7_000_000  # 10 ms observed - 3 ms predicted
     assert "60% of the GPU span is host wait" in f["message"] and "7.00 ms" in f["message"]
@@ -96,13 +97,13 @@ def test_host_bound_fires_with_whatif_saving():
 
 
 def test_host_bound_silent_below_host_wait_or_without_launch_heavy_ops():
-    assert rec.rule_host_bound_launch({"bound": fake_bound(0.29), "launch": fake_launch()}) == []
+    assert rules.rule_host_bound_launch({"bound": fake_bound(0.29), "launch": fake_launch()}) == []
     # add only 2/10 launch-bound -> heavy is mul alone: 200 / 1000 = 0.2 < 0.3
-    assert rec.rule_host_bound_launch({"bound": fake_bound(), "launch": fake_launch(add_bound=2)}) == []
+    assert rules.rule_host_bound_launch({"bound": fake_bound(), "launch": fake_launch(add_bound=2)}) == []
 
 
 def test_host_bound_without_whatif_has_no_saving():
-    [f] = rec.rule_host_bound_launch({"bound": fake_bound(0.35), "launch": fake_launch()})
+    [f] = rules.rule_host_bound_launch({"bound": fake_bound(0.35), "launch": fake_launch()})
     assert f["saving_ns"] is None and f["severity"] == "medium"
 
 
@@ -125,7 +126,7 @@ def slow_launch():  # every call of both spends longer on the host than on the G
 
 
 def test_slow_host_calls_fire_and_say_the_cost_is_per_shape():
-    [f] = rec.rule_slow_host_calls({"bound": slow_bound()})
+    [f] = rules.rule_slow_host_calls({"bound": slow_bound()})
     # 149,096,085 / 202,595,403 = 73.6% of the host wait; severity from 0.9884 x 0.736 = 0.727 of the span
     assert f["rule"] == "slow_host_calls" and f["severity"] == "high" and f["saving_ns"] == 149_096_085
     assert "74% of the host wait (149.10 ms) is inside 3 slow operator calls" in f["message"]
@@ -134,11 +135,11 @@ def test_slow_host_calls_fire_and_say_the_cost_is_per_shape():
     assert values(f)[("bound", "idle_operators.slow_call_idle_ns",
                       '{"operator": "aten::_cudnn_attention_forward"}')] == 149_096_085
     # 1 of 3 new shapes: not the per-shape advice
-    [g] = rec.rule_slow_host_calls({"bound": slow_bound(new=1)})
+    [g] = rules.rule_slow_host_calls({"bound": slow_bound(new=1)})
     assert "first call" not in g["message"] and "Find those calls in the timeline" in g["message"]
     assert "record_shapes=True" not in g["message"]
     # recorded without shapes: new shapes cannot be told, and the message says how to record them
-    [h] = rec.rule_slow_host_calls({"bound": slow_bound(new=None)})
+    [h] = rules.rule_slow_host_calls({"bound": slow_bound(new=None)})
     assert "The trace has no input shapes (torch.profiler records them with record_shapes=True)" in h["message"]
 
 
@@ -147,11 +148,11 @@ def test_slow_host_calls_are_not_launch_overhead():
     the launch-heavy idle is 1.27 + 6.34 ms of 156.70 ms (5%): rule 1 stays silent, rule 8 speaks."""
     plain = slow_bound()
     plain.tables["idle_operators"] = plain.tables["idle_operators"][["operator", "idle_ns", "main_category", "gaps"]]
-    assert rec.rule_host_bound_launch({"bound": plain, "launch": slow_launch()})
-    assert rec.rule_slow_host_calls({"bound": plain}) == []
-    assert rec.rule_host_bound_launch({"bound": slow_bound(), "launch": slow_launch()}) == []
+    assert rules.rule_host_bound_launch({"bound": plain, "launch": slow_launch()})
+    assert rules.rule_slow_host_calls({"bound": plain}) == []
+    assert rules.rule_host_bound_launch({"bound": slow_bound(), "launch": slow_launch()}) == []
     # below a fifth of the host wait (40 ms = 19.7%) the slow calls are no finding
-    assert rec.rule_slow_host_calls({"bound": slow_bound(slow_ns=40_000_000)}) == []
+    assert rules.rule_slow_host_calls({"bound": slow_bound(slow_ns=40_000_000)}) == []
 
 
 def test_slow_host_calls_leave_dataloader_ranges_to_input_pipeline():
@@ -160,7 +161,7 @@ def test_slow_host_calls_leave_dataloader_ranges_to_input_pipeline():
     loader = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
     b = slow_bound()
     b.tables["idle_operators"].loc[0, "operator"] = loader
-    assert rec.rule_slow_host_calls({"bound": b}) == []
+    assert rules.rule_slow_host_calls({"bound": b}) == []
 
 
 # 9. input pipeline --------------------------------------------------------------------------------------
@@ -172,18 +173,18 @@ MULTI = "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"
 def test_input_pipeline_fires_above_tensorboards_five_percent():
     """TensorBoard's resnet50 sample with num_workers=0 (kineto's tb_plugin/samples, 2021): 35.47 ms of a mean
     steady step of 152.49 ms (23%) the GPU idles inside the loader's __next__; 5 steady steps: 177.35 ms."""
-    [f] = rec.rule_input_pipeline({"steps": fake_steps(0.2326, 35_470_000, loaders=[SINGLE])})
+    [f] = rules.rule_input_pipeline({"steps": fake_steps(0.2326, 35_470_000, loaders=[SINGLE])})
     assert f["message"].startswith("For 23% of the step time (35.47 ms of a mean step of 152.49 ms; steps) the GPU "
                                    "is idle while the host is inside the DataLoader's __next__")
     assert "(num_workers=0): DataLoader(num_workers=N, pin_memory=True" in f["message"]
     assert f["severity"] == "medium" and f["saving_ns"] == 5 * 35_470_000
     assert values(f)[("steps", "breakdown.share", '{"category": "dataloader"}')] == 0.2326
-    [m] = rec.rule_input_pipeline({"steps": fake_steps(0.06, 9_000_000, loaders=[MULTI])})
+    [m] = rules.rule_input_pipeline({"steps": fake_steps(0.06, 9_000_000, loaders=[MULTI])})
     assert "Its worker processes do not keep up" in m["message"] and m["severity"] == "low"
-    [g] = rec.rule_input_pipeline({"steps": fake_steps(0.06, 9_000_000)})
+    [g] = rules.rule_input_pipeline({"steps": fake_steps(0.06, 9_000_000)})
     assert "Load in worker processes" in g["message"]
-    assert rec.rule_input_pipeline({"steps": fake_steps(0.05, 7_624_500, loaders=[SINGLE])}) == []
-    assert rec.rule_input_pipeline({"steps": fake_steps()}) == []
+    assert rules.rule_input_pipeline({"steps": fake_steps(0.05, 7_624_500, loaders=[SINGLE])}) == []
+    assert rules.rule_input_pipeline({"steps": fake_steps()}) == []
 
 
 # 2. GPU-bound -------------------------------------------------------------------------------------------
@@ -192,15 +193,15 @@ def test_gpu_bound_says_when_the_gpu_also_waits_on_the_host():
     """The same resnet50 sample: mean queue depth 111.05 (deep queues while the step computes) but 28% of the span
     host wait (the loader between steps): the finding says the depth hides the waits; below a fifth it does not."""
     res = {"launch": fake_launch(depth=111.05), "kernels": fake_kernels(gemm_share=0.68)}
-    [f] = rec.rule_gpu_bound({**res, "bound": fake_bound(host_wait_share=0.2821)})
+    [f] = rules.rule_gpu_bound({**res, "bound": fake_bound(host_wait_share=0.2821)})
     assert "Yet for 28% of its span the GPU waits on the host (bound)" in f["message"]
     assert values(f)[("bound", "host_wait_share", "null")] == 0.2821
-    [g] = rec.rule_gpu_bound({**res, "bound": fake_bound(host_wait_share=0.19)})
+    [g] = rules.rule_gpu_bound({**res, "bound": fake_bound(host_wait_share=0.19)})
     assert "Yet" not in g["message"] and ("bound", "host_wait_share", "null") not in values(g)
 
 
 def test_gpu_bound_fires_at_depth_one():
-    [f] = rec.rule_gpu_bound({"launch": fake_launch(depth=1.0), "kernels": fake_kernels(gemm_share=0.7)})
+    [f] = rules.rule_gpu_bound({"launch": fake_launch(depth=1.0), "kernels": fake_kernels(gemm_share=0.7)})
     assert "mean queue depth is 1.00" in f["message"] and "gemm at 70% of kernel time" in f["message"]
     assert values(f)[("kernels", "categories.share", '{"category": "gemm"}')] == 0.7
     assert f["severity"] == "high"
@@ -211,7 +212,7 @@ def test_gpu_bound_silent_when_the_depth_is_the_launch_calls_own_time(monkeypatc
     """TraceLens' MI300 normalization test trace: q = 1.02 while 99.9% of TKLQT was inside the launch calls
     (first launches loading code) and the GPU idled 99.9% of its span: not GPU-bound; a warning says why."""
     launch = fake_launch(depth=1.02, api_share=api_share)
-    assert bool(rec.rule_gpu_bound({"launch": launch, "kernels": fake_kernels()})) is fires
+    assert bool(rules.rule_gpu_bound({"launch": launch, "kernels": fake_kernels()})) is fires
     fake_sources(monkeypatch, launch=lambda s, t: launch)
     monkeypatch.setattr(rec, "_slowing_options", lambda s, t: [])
     said = [w for w in rec.recommend(None, "t1").warnings if "own duration (api_ns)" in w]
@@ -220,14 +221,14 @@ def test_gpu_bound_silent_when_the_depth_is_the_launch_calls_own_time(monkeypatc
 
 
 def test_gpu_bound_silent_below_one():
-    assert rec.rule_gpu_bound({"launch": fake_launch(depth=0.99), "kernels": fake_kernels()}) == []
+    assert rules.rule_gpu_bound({"launch": fake_launch(depth=0.99), "kernels": fake_kernels()}) == []
 
 
 # 3. low bandwidth ---------------------------------------------------------------------------------------
 
 def test_low_bandwidth_fires_for_memory_bound_signature():
     # softmax: 18% < 30% of peak, 100 / 1000 = 10% of GPU time >= 5%; mm is compute-bound: never cited
-    [f] = rec.rule_low_bandwidth({"bandwidth": fake_bandwidth()})
+    [f] = rules.rule_low_bandwidth({"bandwidth": fake_bandwidth()})
     assert "aten::_softmax [[8, 128]] runs at 18% of peak bandwidth" in f["message"]
     assert "10% of GPU time" in f["message"] and f["severity"] == "low"
     assert values(f)[("bandwidth", "per_signature.pct_peak_bw",
@@ -238,13 +239,13 @@ def test_low_bandwidth_fires_for_memory_bound_signature():
 @pytest.mark.parametrize("kw", [{"pct": 30.0}, {"gpu_ns": 49}, {"bound_kind": "compute"}])
 def test_low_bandwidth_silent(kw):
     # 30% is not < 30; 49 / 1000 < 5%; a compute-bound signature is not a bandwidth problem
-    assert rec.rule_low_bandwidth({"bandwidth": fake_bandwidth(**kw)}) == []
+    assert rules.rule_low_bandwidth({"bandwidth": fake_bandwidth(**kw)}) == []
 
 
 # 4. short kernels ---------------------------------------------------------------------------------------
 
 def test_short_kernels_fires():
-    [f] = rec.rule_short_kernels({"kernels": fake_kernels(short=0.3)})
+    [f] = rules.rule_short_kernels({"kernels": fake_kernels(short=0.3)})
     assert "30% of kernel time is in 400 kernels shorter than 10 us" in f["message"]
     assert "torch.compile" in f["message"] and f["severity"] == "medium"
 
@@ -265,8 +266,8 @@ def test_host_overhead_names_where_the_gpu_waits_when_launches_are_not_the_cause
     graphs = R("launch", {"mean_queue_depth": 0.09, "kernels": 5, "graph_kernels": 315},
                {"per_leaf_op": fake_launch().tables["per_leaf_op"].to_dict("records")})
     res = {"bound": fake_bound(host_wait_share=0.8254, ops=ops), "launch": graphs}
-    assert rec.rule_host_bound_launch(res) == []
-    [f] = rec.rule_host_overhead(res)
+    assert rules.rule_host_bound_launch(res) == []
+    [f] = rules.rule_host_overhead(res)
     assert f["severity"] == "high" and f["message"].startswith(
         "83% of the GPU span is host wait (bound) although 98% of the kernels replay from CUDA graphs")
     assert ("Torch-Compiled Region: 0/0 (54%), TorchDynamo Cache Lookup (25%), aten::_foreach_copy_ (7%)"
@@ -275,10 +276,10 @@ def test_host_overhead_names_where_the_gpu_waits_when_launches_are_not_the_cause
     heavy = {"bound": fake_bound(host_wait_share=0.6, ops=[{**o, "operator": n} for o, n in
                                                            zip(ops, ("aten::add", "aten::mul", "aten::mm"))]),
              "launch": graphs}
-    assert rec.rule_host_bound_launch(heavy) and rec.rule_host_overhead(heavy) == []
-    assert rec.rule_host_overhead({"bound": fake_bound(host_wait_share=0.29, ops=ops), "launch": graphs}) == []
+    assert rules.rule_host_bound_launch(heavy) and rules.rule_host_overhead(heavy) == []
+    assert rules.rule_host_overhead({"bound": fake_bound(host_wait_share=0.29, ops=ops), "launch": graphs}) == []
     eager = R("launch", {"kernels": 320, "graph_kernels": 0}, {"per_leaf_op": []})
-    assert rec.rule_host_overhead({"bound": fake_bound(host_wait_share=0.8254, ops=ops), "launch": eager}) == []
+    assert rules.rule_host_overhead({"bound": fake_bound(host_wait_share=0.8254, ops=ops), "launch": eager}) == []
 
 
 def test_host_overhead_of_a_trace_that_records_compilation_says_so():
@@ -293,7 +294,7 @@ def test_host_overhead_of_a_trace_that_records_compilation_says_so():
            {"operator": "inductor_codecache_torch_key (dynamo_timed)", "idle_ns": 149, "share_of_host_wait": 0.0214}]
     graphs = R("launch", {"mean_queue_depth": 0.002, "kernels": 86, "graph_kernels": 518},
                {"per_leaf_op": fake_launch().tables["per_leaf_op"].to_dict("records")})
-    [f] = rec.rule_host_overhead({"bound": fake_bound(host_wait_share=0.9932, ops=ops), "launch": graphs})
+    [f] = rules.rule_host_overhead({"bound": fake_bound(host_wait_share=0.9932, ops=ops), "launch": graphs})
     assert f["message"].endswith(
         "of the host wait. At least 45% of the host wait is torch.compile compiling (4 of its phases, named "
         "'... (dynamo_timed)'): a one-time cost the steady state does not pay; profile after the warm-up "
@@ -301,7 +302,7 @@ def test_host_overhead_of_a_trace_that_records_compilation_says_so():
     cited = [e["row"]["operator"] for e in f["evidence"] if "row" in e]
     assert cited == [o["operator"] for o in ops[:3]] + [ops[4]["operator"]]  # the top 3, then the other phase
     few = [{**o, "share_of_host_wait": o["share_of_host_wait"] / 3} for o in ops]  # 15%: below the threshold
-    [g] = rec.rule_host_overhead({"bound": fake_bound(host_wait_share=0.9932, ops=few), "launch": graphs})
+    [g] = rules.rule_host_overhead({"bound": fake_bound(host_wait_share=0.9932, ops=few), "launch": graphs})
     assert g["message"].endswith("Cut that work or give each replay more GPU work (a larger batch).")
 
 
@@ -309,23 +310,23 @@ def test_short_kernels_already_in_cuda_graphs_are_not_told_to_use_cuda_graphs():
     """A torch.compile(mode="reduce-overhead") trace (Llama on an H200: 315 of 320 kernels replayed from graphs)
     was told to 'capture the loop in a CUDA graph'. When most short-kernel time ran inside graphs the advice is
     the work per kernel; below half, the graph advice stays."""
-    [f] = rec.rule_short_kernels({"kernels": fake_kernels(short=0.6, short_in_graphs=540)})
+    [f] = rules.rule_short_kernels({"kernels": fake_kernels(short=0.6, short_in_graphs=540)})
     assert "90% of that time already inside CUDA graphs" in f["message"]
     assert "capture the loop" not in f["message"] and "larger batch" in f["message"]
     assert {e["key"] for e in f["evidence"]} >= {"short_graph_kernel_ns", "short_kernel_ns"}
-    [g] = rec.rule_short_kernels({"kernels": fake_kernels(short=0.6, short_in_graphs=200)})
+    [g] = rules.rule_short_kernels({"kernels": fake_kernels(short=0.6, short_in_graphs=200)})
     assert "capture the loop in a CUDA graph" in g["message"] and "inside CUDA graphs" not in g["message"]
 
 
 def test_short_kernels_silent():
-    assert rec.rule_short_kernels({"kernels": fake_kernels(short=0.29)}) == []
+    assert rules.rule_short_kernels({"kernels": fake_kernels(short=0.29)}) == []
 
 
 @pytest.mark.parametrize("count, fires", [(49, False), (50, True)])
 def test_short_kernels_needs_enough_of_them(count, fires):
     """TraceLens' vLLM capture trace ran 7 kernels (20 us) in a 58 ms span and got '[high] 100% of kernel time is in
     7 short kernels: fuse them or capture the loop in a CUDA graph'; HTA's triton_example the same for 1 kernel."""
-    assert bool(rec.rule_short_kernels({"kernels": fake_kernels(short=1.0, short_count=count)})) is fires
+    assert bool(rules.rule_short_kernels({"kernels": fake_kernels(short=1.0, short_count=count)})) is fires
 
 
 # 5. sync stalls -----------------------------------------------------------------------------------------
@@ -335,7 +336,7 @@ def test_sync_stalls_fires_with_saving():
               {"category": "d2h_copy", "idle_ns": 500_000, "gaps": 1, "share_of_host_wait": 0.05},
               {"category": "python", "idle_ns": 8_000_000, "gaps": 9, "share_of_host_wait": 0.8}]
     ops = [{"operator": "aten::_local_scalar_dense", "idle_ns": 400_000, "main_category": "d2h_copy", "gaps": 1}]
-    [f] = rec.rule_sync_stalls({"bound": fake_bound(causes=causes, ops=ops)})
+    [f] = rules.rule_sync_stalls({"bound": fake_bound(causes=causes, ops=ops)})
     # 0.15 + 0.05 = 0.2 >= 0.2; saving 1.5 ms + 0.5 ms = 2.0 ms
     assert f["saving_ns"] == 2_000_000 and "2.00 ms" in f["message"]
     assert "20% of host wait" in f["message"] and "aten::_local_scalar_dense" in f["message"]
@@ -344,17 +345,17 @@ def test_sync_stalls_fires_with_saving():
 
 def test_sync_stalls_silent():
     # the default fake: sync 0.1, no d2h_copy -> 0.1 < 0.2
-    assert rec.rule_sync_stalls({"bound": fake_bound()}) == []
+    assert rules.rule_sync_stalls({"bound": fake_bound()}) == []
 
 
 # 6. tensor cores ----------------------------------------------------------------------------------------
 
 def test_low_tensor_core_fires_and_cites_tf32_from_provenance():
-    [f] = rec.rule_low_tensor_core({"kernels": fake_kernels(gemm_share=0.3, tc=0.1),
+    [f] = rules.rule_low_tensor_core({"kernels": fake_kernels(gemm_share=0.3, tc=0.1),
                                     "bandwidth": fake_bandwidth(tf32=False)})
     assert "GEMMs are 30% of kernel time but only 10%" in f["message"] and "TF32 matmul is off" in f["message"]
     assert values(f)[("bandwidth", "tf32_matmul", "null")] is False
-    [g] = rec.rule_low_tensor_core({"kernels": fake_kernels(gemm_share=0.3, tc=0.1), "bandwidth": fake_bandwidth()})
+    [g] = rules.rule_low_tensor_core({"kernels": fake_kernels(gemm_share=0.3, tc=0.1), "bandwidth": fake_bandwidth()})
     assert "TF32 matmul" not in g["message"]  # the flag was a default, not read from the trace
 
 
@@ -362,23 +363,23 @@ def test_low_tensor_core_advice_follows_the_gpu_generation():
     """HTA's public V100 trace (fp32 GEMMs, 0% on tensor cores) was told to enable TF32 or bf16, which a V100 does
     not have: compute capability 7.x gets fp16 advice, with the capability cited; below 7.0 (no tensor cores)
     the rule stays silent; 8.0 and later keep the TF32/bf16 advice."""
-    [v] = rec.rule_low_tensor_core({"kernels": fake_kernels(gemm_share=0.6, tc=0.0, cc="7.0")})
+    [v] = rules.rule_low_tensor_core({"kernels": fake_kernels(gemm_share=0.6, tc=0.0, cc="7.0")})
     assert v["message"].endswith(": run the GEMMs in fp16 (torch.autocast('cuda', dtype=torch.float16)); this GPU "
                                  "(compute capability 7.0) has no TF32 or bf16 tensor cores.")
     assert "TF32 (torch.set" not in v["message"]
     assert values(v)[("kernels", "compute_capability", "null")] == "7.0"
-    assert rec.rule_low_tensor_core({"kernels": fake_kernels(gemm_share=0.6, tc=0.0, cc="6.1")}) == []
-    [h] = rec.rule_low_tensor_core({"kernels": fake_kernels(gemm_share=0.6, tc=0.0, cc="9.0")})
+    assert rules.rule_low_tensor_core({"kernels": fake_kernels(gemm_share=0.6, tc=0.0, cc="6.1")}) == []
+    [h] = rules.rule_low_tensor_core({"kernels": fake_kernels(gemm_share=0.6, tc=0.0, cc="9.0")})
     assert "enable TF32 (torch.set_float32_matmul_precision('high'))" in h["message"]
     # a 2021 trace without deviceProperties: both generations' advice, and why
-    [u] = rec.rule_low_tensor_core({"kernels": fake_kernels(gemm_share=0.6, tc=0.0, cc=None)})
+    [u] = rules.rule_low_tensor_core({"kernels": fake_kernels(gemm_share=0.6, tc=0.0, cc=None)})
     assert "on compute capability 8.0 and later, fp16" in u["message"] \
         and u["message"].endswith("the trace does not record which GPU it ran on.")
 
 
 @pytest.mark.parametrize("gemm, tc", [(0.29, 0.1), (0.9, 0.5)])
 def test_low_tensor_core_silent(gemm, tc):
-    assert rec.rule_low_tensor_core({"kernels": fake_kernels(gemm_share=gemm, tc=tc)}) == []
+    assert rules.rule_low_tensor_core({"kernels": fake_kernels(gemm_share=gemm, tc=tc)}) == []
 
 
 # the whole analysis with faked sources ------------------------------------------------------------------

@@ -51,8 +51,8 @@ from ..units import ns_to_ms
 from . import bound as bound_mod
 from . import comm as comm_mod
 from . import launch as launch_mod
-from .recommend import SLOW_CALLS_SHARE_MIN, TOP_IDLE_OPS
 from .result import Result, int_or_none
+from .rules import SLOW_CALLS_SHARE_MIN, TOP_IDLE_OPS
 
 DESCRIPTION = ("Several traces: CPU->GPU-bound transition over a numeric label (--by batch), trace rule "
                "and un-profiled rule brackets.")

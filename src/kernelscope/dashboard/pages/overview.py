@@ -9,7 +9,7 @@ from dash import html
 
 from ...analysis import cache
 from ...analysis.bound import idle_split
-from ...analysis.recommend import rule_host_bound_launch
+from ...analysis.rules import rule_host_bound_launch
 from ...analysis.summary import no_gpu_reason
 from ...reports import bound as rb
 from ...reports.data import busy_bins
