@@ -80,3 +80,17 @@ def test_report_section(session_store):
     assert list(table.df["allocs"]) == [o["allocs"] for o in js["operators"][:20]]
     text = " ".join(b for b in sec.blocks if isinstance(b, str))
     assert "137.56 MiB (144,241,664 B) at aten::_log_softmax_backward_data" in text
+
+
+def test_the_bandwidth_section_says_no_shapes_once(session_store):
+    """qwen2_train_default (torch.profiler's defaults, no shapes): the report's bandwidth section says the trace has no
+    shapes in its modelled sentence and does not repeat it as a warning (HTA's public trace read it twice)."""
+    from kernelscope.analysis.bandwidth import NO_SHAPES
+    from kernelscope.reports.roofline import roofline_section
+
+    with open_store(session_store.db, read_only=True) as store:
+        tid = session_store.ids[DEFAULTS]
+        sec = roofline_section(store, [tid], Context())
+    texts = [b for b in sec.blocks if isinstance(b, str)]
+    said = NO_SHAPES[0].upper() + NO_SHAPES[1:]
+    assert sum(said in t or NO_SHAPES in t for t in texts) == 1, texts

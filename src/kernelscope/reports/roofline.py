@@ -314,5 +314,7 @@ def roofline_section(store, trace_ids: list[str], ctx, top: int = 15) -> Section
                                                    "modelled_over_measured": "modelled / measured"}),
                                 f"{name}: modelled vs Nsight Compute measured bytes (ncu flushes caches and "
                                 "locks clocks)"))
-        blocks += [f"{name}: warning: {w}" for w in r.warnings]
+        # the no-shapes warning is in the modelled sentence above: not said twice
+        blocks += [f"{name}: warning: {w}" for w in r.warnings
+                   if not (w == NO_SHAPES and s.get("shapes_recorded") is False)]
     return Section("Bandwidth and roofline", "roofline", blocks) if blocks else None
