@@ -181,17 +181,12 @@ def _share(part, whole) -> float | None:
 
 
 def _compute_capability(store, trace_id: str) -> str | None:
-    """The lowest compute capability ('7.0') among the trace's deviceProperties (``computeMajor``/``computeMinor``;
-    ``major``/``minor`` in Kineto's 2021 ``computeProperties``); None when it does not say."""
-    from .opmodel_inputs import json_value
-    from .rows import query_row
+    """The lowest compute capability ('7.0') among the trace's deviceProperties; None when it does not say."""
+    from .summary import trace_device_properties
 
-    props = json_value(query_row(store, "SELECT device_properties FROM traces WHERE trace_id = $t",
-                                 t=trace_id).get("device_properties"))
-    pairs = [(p.get("computeMajor", p.get("major")), p.get("computeMinor", p.get("minor")))
-             for p in props if isinstance(p, dict)] if isinstance(props, list) else []
-    ccs = [(major, minor if isinstance(minor, int) else 0) for major, minor in pairs
-           if isinstance(major, int) and not isinstance(major, bool)]
+    ccs = [(p["computeMajor"], p["computeMinor"] if isinstance(p["computeMinor"], int) else 0)
+           for p in trace_device_properties(store, trace_id)
+           if isinstance(p["computeMajor"], int) and not isinstance(p["computeMajor"], bool)]
     if not ccs:
         return None
     major, minor = min(ccs)

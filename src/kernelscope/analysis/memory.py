@@ -93,17 +93,11 @@ def _with_modules(store, trace_id: str, df: pd.DataFrame) -> pd.DataFrame:
 
 def _device_memory(store, trace_id: str) -> dict[int, int]:
     """{CUDA device id: its memory in bytes} from the trace's deviceProperties (``id``, ``totalGlobalMem``)."""
-    from .opmodel_inputs import json_value
-    from .rows import query_row
+    from .summary import trace_device_properties
 
-    props = json_value(query_row(store, "SELECT device_properties FROM traces WHERE trace_id = $t",
-                                 t=trace_id).get("device_properties"))
-    out = {}
-    for p in props if isinstance(props, list) else []:
-        i, total = (p.get("id"), p.get("totalGlobalMem")) if isinstance(p, dict) else (None, None)
-        if isinstance(i, int) and isinstance(total, int) and total > 0 and not isinstance(total, bool):
-            out[i] = total
-    return out
+    return {p["id"]: p["totalGlobalMem"] for p in trace_device_properties(store, trace_id)
+            if isinstance(p.get("id"), int) and isinstance(p.get("totalGlobalMem"), int)
+            and not isinstance(p.get("totalGlobalMem"), bool) and p["totalGlobalMem"] > 0}
 
 
 def memory(store, trace_id: str, max_points: int = MAX_POINTS, live_limit: int = LIVE_LIMIT) -> Result:

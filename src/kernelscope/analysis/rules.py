@@ -11,6 +11,7 @@ import pandas as pd
 from ..units import BYTES_PER_GIB, NS_PER_US, ns_to_ms
 from .bound import SLOW_CALL_NS
 from .result import Result, py_scalar
+from .steps import is_dataloader
 
 # 1. host-bound launches
 HOST_WAIT_MIN = 0.3  # below a third of the span the GPU idles mostly for GPU-side reasons; not the first fix
@@ -186,7 +187,7 @@ def rule_slow_host_calls(res: dict[str, Result]) -> list[dict]:
     ops = _top_idle_ops(b, TOP_IDLE_OPS)
     if hw is None or hw < HOST_WAIT_MIN or not host or "slow_calls" not in ops:
         return []
-    loader = pd.Series([_is_loader(str(n)) for n in ops["operator"]], index=ops.index, dtype=bool)
+    loader = pd.Series([is_dataloader(str(n)) for n in ops["operator"]], index=ops.index, dtype=bool)
     slow = ops[(ops["slow_calls"] > 0) & ~loader]  # DataLoader ranges are rule 9's
     slow_ns = int(slow["slow_call_idle_ns"].sum())
     if slow_ns / host < SLOW_CALLS_SHARE_MIN:
@@ -216,12 +217,6 @@ def rule_slow_host_calls(res: dict[str, Result]) -> list[dict]:
         ev += [_ev("bound", f"idle_operators.{k}", getattr(r, k), row)
                for k in ("slow_calls", "slow_call_idle_ns", "max_call_idle_ns", "slow_new_shape_calls")]
     return [_finding("slow_host_calls", hw * slow_ns / host, msg, ev, slow_ns)]
-
-
-def _is_loader(name: str) -> bool:
-    """A DataLoader's next-batch range (the steps analysis' ``dataloader`` category)."""
-    return (name.startswith("enumerate(DataLoader)#") and name.endswith(".__next__")) \
-        or name.startswith("enumerate(DataPipe)#")
 
 
 def _api_share(lch: Result) -> float:

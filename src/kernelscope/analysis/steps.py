@@ -73,6 +73,12 @@ NEIGHBOUR_SHARE = 0.8  # TensorBoard's tail rule: fewer than 80% of the neighbou
 _DATALOADER = ("((starts_with(name, 'enumerate(DataLoader)#') AND ends_with(name, '.__next__')) "
                "OR starts_with(name, 'enumerate(DataPipe)#'))")
 
+
+def is_dataloader(name: str) -> bool:
+    """``_DATALOADER`` in Python: a DataLoader's next-batch range (recommend's rules leave it to input_pipeline)."""
+    return (name.startswith("enumerate(DataLoader)#") and name.endswith(".__next__")) \
+        or name.startswith("enumerate(DataPipe)#")
+
 _COLUMNS = ["step", "name", "start_ns", "dur_ns", *[f"{c}_ns" for c in CATEGORIES], "idle_ns",
             "host_start_ns", "host_dur_ns", "gpu_tail_ns", "activities", "lost_launches", "unlaunched",
             "warmup", "partial", "note"]

@@ -221,6 +221,21 @@ def trace_profiler_options(store, trace_id: str) -> dict:
     return profiler_options(row.get("provenance")) or {}
 
 
+def trace_device_properties(store, trace_id: str) -> list[dict]:
+    """A stored trace's deviceProperties entries (dicts); [] when it has none. Kineto's 2021 spelling of the
+    compute capability (``major``/``minor``) is given as today's ``computeMajor``/``computeMinor`` too."""
+    from .opmodel_inputs import json_value
+
+    props = json_value(query_row(store, "SELECT device_properties FROM traces WHERE trace_id = $t",
+                                 t=trace_id).get("device_properties"))
+    out = []
+    for p in props if isinstance(props, list) else []:
+        if isinstance(p, dict):
+            out.append({**p, "computeMajor": p.get("computeMajor", p.get("major")),
+                        "computeMinor": p.get("computeMinor", p.get("minor"))})
+    return out
+
+
 def _not_recorded(provenance: Any) -> list[str] | None:
     """What the collector's profiler was told not to record (shapes, stacks, memory, modules); null when the
     trace does not say (not a kernelscope collector run)."""

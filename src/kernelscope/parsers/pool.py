@@ -103,31 +103,27 @@ def _warmed(workers: int) -> ProcessPoolExecutor:
 
 
 @contextmanager
-def shared_pool(workers: int) -> Iterator[None]:
-    """Within it, every ``ParallelKinetoReader`` of ``workers`` workers uses one pool, started once and warmed at
-    once; it is shut down on leaving."""
-    _SHARED[workers] = pool = _warmed(workers)
+def _holding(pools: dict[int, ProcessPoolExecutor], workers: int) -> Iterator[None]:
+    """A warmed pool of ``workers`` workers in ``pools`` while inside; on leaving, the one still there (not taken)
+    is shut down."""
+    pools[workers] = _warmed(workers)
     try:
         yield
     finally:
-        _SHARED.pop(workers, None)
-        pool.shutdown(wait=True, cancel_futures=True)
+        left = pools.pop(workers, None)
+        if left is not None:
+            left.shutdown(wait=True, cancel_futures=True)
+
+
+def shared_pool(workers: int):
+    """Within it, every ``ParallelKinetoReader`` of ``workers`` workers uses one pool, started once and warmed at
+    once; it is shut down on leaving."""
+    return _holding(_SHARED, workers)
 
 
 def take(workers: int) -> ProcessPoolExecutor | None:
     """The pool ``prestart`` started for ``workers`` workers, now the caller's to shut down; else None."""
     return _STARTED.pop(workers, None)
-
-
-@contextmanager
-def _started(workers: int) -> Iterator[None]:
-    _STARTED[workers] = _warmed(workers)
-    try:
-        yield
-    finally:
-        left = _STARTED.pop(workers, None)
-        if left is not None:
-            left.shutdown(wait=True, cancel_futures=True)
 
 
 def prestart(paths: Iterable, cores: int):
@@ -138,4 +134,4 @@ def prestart(paths: Iterable, cores: int):
     workers = parse_workers(cores)
     big = workers > 1 and any(str(p).endswith((".json", ".json.gz")) and Path(p).is_file()
                               and estimated_bytes(p) >= MIN_BYTES for p in paths)
-    return _started(workers) if big else nullcontext()
+    return _holding(_STARTED, workers) if big else nullcontext()

@@ -71,18 +71,20 @@ _DEC_US_MAX = pa.scalar(decimal.Decimal("9223372036854775.807"), _DEC_US)
 _DEC_US_MIN = pa.scalar(decimal.Decimal("-9223372036854775.808"), _DEC_US)
 _astuple = msgspec.structs.astuple
 
-#: ``number`` args by the column they fill, first field first (``ev_idx``: "Ev Idx", else the older
-#: "Profiler Event Index"); ``device``/``stream`` are placement, built apart.
-_NUMBER_COLUMNS: dict[str, tuple[ArgField, ...]] = {}
-for _f in ARG_FIELDS:
-    if _f.read == "number":
-        _NUMBER_COLUMNS[_f.column] = (*_NUMBER_COLUMNS.get(_f.column, ()), _f)
+def _by_column(fields) -> dict[str, tuple[ArgField, ...]]:
+    """Fields by the column they fill, first field first: a later one is an older name of the same arg, used where
+    the first is absent (``ev_idx``: "Ev Idx", else "Profiler Event Index"; ``input_dims``: "Input Dims", else
+    PyTorch 1.8's "Input dims")."""
+    out: dict[str, tuple[ArgField, ...]] = {}
+    for f in fields:
+        out[f.column] = (*out.get(f.column, ()), f)
+    return out
+
+
+#: ``number`` args by column; ``device``/``stream`` are placement, built apart.
+_NUMBER_COLUMNS = _by_column(f for f in ARG_FIELDS if f.read == "number")
 _DEVICE, _STREAM = _NUMBER_COLUMNS.pop("device")[0], _NUMBER_COLUMNS.pop("stream")[0]
-#: ``json`` args by the column they fill, first field first (``input_dims``: "Input Dims", else PyTorch 1.8's
-#: "Input dims").
-_JSON_COLUMNS: dict[str, tuple[ArgField, ...]] = {}
-for _f in JSON_FIELDS:
-    _JSON_COLUMNS[_f.column] = (*_JSON_COLUMNS.get(_f.column, ()), _f)
+_JSON_COLUMNS = _by_column(JSON_FIELDS)
 #: The args whose presence makes an event a collective (its collective args kept as JSON in ``text``).
 _COLLECTIVE_MARKERS = ("coll_name", "pg_name")
 
