@@ -333,3 +333,24 @@ def test_a_change_seen_late_does_not_open_the_next_window_late():
     assert [t for t in ticks if 690 * ms <= t <= 700 * ms and t not in read_at] == []
     late = [t for t in ticks if t >= 400 * ms]  # after the four changes read on every tick
     assert len([t for t in read_at if t >= 400 * ms]) < 0.5 * len(late)  # still skips most ticks
+
+
+def test_intervals_measured_too_long_do_not_open_the_next_window_late():
+    """A sampler starved twice early on (95-290 ms and 495-690 ms: each gap swallows two changes) measures two
+    205 ms intervals among its first ones. Estimated by the median, the next change was due ~100 ms late and the
+    ticks after the changes at 800-1100 ms skipped the counter (the schedule then settled into 5/195 ms
+    intervals); by the shortest interval every change from 800 ms on is seen on the first tick after it, and
+    still only about a quarter of the ticks read the counter."""
+    ms = 1_000_000
+    s = nvml._CounterSchedule(0.005)
+    ticks = [*range(0, 95 * ms, 5 * ms), *range(290 * ms, 495 * ms, 5 * ms), *range(690 * ms, 1200 * ms, 5 * ms)]
+    read_at = []
+    for t in ticks:
+        if s.due(t):
+            read_at.append(t)
+            s.saw(t, t // (100 * ms))  # the counter steps every 100 ms
+    for change in range(800 * ms, 1200 * ms, 100 * ms):
+        first = min(t for t in read_at if t >= change)
+        assert first == change, (change, first)  # the tick at the change reads it (ticks fall on 5 ms multiples)
+    late = [t for t in ticks if t >= 700 * ms]
+    assert len([t for t in read_at if t >= 700 * ms]) <= 0.3 * len(late)

@@ -125,8 +125,13 @@ def interval_stats(table: pa.Table, window: tuple[int, int] | None = None) -> di
 
 class _CounterSchedule:
     """When to read one device's energy counter. Until it has changed four times it is read on every tick; then
-    from two periods before its next change is due (the last change plus the median of its last eight
-    intervals) until it changes, so each change is still seen on the first tick after it. A counter that
+    from two periods before its next change is due (the last change plus the shortest of its last eight
+    intervals) until it changes, so each change is still seen on the first tick after it. The shortest, not the
+    median: an interval measured too long (a change dated early because the sampler was starved before it, or
+    two changes seen as one) would open the next window late and skip ticks, while one measured too short only
+    opens it early (a few more reads). With the median, two too long among the first few were enough (a test
+    that read late skipped four ticks after a change in the full suite on the loaded 2-core machine; the
+    schedule could then settle into alternating 5 and 195 ms intervals). A counter that
     changes every few ticks is read on every tick. A change is dated by the last read that did not show it (the
     earliest it can have happened): dated by the read that saw it, a sampler starved for a while (a busy
     machine) saw a change 65 ms late, opened its next window as late and skipped the ticks after that change.
@@ -144,8 +149,7 @@ class _CounterSchedule:
     def due(self, now_ns: int) -> bool:
         if len(self.steps) < 3:
             return True
-        step = sorted(self.steps)[len(self.steps) // 2]
-        return now_ns >= self.changed_ns + step - self.margin_ns
+        return now_ns >= self.changed_ns + min(self.steps) - self.margin_ns
 
     def saw(self, read_ns: int, value: int | None) -> None:
         """One read of the counter: ``read_ns`` is no later than when its value was read."""
