@@ -79,3 +79,30 @@ def test_duckdb_bins_equal_python_reference_and_sum_to_busy(dash_store, name):
     full = busy_fraction_bins(bins, span, width)
     assert full["busy_fraction"].between(0, 1).all()
     assert full["bin_ns"].groupby(full["device"]).sum().eq(span).all()
+
+
+@pytest.mark.parametrize("layout", [
+    {"xaxis_title": "ms", "yaxis_title": "n", "height": 300, "showlegend": False},
+    {"title": {"text": "t", "font": {"size": 14}}, "xaxis_title_font_size": 9, "xaxis": {"type": "log"}},
+    {"xaxis": {"type": "log", "title": "s"}, "xaxis_title_font_color": "red", "title": "plain", "title_x": 0.5},
+    {"yaxis": {"title": "µs", "type": "log"}, "margin": {"l": 1, "r": 2}, "margin_t": 3, "legend_orientation": "h"},
+    {"plot_bgcolor": "white", "paper_bgcolor": "#eee", "barmode": "stack", "bargap": 0.1},
+])
+def test_styled_gives_the_layout_update_layout_gives(layout):
+    """styled() hands a fresh figure its layout in one assignment, spelling out magic-underscore keys itself:
+    the figure must be the one Plotly's update_layout makes of the same keys, and so must an update of a
+    figure that already has a layout (a shape drawn first)."""
+    import json
+
+    import plotly.graph_objects as go
+
+    from kernelscope.reports.figures import TEMPLATE, styled
+
+    def bar():
+        return go.Figure(go.Bar(x=[1, 2], y=[3, 4]))
+
+    want = bar().update_layout(template=TEMPLATE, **layout)
+    assert json.loads(styled(bar(), **layout).to_json()) == json.loads(want.to_json())
+    shaped = bar().add_shape(type="line", x0=0, x1=1, y0=0, y1=1)
+    want = bar().add_shape(type="line", x0=0, x1=1, y0=0, y1=1).update_layout(template=TEMPLATE, **layout)
+    assert json.loads(styled(shaped, **layout).to_json()) == json.loads(want.to_json())

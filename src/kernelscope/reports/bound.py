@@ -75,9 +75,8 @@ def idle_split_figure(devices: pd.DataFrame) -> go.Figure:
                              marker_color=color, customdata=list(zip(devices[col], share * 100)),
                              hovertemplate="%{y} " + label + ": %{customdata[0]:,} ns "
                              "(%{customdata[1]:.1f}% of span)<extra></extra>"))
-    styled(fig)
-    fig.update_layout(title={"text": "GPU span: busy, host wait, dependency wait", "font": {"size": 14}},
-                      barmode="stack", xaxis_title="ms", height=120 + 40 * len(devices), **_LAYOUT)
+    styled(fig, title={"text": "GPU span: busy, host wait, dependency wait", "font": {"size": 14}},
+                barmode="stack", xaxis_title="ms", height=120 + 40 * len(devices), **_LAYOUT)
     return fig
 
 
@@ -113,11 +112,10 @@ def queue_depth_figure(queue: pd.DataFrame, segments: pd.DataFrame | None = None
             fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=f"regime: {regime}",
                                      legendgroup="regime", hoverinfo="skip",
                                      marker={"symbol": "square", "size": 12, "color": _opaque(color)}))
-    styled(fig)
-    fig.update_layout(title={"text": f"Queue depth over time (bins of {ms_text(width)}; background: the "
+    styled(fig, title={"text": f"Queue depth over time (bins of {ms_text(width)}; background: the "
                              "regime of each segment)", "font": {"size": 14}},
-                      xaxis_title="time since the first bin (ms)", yaxis_title="launched, not started (mean)",
-                      height=340, **_LAYOUT)
+                xaxis_title="time since the first bin (ms)", yaxis_title="launched, not started (mean)",
+                height=340, **_LAYOUT)
     return fig
 
 
@@ -129,10 +127,9 @@ def idle_causes_figure(causes: pd.DataFrame) -> go.Figure:
                            customdata=list(zip(d["idle_ns"], d["share_of_host_wait"] * 100, d["gaps"])),
                            hovertemplate="%{y}: %{customdata[0]:,} ns, %{customdata[1]:.1f}% of host wait, "
                            "%{customdata[2]} gaps<extra></extra>"))
-    styled(fig)
-    fig.update_layout(title={"text": "What the launching thread was doing while the GPU waited (host wait)",
+    styled(fig, title={"text": "What the launching thread was doing while the GPU waited (host wait)",
                              "font": {"size": 14}}, xaxis_title="host wait (ms)",
-                      height=max(220, 80 + 28 * len(d)), showlegend=False, **_LAYOUT)
+                height=max(220, 80 + 28 * len(d)), showlegend=False, **_LAYOUT)
     return fig
 
 
@@ -146,11 +143,10 @@ def idle_operators_figure(ops: pd.DataFrame, top: int = 15) -> go.Figure:
                              customdata=list(zip(g["idle_ns"], g["share_of_host_wait"] * 100, g["gaps"])),
                              hovertemplate="%{y}: %{customdata[0]:,} ns, %{customdata[1]:.1f}% of host wait, "
                              "%{customdata[2]} gaps<extra>" + str(cat) + "</extra>"))
-    styled(fig)
-    fig.update_layout(title={"text": f"Idle causes: operators ranked by the host wait they cause (top {len(d)})",
+    styled(fig, title={"text": f"Idle causes: operators ranked by the host wait they cause (top {len(d)})",
                              "font": {"size": 14}}, xaxis_title="host wait (ms)",
-                      yaxis={"categoryorder": "array", "categoryarray": list(d["operator"])},
-                      height=max(240, 80 + 24 * len(d)), **_LAYOUT)
+                yaxis={"categoryorder": "array", "categoryarray": list(d["operator"])},
+                height=max(240, 80 + 24 * len(d)), **_LAYOUT)
     return fig
 
 
@@ -315,9 +311,8 @@ def categories_figure(categories: pd.DataFrame) -> go.Figure:
                              customdata=list(zip(d["time_ns"], d["share"] * 100, d["kernels"])),
                              hovertemplate="%{y}: %{customdata[0]:,} ns, %{customdata[1]:.1f}% of kernel time, "
                              "%{customdata[2]:,} kernels<extra>" + label + "</extra>"))
-    styled(fig)
-    fig.update_layout(title={"text": "Kernel time by category", "font": {"size": 14}}, barmode="stack",
-                      xaxis_title="kernel time (ms)", height=max(220, 80 + 30 * len(d)), **_LAYOUT)
+    styled(fig, title={"text": "Kernel time by category", "font": {"size": 14}}, barmode="stack",
+                xaxis_title="kernel time (ms)", height=max(220, 80 + 30 * len(d)), **_LAYOUT)
     return fig
 
 

@@ -19,18 +19,68 @@ TEMPLATE = "plotly_white"
 
 
 def styled(fig: go.Figure, template: str = TEMPLATE, **layout) -> go.Figure:
-    """``fig.update_layout(template=template, **layout)``; returns ``fig``. The registered template is set the
-    way Plotly's own constructor sets its default template (already valid: validation off for that one
-    assignment), which gives the same figure JSON without Plotly deep-copying and re-validating the whole
-    template: that took ~20 ms per figure, most of what a small figure costs."""
+    """``fig.update_layout(template=template, **layout)``; returns ``fig``. Give a figure's whole layout here,
+    where it is cheap:
+
+    - a figure that has no layout of its own yet (built by ``go.Figure(...)``, traces added or not) gets
+      ``layout`` in one assignment, which Plotly validates as its constructor does: 1.6 ms for a small bar chart
+      against 6.9 ms through ``update_layout``, whose per-key path parsing and change tracking were a fifth
+      of a report's time (the same figure JSON either way); one that has (``make_subplots``) is updated;
+    - ``layout``'s magic-underscore keys (``xaxis_title=``) are spelled out as nested dicts first, as Plotly
+      reads them (``_nested``);
+    - the registered template is set the way Plotly's own constructor sets its default template (already
+      valid: validation off for that one assignment), which gives the same figure JSON without Plotly
+      deep-copying and re-validating the whole template: that took ~20 ms per figure."""
+    if layout:
+        nested = _nested(layout)
+        if set(fig.layout._props or ()) <= {"template"}:  # nothing but Plotly's default template yet
+            fig.layout = nested
+        else:
+            fig.update_layout(nested)
     fig.layout._validate = False
     try:
         fig.layout.template = pio.templates[template]
     finally:
         fig.layout._validate = fig._validate
-    if layout:
-        fig.update_layout(**layout)
     return fig
+
+
+#: Plotly property names that hold an underscore: a magic-underscore key never splits inside them.
+_UNDERSCORED = ("plot_bgcolor", "paper_bgcolor", "error_x", "error_y", "error_z")
+
+
+def _nested(layout: dict) -> dict:
+    """``layout`` with each magic-underscore key (``xaxis_title_font_size=9``) spelled out as nested dicts
+    (``{"xaxis": {"title": {"font": {"size": 9}}}}``), merged in order as ``update_layout`` merges them: a later
+    leaf wins, dicts merge, and a string where a dict goes is its ``text`` (Plotly's ``title="..."``)."""
+    out: dict = {}
+    for key, value in layout.items():
+        parts = key
+        for name in _UNDERSCORED:
+            parts = parts.replace(name, name.replace("_", "-"))
+        path = [p.replace("-", "_") for p in parts.split("_")]
+        _merge(out, path, value)
+    return out
+
+
+def _merge(into: dict, path: list, value) -> None:
+    for name in path[:-1]:
+        child = into.get(name)
+        if not isinstance(child, dict):
+            child = into[name] = {} if child is None else {"text": child}
+        into = child
+    last = path[-1]
+    if isinstance(value, dict):
+        old = into.get(last)
+        if isinstance(old, str):
+            old = {"text": old}
+        into[last] = merged = dict(old) if isinstance(old, dict) else {}
+        for k, v in value.items():
+            _merge(merged, [k], v)
+    elif isinstance(into.get(last), dict) and isinstance(value, str):
+        into[last]["text"] = value
+    else:
+        into[last] = value
 
 
 def bin_width_ns(span_ns: int, max_bins: int = MAX_BINS) -> int:

@@ -108,10 +108,9 @@ def distribution_figure(distribution: pd.DataFrame) -> go.Figure:
                              name=name, marker_color=color,
                              customdata=d[col].astype("int64"),
                              hovertemplate="%{x} " + name + ": %{customdata:,} ns<extra></extra>"))
-    styled(fig)
-    fig.update_layout(title={"text": "Launch-and-queue time split over the TKLQT terms", "font": {"size": 14}},
-                      barmode="group", yaxis={"title": "µs per kernel (log; 0 drawn at 0.001)", "type": "log"},
-                      height=340, **_LAYOUT)
+    styled(fig, title={"text": "Launch-and-queue time split over the TKLQT terms", "font": {"size": 14}},
+                barmode="group", yaxis={"title": "µs per kernel (log; 0 drawn at 0.001)", "type": "log"},
+                height=340, **_LAYOUT)
     return fig
 
 
@@ -127,10 +126,9 @@ def tklqt_by_operator_figure(per_op: pd.DataFrame, top: int = 15) -> go.Figure:
                              customdata=d[["tklqt_ns", "calls"]].to_numpy(),
                              hovertemplate="%{y}: %{x:,.3f} ms " + label.split(" ")[0]
                              + " (TKLQT %{customdata[0]:,} ns, %{customdata[1]} calls)<extra></extra>"))
-    styled(fig)
-    fig.update_layout(title={"text": f"TKLQT by operator (top {len(d)})", "font": {"size": 14}},
-                      barmode="stack", xaxis_title="TKLQT (ms)", height=max(260, 60 + 24 * len(d)),
-                      **_LAYOUT)
+    styled(fig, title={"text": f"TKLQT by operator (top {len(d)})", "font": {"size": 14}},
+                barmode="stack", xaxis_title="TKLQT (ms)", height=max(260, 60 + 24 * len(d)),
+                **_LAYOUT)
     return fig
 
 
@@ -146,10 +144,9 @@ def launch_bound_figure(launch_bound: pd.DataFrame, top: int = 15) -> go.Figure:
                              marker_color=color, customdata=d[["launch_bound_calls", "calls"]].to_numpy(),
                              hovertemplate="%{y}: %{x:,.3f} ms " + label
                              + " (%{customdata[0]} of %{customdata[1]} calls launch-bound)<extra></extra>"))
-    styled(fig)
-    fig.update_layout(title={"text": "Launch-bound operators: launch-call time vs GPU time", "font": {"size": 14}},
-                      barmode="group", xaxis_title="ms (summed over calls)", height=max(260, 60 + 30 * len(d)),
-                      **_LAYOUT)
+    styled(fig, title={"text": "Launch-bound operators: launch-call time vs GPU time", "font": {"size": 14}},
+                barmode="group", xaxis_title="ms (summed over calls)", height=max(260, 60 + 30 * len(d)),
+                **_LAYOUT)
     return fig
 
 
@@ -168,10 +165,9 @@ def whatif_figure(s: dict) -> go.Figure:
                            text=[ms_text(v) for _, v in rows], textposition="outside",
                            hovertemplate="%{x}: %{customdata:,} ns<extra></extra>"))
     sp = s.get("predicted_speedup")
-    styled(fig)
-    fig.update_layout(title={"text": "What-if: launch overhead removed"
+    styled(fig, title={"text": "What-if: launch overhead removed"
                              + (f" (predicted speedup {sp:.2f}×)" if sp is not None else ""), "font": {"size": 14}},
-                      yaxis_title="ms", height=340, showlegend=False, **_LAYOUT)
+                yaxis_title="ms", height=340, showlegend=False, **_LAYOUT)
     return fig
 
 

@@ -82,11 +82,10 @@ def memory_figure(r) -> go.Figure:
         fig.update_yaxes(title_text=unit, rangemode="tozero", row=i, col=1)
     fig.update_xaxes(title_text="time since the trace start (ms)", row=len(names), col=1)
     title = "Memory over time (allocated solid, reserved dashed; ◆ peak)"
-    styled(fig)
-    fig.update_layout(title={"text": title, "font": {"size": 14}},
-                      height=120 + 260 * len(names),
-                      margin={"l": 60, "r": 20, "t": 70, "b": 50},
-                      legend={"orientation": "h", "y": 1.02, "x": 1, "xanchor": "right", "yanchor": "bottom"})
+    styled(fig, title={"text": title, "font": {"size": 14}},
+                height=120 + 260 * len(names),
+                margin={"l": 60, "r": 20, "t": 70, "b": 50},
+                legend={"orientation": "h", "y": 1.02, "x": 1, "xanchor": "right", "yanchor": "bottom"})
     return fig
 
 

@@ -104,10 +104,9 @@ def power_timeline_figure(tel: pd.DataFrame, busy: pd.DataFrame | None = None,
     fig.update_yaxes(range=[0, 105], tickvals=[0, 50, 100], showgrid=False, title_text="GPU busy (%)", row=1,
                      col=1, secondary_y=True)
     fig.update_xaxes(title_text="time since trace start (ms); blue: the trace window", row=4, col=1)
-    styled(fig)
-    fig.update_layout(height=760, margin={"l": 60, "r": 60, "t": 80, "b": 50},
-                      legend={"orientation": "h", "yanchor": "bottom", "y": 1.04, "x": 0},  # above the power row
-                      hovermode="closest")
+    styled(fig, height=760, margin={"l": 60, "r": 60, "t": 80, "b": 50},
+                legend={"orientation": "h", "yanchor": "bottom", "y": 1.04, "x": 0},  # above the power row
+                hovermode="closest")
     return fig
 
 
@@ -122,10 +121,9 @@ def phase_energy_figure(phases: pd.DataFrame) -> go.Figure | None:
     labels = [f"{n} ({k})" for n, k in zip(p["name"], p["kind"])]
     fig = go.Figure(go.Bar(x=(p["energy_mj"].astype(float) / MJ_PER_J).tolist(), y=labels, orientation="h",
                            hovertemplate="%{y}: %{x:,.3f} J<extra></extra>"))
-    styled(fig)
-    fig.update_layout(title={"text": "Energy per phase (J)", "font": {"size": 14}},
-                      height=120 + 24 * len(p), margin={"l": 200, "r": 20, "t": 40, "b": 40},
-                      yaxis={"autorange": "reversed"}, xaxis_title="energy (J)")
+    styled(fig, title={"text": "Energy per phase (J)", "font": {"size": 14}},
+                height=120 + 24 * len(p), margin={"l": 200, "r": 20, "t": 40, "b": 40},
+                yaxis={"autorange": "reversed"}, xaxis_title="energy (J)")
     return fig
 
 

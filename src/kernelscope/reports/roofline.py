@@ -161,8 +161,7 @@ def roofline_figure(sig: pd.DataFrame, device_peaks: dict | None, selected: int 
                 text=[_hover(r) for r in d.to_dict("records")], hovertemplate="%{text}<extra></extra>",
                 marker={"size": d["_size"].tolist(), "color": BOUND_COLOURS.get(b, NO_BOUND_COLOUR),
                         "opacity": 0.75, "line": {"width": 1, "color": "white"}}))
-    styled(fig)
-    fig.update_layout(
+    styled(fig,
         title={"text": "Roofline: operator signatures (area ∝ GPU time)", "font": {"size": 14}},
         xaxis={"type": "log", "title": "arithmetic intensity (FLOP/byte)"},
         yaxis={"type": "log", "title": "achieved TFLOP/s"},

@@ -52,8 +52,7 @@ def breakdown_figure(df: pd.DataFrame) -> go.Figure:
         ms = (df[f"{key}_ns"].astype("int64") / NS_PER_MS).to_numpy()
         fig.add_trace(go.Bar(x=labels, y=ms, name=label, marker={"color": colour, "pattern": {"shape": pattern}},
                              hovertemplate="step %{x}<br>" + label + ": %{y:.3f} ms<extra></extra>"))
-    styled(fig)
-    fig.update_layout(
+    styled(fig,
         barmode="stack", title={"text": "Step time breakdown (hatched: / warm-up, x partial)", "font": {"size": 14}},
         xaxis={"title": "step", "type": "category"}, yaxis_title="time (ms)", height=380,
         margin={"l": 60, "r": 20, "t": 40, "b": 50},
@@ -75,11 +74,10 @@ def step_time_figure(df: pd.DataFrame, scalars: dict) -> go.Figure:
     if med is not None:
         fig.add_hline(y=med / NS_PER_MS, line={"dash": "dash", "color": "#6b7280", "width": 1},
                       annotation_text=f"median {med / NS_PER_MS:,.3f} ms", annotation_position="top left")
-    styled(fig)
-    fig.update_layout(title={"text": "Step time (hollow: warm-up or partial)", "font": {"size": 14}},
-                      xaxis={"title": "step", "type": "category"}, yaxis={"title": "time (ms)", "rangemode": "tozero"},
-                      height=300, margin={"l": 60, "r": 20, "t": 40, "b": 50},
-                      showlegend=False)
+    styled(fig, title={"text": "Step time (hollow: warm-up or partial)", "font": {"size": 14}},
+                xaxis={"title": "step", "type": "category"}, yaxis={"title": "time (ms)", "rangemode": "tozero"},
+                height=300, margin={"l": 60, "r": 20, "t": 40, "b": 50},
+                showlegend=False)
     return fig
 
 

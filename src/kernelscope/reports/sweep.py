@@ -134,12 +134,11 @@ def sweep_figure(points: pd.DataFrame, scalars: dict, selected=None) -> go.Figur
     fig.update_xaxes(title_text=by, row=4, col=1)
     bracket = f"transition between {by}={t['last_cpu_bound']} and {by}={t['first_gpu_bound']} ({t['rule']} rule)" \
         if t else "no transition"
-    styled(fig)
-    fig.update_layout(title={"text": f"Sweep over {by}: {bracket}; shaded red CPU-bound, green GPU-bound",
+    styled(fig, title={"text": f"Sweep over {by}: {bracket}; shaded red CPU-bound, green GPU-bound",
                              "font": {"size": 14}},
-                      height=940, margin={"l": 70, "r": 20, "t": 60, "b": 90},
-                      clickmode="event", hovermode="closest",
-                      legend={"orientation": "h", "y": -0.06, "x": 0, "xanchor": "left", "yanchor": "top"})
+                height=940, margin={"l": 70, "r": 20, "t": 60, "b": 90},
+                clickmode="event", hovermode="closest",
+                legend={"orientation": "h", "y": -0.06, "x": 0, "xanchor": "left", "yanchor": "top"})
     return fig
 
 
