@@ -389,7 +389,8 @@ def fake_sources(monkeypatch, **given):
     fakes = {"bound": lambda s, t: fake_bound(), "launch": lambda s, t: fake_launch(),
              "whatif": lambda s, t: fake_whatif(), "kernels": lambda s, t: fake_kernels(),
              "bandwidth": lambda s, t: fake_bandwidth(), "steps": lambda s, t: fake_steps(),
-             "memory": lambda s, t: R("memory"), **given}  # no memory events: no device_memory table
+             "memory": lambda s, t: R("memory"), "comm": lambda s, t: fake_comm(), **given}  # no memory events: no
+    # device_memory table
     assert set(fakes) == set(rec._sources())  # every analysis recommend reads
     monkeypatch.setattr(rec, "_sources", lambda: dict(fakes))
     monkeypatch.setattr(rec, "_captured", lambda s, t: 0)  # no stream capture (the store is None here)
@@ -457,7 +458,7 @@ def test_samples_rules_and_evidence(sample_store):
             r = rec.recommend(s, ids[b])
             assert fires in r.scalars["rules_fired"] and silent not in r.scalars["rules_fired"], (b, r.scalars)
             # the full analyses (recommend runs launch with only the tables it reads, whatif only when needed)
-            sources = {n: ANALYSES[n].fn(s, ids[b]) for n in rec._sources()}
+            sources = {n: ANALYSES[n].fn(s, [ids[b]] if ANALYSES[n].multi else ids[b]) for n in rec._sources()}
             out = json.loads(r.to_json())
             assert out["findings"]
             for f in r.tables["findings"].to_dict("records"):  # plain values: the table prints them as written
@@ -532,3 +533,61 @@ def test_a_trace_of_a_graph_capture_says_the_findings_describe_the_capture(monke
     said = [w for w in r.warnings if "recorded into a CUDA graph by stream capture" in w]
     assert len(said) == int(warned)
     assert not warned or f"{captured:,} kernel launch calls" in said[0] and f"against {ran:,} kernels" in said[0]
+
+
+# 11. exposed communication ------------------------------------------------------------------------------
+
+class _Res(dict):
+    """The Results of one trace, naming it (as recommend's own mapping does)."""
+
+    trace_id = "r0"
+
+
+def fake_comm(wait0=14_695_248, straggler=1, times_last=14, world=2):
+    ranks = [{"rank": 0, "trace_id": "r0", "wait_ns": wait0}, {"rank": 1, "trace_id": "r1", "wait_ns": 0}]
+    strag = [{"rank": 1, "times_last": times_last, "skew_caused_ns": 14_695_248},
+             {"rank": 0, "times_last": 0, "skew_caused_ns": 0}]
+    return R("comm", {"world_size": world, "collective_instances": 14, "straggler_rank": straggler},
+             {"ranks": ranks, "stragglers": strag})
+
+
+def test_exposed_communication_tells_waiting_for_a_rank_from_transfer():
+    """ddp2's rank 0 (the sample's numbers): only collectives run for 9,746,399 of 28,940,238 ns of its span (34%);
+    rank 1 arrived last at all 14 all-reduces and rank 0's collectives waited 14.70 ms for it: the finding names
+    rank 1 as the cause. With its waits under half the comm-only time it is transfer; without the run's other
+    ranks it says how to tell; at TensorBoard's 10% exactly it is silent."""
+    bound = R("bound", {"comm_only_share": 9_746_399 / 28_940_238, "comm_only_ns": 9_746_399})
+    [f] = rules.rule_exposed_communication(_Res(bound=bound, comm=fake_comm()))
+    assert f["message"].startswith("For 34% of the GPU span (9.75 ms; bound) only collective kernels run")
+    assert ("rank 1 arrived last at 14 of 14 collectives, and the collectives of this rank (rank 0) waited 14.70 ms "
+            "for it (comm)") in f["message"]
+    assert f["severity"] == "medium" and f["saving_ns"] is None
+    assert values(f)[("comm", "ranks.wait_ns", '{"rank": 0}')] == 14_695_248
+    assert values(f)[("comm", "stragglers.times_last", '{"rank": 1}')] == 14
+    [t] = rules.rule_exposed_communication(_Res(bound=bound, comm=fake_comm(wait0=4_873_199)))  # < half of 9.75 ms
+    assert "It is transfer more than waiting (rank 0's collectives waited 4.87 ms" in t["message"]
+    [t] = rules.rule_exposed_communication(_Res(bound=bound, comm=fake_comm(straggler=0)))  # rank 0 is the late one
+    assert "It is transfer more than waiting" in t["message"]
+    [g] = rules.rule_exposed_communication(_Res(bound=bound))
+    assert "Ingest the run's other ranks with it" in g["message"] and "arrived last" not in g["message"]
+    [g] = rules.rule_exposed_communication(_Res(bound=bound, comm=fake_comm(world=1)))
+    assert "Ingest the run's other ranks with it" in g["message"]
+    assert rules.rule_exposed_communication(
+        _Res(bound=R("bound", {"comm_only_share": 0.1, "comm_only_ns": 1_000}))) == []
+
+
+def test_exposed_communication_on_the_ddp2_run(tmp_path):
+    """The real two-rank run (H200 x2): rank 0 gets the finding naming rank 1; rank 1 (4.5% comm-only) none; each
+    evidence number is the cited analysis' own output."""
+    from conftest import ddp2_copy
+
+    with open_store(ddp2_copy(tmp_path / "s.duckdb")) as s:
+        ids = dict(s.con.execute("SELECT rank, trace_id FROM traces ORDER BY rank").fetchall())
+        r0, r1 = rec.recommend(s, ids[0]), rec.recommend(s, ids[1])
+        assert "exposed_communication" in r0.scalars["rules_fired"]
+        assert "exposed_communication" not in r1.scalars["rules_fired"]
+        [f] = [f for f in json.loads(r0.to_json())["findings"] if f["rule"] == "exposed_communication"]
+        assert "rank 1 arrived last at 14 of 14 collectives" in f["message"]
+        sources = {"bound": ANALYSES["bound"].fn(s, ids[0]), "comm": ANALYSES["comm"].fn(s, [ids[0]])}
+        for e in f["evidence"]:
+            assert cited(sources, e) == e["value"], e

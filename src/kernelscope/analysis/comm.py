@@ -24,6 +24,8 @@ bytes/ns):
   ``comm_only_ns`` = |C \\ (K u M)| (only collectives busy: the communication-bound time);
   ``memcpy_ns`` = |M|; ``exposed_memcpy_ns`` = |M \\ (K u C)|; ``busy_ns`` = |K u C u M| (equals the
   summary's busy_ns); ``idle_ns`` = ``gpu_span_ns`` - ``busy_ns``.
+- ``ranks.wait_ns``: the sum of the rank's ``wait_ns`` over its collectives (how long they waited for the
+  last rank to arrive; part of it may overlap the rank's own compute).
 - ``stragglers`` table, per rank: ``times_last`` (instances it arrived last at, skew > 0 only),
   ``skew_caused_ns`` (sum of those instances' start skew).
 """
@@ -186,13 +188,16 @@ def comm(store, trace_ids=None, by=None, sweep=None, run: str | None = None, **_
     counts = arrivals.groupby("trace_id").size().rename("collectives")
     ranks = ranks.merge(counts, left_on="trace_id", right_index=True, how="left")
     ranks["collectives"] = ranks["collectives"].fillna(0).astype("int64")
+    waited = arrivals.groupby("trace_id")["wait_ns"].sum().rename("wait_ns")
+    ranks = ranks.merge(waited, left_on="trace_id", right_index=True, how="left")
+    ranks["wait_ns"] = ranks["wait_ns"].fillna(0).astype("int64")
     ranks["idle_ns"] = ranks["gpu_span_ns"] - ranks["busy_ns"]
     ranks["overlap_pct"] = [
         None if not c else 100.0 * (c - x) / c for c, x in zip(ranks["comm_ns"], ranks["exposed_comm_ns"])
     ]
     ranks = ranks[["rank", "trace_id", "name", "device", "gpu_span_ns", "busy_ns", "idle_ns", "compute_ns",
                    "comm_ns", "exposed_comm_ns", "overlap_pct", "comm_only_ns", "memcpy_ns",
-                   "exposed_memcpy_ns", "collectives", "clock_offset_ns"]]
+                   "exposed_memcpy_ns", "collectives", "wait_ns", "clock_offset_ns"]]
     late = inst[inst["start_skew_ns"] > 0]
     strag = (late.groupby("straggler_rank")
              .agg(times_last=("pg_seq", "size"), skew_caused_ns=("start_skew_ns", "sum"))

@@ -1,6 +1,7 @@
 """Recommendations: rules over the other analyses' results, each finding citing the numbers it rests on.
 
-recommend reads bound, launch, kernels, bandwidth, steps, memory and whatif on one trace and checks ten rules. A finding
+recommend reads bound, launch, kernels, bandwidth, steps, memory, whatif and comm on one trace and checks eleven
+rules. A finding
 has a ``rule`` id, a ``severity`` (from the rule's main share: >= 0.5 high, >= 0.2 medium, else low), a
 ``message`` with the numbers, ``evidence`` (a list of ``{"analysis", "key", "value"}`` plus ``"row"`` for
 a table cell: the cited analysis' own output, unchanged) and ``saving_ns`` (estimated time saved, null
@@ -45,6 +46,12 @@ Rules (thresholds below):
    allocator's peak against the device's memory: TensorBoard's recommendation and its threshold); names the
    peak's operator and module. No saving: it costs no time, it caps the batch and risks an out-of-memory.
 
+11. ``exposed_communication``: bound ``comm_only_share`` > COMM_ONLY_SHARE_MIN (only collective kernels run:
+   TensorBoard's recommendation on communication and its threshold). When the trace is a rank of a stored run
+   (comm over the run, read only then) and another rank is comm's ``straggler_rank`` and this rank's
+   ``ranks.wait_ns`` is at least STRAGGLER_WAIT_MIN of the comm-only time, it says the time is waiting for that
+   rank and to even out its work; else it advises overlap, compression or fewer collectives. No saving.
+
 Rule 2 adds, when bound's ``host_wait_share`` >= GPU_BOUND_HOST_NOTE, that the GPU also waits on the host for that
 share of its span: the mean queue depth averages the bursts in which kernels queue deep and the waits between.
 """
@@ -62,8 +69,8 @@ from .result import Result
 from .rules import API_SHARE_MAX, NEEDS, QUEUE_DEPTH_MIN, RULES, _api_share, _num, evaluate
 from .summary import launches_without_kernel, trace_profiler_options
 
-DESCRIPTION = ("Rules over bound/launch/whatif/kernels/bandwidth/steps/memory: findings with cited evidence and "
-               "savings.")
+DESCRIPTION = ("Rules over bound/launch/whatif/kernels/bandwidth/steps/memory/comm: findings with cited evidence "
+               "and savings.")
 
 
 #: The analyses the rules read whole.
@@ -79,6 +86,7 @@ def _sources() -> dict[str, Callable[..., Result]]:
     ones are cached); looked up at call time (tests replace them with fakes)."""
     return {"bound": lambda s, t: cache.analysis_part(s, "bound", t, BOUND_TABLES),
             "launch": lambda s, t: cache.analysis_part(s, "launch", t, LAUNCH_TABLES),
+            "comm": lambda s, t: cache.analysis(s, "comm", [t]),  # the trace's run (or the trace alone)
             **{n: (lambda s, t, n=n: cache.analysis(s, n, t)) for n in WHOLE}}
 
 
@@ -90,6 +98,7 @@ class _Results(dict):
     def __init__(self, store, trace_id: str, given: dict[str, Result], warnings: list[str]):
         super().__init__(given)
         self._store, self._trace, self._warnings, self._failed = store, trace_id, warnings, set()
+        self.trace_id = trace_id  # for a rule that finds this trace among a run's ranks (exposed_communication)
         self._fns = _sources()
 
     def __missing__(self, name: str) -> Result:

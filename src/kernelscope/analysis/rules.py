@@ -45,13 +45,16 @@ SLOW_CALLS_SHARE_MIN = 0.2  # a fifth of the host wait in a few slow calls: one 
 DATALOADER_SHARE_MIN = 0.05  # TensorBoard's profiler plugin recommended more DataLoader workers above 5% of a step
 # 10. memory at the device's limit
 MEMORY_SHARE_MIN = 0.9  # TensorBoard's profiler plugin: the peak above 90% of the device's memory
+# 11. exposed communication
+COMM_ONLY_SHARE_MIN = 0.1  # TensorBoard's profiler plugin: communication above 10% of the step time
+STRAGGLER_WAIT_MIN = 0.5  # this rank's collectives waited at least half its comm-only time for a later rank
 # 2, qualified
 GPU_BOUND_HOST_NOTE = 0.2  # a fifth of the span waiting on the host: the mean depth hides it, say so
 
 RULES = ("host_bound_launch", "host_overhead", "slow_host_calls", "input_pipeline", "gpu_bound", "low_bandwidth",
-         "short_kernels", "sync_stalls", "low_tensor_core", "memory_at_limit")
+         "short_kernels", "sync_stalls", "low_tensor_core", "memory_at_limit", "exposed_communication")
 NEEDS = {"host_bound_launch": ("bound", "launch"), "host_overhead": ("bound", "launch"), "slow_host_calls": ("bound",),
-         "input_pipeline": ("steps",), "memory_at_limit": ("memory",),
+         "input_pipeline": ("steps",), "memory_at_limit": ("memory",), "exposed_communication": ("bound",),
          "gpu_bound": ("launch", "kernels"),
          "low_bandwidth": ("bandwidth",), "short_kernels": ("kernels",), "sync_stalls": ("bound",),
          "low_tensor_core": ("kernels",)}
@@ -404,12 +407,58 @@ def rule_memory_at_limit(res: dict[str, Result]) -> list[dict]:
     return out
 
 
+def rule_exposed_communication(res: dict[str, Result]) -> list[dict]:
+    """Time when only collective kernels run (bound's comm-only time: communication no compute overlaps). With
+    the run's other ranks stored (comm over the run, read only when this fires), tells waiting for a late rank
+    from the transfers themselves; ``res.trace_id`` names this rank's trace."""
+    b = res["bound"]
+    share, ns = _num(b.scalars.get("comm_only_share")), _num(b.scalars.get("comm_only_ns"))
+    if share is None or not ns or share <= COMM_ONLY_SHARE_MIN:
+        return []
+    ev = [_ev("bound", k, b.scalars[k]) for k in ("comm_only_share", "comm_only_ns")]
+    msg = (f"For {share:.0%} of the GPU span ({_ms(ns)}; bound) only collective kernels run: communication that no "
+           "compute overlaps.")
+    c = res.get("comm")
+    ranks = None if c is None else c.tables.get("ranks")
+    me = None if ranks is None else ranks[ranks["trace_id"] == getattr(res, "trace_id", None)]
+    if me is None or me.empty or (_num(c.scalars.get("world_size")) or 0) < 2:
+        return [_finding("exposed_communication", share, msg + (
+            " Overlap it with compute (DDP's bucket_cap_mb, FSDP's prefetching), send fewer bytes (a gradient "
+            "compression hook such as bf16_compress_hook) or communicate less often (gradient accumulation under "
+            "no_sync(), a larger batch). Ingest the run's other ranks with it (kernelscope ingest RUN_DIR) to see "
+            "whether the time is transfer or waiting for a slower rank (kernelscope analyze comm)."), ev)]
+    rank, waited = int(me["rank"].iloc[0]), int(me["wait_ns"].iloc[0])
+    late = _num(c.scalars.get("straggler_rank"))
+    row = {"rank": rank}
+    ev.append(_ev("comm", "ranks.wait_ns", me["wait_ns"].iloc[0], row))
+    if late is not None and int(late) != rank and waited >= STRAGGLER_WAIT_MIN * ns:
+        late = int(late)
+        st = c.tables["stragglers"]
+        times = st.loc[st["rank"] == late, "times_last"]
+        n = _num(c.scalars.get("collective_instances"))
+        ev += [_ev("comm", "straggler_rank", c.scalars["straggler_rank"]),
+               _ev("comm", "stragglers.times_last", times.iloc[0], {"rank": late}),
+               _ev("comm", "collective_instances", c.scalars["collective_instances"])]
+        msg += (f" Most of it is waiting, not transfer: rank {late} arrived last at {int(times.iloc[0])} of "
+                f"{int(n or 0)} collectives, and the collectives of this rank (rank {rank}) waited {_ms(waited)} for "
+                f"it (comm). Make rank {late}'s work before each collective faster or even with the others' (an "
+                "uneven batch, a slower GPU or host, its own data loading): the Ranks page lines the ranks' timelines "
+                "up.")
+    else:
+        msg += (f" It is transfer more than waiting (rank {rank}'s collectives waited {_ms(waited)} for later ranks; "
+                "comm): overlap it with compute (DDP's bucket_cap_mb, FSDP's prefetching), send fewer bytes (a "
+                "gradient compression hook such as bf16_compress_hook) or communicate less often (gradient "
+                "accumulation under no_sync(), a larger batch); comm's bus bandwidths show whether the links run "
+                "at their speed.")
+    return [_finding("exposed_communication", share, msg, ev)]
+
+
 _RULE_FNS = {"host_bound_launch": rule_host_bound_launch, "host_overhead": rule_host_overhead,
              "slow_host_calls": rule_slow_host_calls, "input_pipeline": rule_input_pipeline,
              "gpu_bound": rule_gpu_bound,
              "low_bandwidth": rule_low_bandwidth, "short_kernels": rule_short_kernels,
              "sync_stalls": rule_sync_stalls, "low_tensor_core": rule_low_tensor_core,
-             "memory_at_limit": rule_memory_at_limit}
+             "memory_at_limit": rule_memory_at_limit, "exposed_communication": rule_exposed_communication}
 
 
 def evaluate(res: dict[str, Result]) -> tuple[list[dict], list[str]]:
