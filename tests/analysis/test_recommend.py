@@ -591,3 +591,15 @@ def test_exposed_communication_on_the_ddp2_run(tmp_path):
         sources = {"bound": ANALYSES["bound"].fn(s, ids[0]), "comm": ANALYSES["comm"].fn(s, [ids[0]])}
         for e in f["evidence"]:
             assert cited(sources, e) == e["value"], e
+
+
+def test_gpu_bound_does_not_ask_for_kernel_efficiency_when_collectives_lead():
+    """ddp2's rank 0: depth 4.80 but 54% of kernel time is the NCCL all-reduce kernel: the finding says the top
+    category is communication and not to look first at compute kernels."""
+    cats = [{"category": "communication", "time_ns": 16_419, "share": 0.5428},
+            {"category": "gemm", "time_ns": 4_000, "share": 0.1322}]
+    [f] = rules.rule_gpu_bound({"launch": fake_launch(depth=4.803), "kernels": R("kernels", {}, {"categories": cats})})
+    assert "but the top category is communication at 54% of kernel time (kernels)" in f["message"]
+    assert "next win is kernel efficiency" not in f["message"] and "exposed_communication" in f["message"]
+    [g] = rules.rule_gpu_bound({"launch": fake_launch(depth=4.803), "kernels": fake_kernels(gemm_share=0.7)})
+    assert "so the next win is kernel efficiency" in g["message"]

@@ -236,8 +236,14 @@ def rule_gpu_bound(res: dict[str, Result]) -> list[dict]:
         return []
     top = cats.sort_values("time_ns", ascending=False, kind="stable").iloc[0]
     share = _num(top["share"]) or 0.0
-    msg = (f"GPU-bound: the mean queue depth is {depth:.2f} (launch), so the next win is kernel efficiency; "
-           f"the top category is {top['category']} at {share:.0%} of kernel time (kernels).")
+    if top["category"] == "communication":  # collectives spin while they transfer or wait for another rank
+        msg = (f"GPU-bound: the mean queue depth is {depth:.2f} (launch), but the top category is communication at "
+               f"{share:.0%} of kernel time (kernels): collective kernels, busy while they transfer or wait for other "
+               "ranks, not computing, so faster compute kernels are not the first win; how much of it no compute "
+               "overlaps, and whether it is waiting, is exposed_communication's (kernelscope analyze comm).")
+    else:
+        msg = (f"GPU-bound: the mean queue depth is {depth:.2f} (launch), so the next win is kernel efficiency; "
+               f"the top category is {top['category']} at {share:.0%} of kernel time (kernels).")
     ev = [_ev("launch", "mean_queue_depth", lch.scalars["mean_queue_depth"]),
           _ev("kernels", "categories.share", top["share"], {"category": top["category"]})]
     b = res.get("bound")
