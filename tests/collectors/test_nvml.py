@@ -354,3 +354,30 @@ def test_intervals_measured_too_long_do_not_open_the_next_window_late():
         assert first == change, (change, first)  # the tick at the change reads it (ticks fall on 5 ms multiples)
     late = [t for t in ticks if t >= 700 * ms]
     assert len([t for t in read_at if t >= 700 * ms]) <= 0.3 * len(late)
+
+
+def _schedule(ticks: list[int]) -> list[int]:
+    """The ticks at which a 5 ms schedule reads a counter that steps every 100 ms."""
+    s, read_at = nvml._CounterSchedule(0.005), []
+    for t in ticks:
+        if s.due(t):
+            read_at.append(t)
+            s.saw(t, t // 100_000_000)
+    return read_at
+
+
+@pytest.mark.parametrize("starved", [[(455, 500)], [(455, 500), (855, 900)]])
+def test_a_change_dated_early_does_not_open_the_next_windows_early(starved):
+    """A sampler starved for 45 ms just before a change dates it by the read 45 ms before (the earliest it can
+    have happened), so one interval measured is ~55 ms. Estimated by the shortest interval, every window of the
+    next eight changes opened ~45 ms early: 57% of the ticks after 700 ms read the counter with one starved
+    change, 80% with two (one in four without). By the second shortest, one such interval changes nothing, and
+    two still leave most ticks unread; every change is seen on the first tick after it either way."""
+    ms = 1_000_000
+    ticks = [t for t in range(0, 2000 * ms, 5 * ms) if not any(a * ms < t < b * ms for a, b in starved)]
+    read_at = _schedule(ticks)
+    for change in range(400 * ms, 2000 * ms, 100 * ms):
+        assert min(t for t in read_at if t >= change) == min(t for t in ticks if t >= change), change
+    late = [t for t in ticks if t >= 700 * ms]
+    share = len([t for t in read_at if t >= 700 * ms]) / len(late)
+    assert share <= (0.25 if len(starved) == 1 else 0.6), share

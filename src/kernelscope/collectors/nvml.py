@@ -124,20 +124,23 @@ def interval_stats(table: pa.Table, window: tuple[int, int] | None = None) -> di
 
 
 class _CounterSchedule:
-    """When to read one device's energy counter. Until it has changed four times it is read on every tick; then
-    from two periods before its next change is due (the last change plus the shortest of its last eight
-    intervals) until it changes, so each change is still seen on the first tick after it. The shortest, not the
-    median: an interval measured too long (a change dated early because the sampler was starved before it, or
-    two changes seen as one) would open the next window late and skip ticks, while one measured too short only
-    opens it early (a few more reads). With the median, two too long among the first few were enough (a test
-    that read late skipped four ticks after a change in the full suite on the loaded 2-core machine; the
-    schedule could then settle into alternating 5 and 195 ms intervals). A counter that
-    changes every few ticks is read on every tick. A change is dated by the last read that did not show it (the
-    earliest it can have happened): dated by the read that saw it, a sampler starved for a while (a busy
-    machine) saw a change 65 ms late, opened its next window as late and skipped the ticks after that change.
-    That read's time is NVML's stamp of its values or, without one, when the call began: the time after it
-    returns can be tens of ms after the values were read (the thread descheduled in between), and dating by it
-    opened the next window as late (seen on a loaded 2-core machine: 11 ticks after a change skipped)."""
+    """When to read one device's energy counter. Until it has changed four times it is read on every tick; then from two
+    periods before its next change is due (the last change plus the second shortest of its last eight intervals, the
+    shortest while it has fewer than four) until it changes, so each change is still seen on the first tick after
+    it. Near the shortest, not the median: an interval measured too long (two changes seen as one, a sampler starved
+    across a change) would open the next window late and skip ticks, while one measured too short only opens it
+    early (more reads). With the median, two too long among the first few were enough (a test that read late skipped
+    four ticks after a change in the full suite on the loaded 2-core machine; the schedule could then settle into
+    alternating 5 and 195 ms intervals). Not the shortest itself: one change dated early (the sampler starved just
+    before it, so the last read that did not show it was long before) measures one interval too short, and for the
+    next eight changes every window opened that much early (the full suite on the loaded 2-core machine: 100 of 140
+    ticks read the counter in a test that allows 70%). A counter that changes every few ticks is read on every tick.
+    A change is dated by the last read that did not show it (the earliest it can have happened): dated by the read
+    that saw it, a sampler starved for a while (a busy machine) saw a change 65 ms late, opened its next window as
+    late and skipped the ticks after that change. That read's time is NVML's stamp of its values or, without one,
+    when the call began: the time after it returns can be tens of ms after the values were read (the thread
+    descheduled in between), and dating by it opened the next window as late (seen on a loaded 2-core machine: 11
+    ticks after a change skipped)."""
 
     def __init__(self, period_s: float):
         self.margin_ns = round(2 * period_s * NS_PER_S)
@@ -149,7 +152,8 @@ class _CounterSchedule:
     def due(self, now_ns: int) -> bool:
         if len(self.steps) < 3:
             return True
-        return now_ns >= self.changed_ns + min(self.steps) - self.margin_ns
+        steps = sorted(self.steps)
+        return now_ns >= self.changed_ns + steps[1 if len(steps) >= 4 else 0] - self.margin_ns
 
     def saw(self, read_ns: int, value: int | None) -> None:
         """One read of the counter: ``read_ns`` is no later than when its value was read."""
