@@ -44,6 +44,8 @@ def test_traces_page_lists_every_trace_with_its_numbers(dash_store):
         assert row["gpu_span_ns"] == (None if pd.isna(span) else int(span))
         assert shown_ms(table, row, "gpu_span_ns") == (None if pd.isna(span) else round(int(span) / 1e6, 3))
     assert by_id[dash_store.ids["two_devices"]]["devices"] == "0, 1"
+    headers = {c["field"]: c["headerName"] for c in table.columnDefs}
+    assert headers["devices"] == "GPU device ids"  # indices, not a count: "GPU devices: 0" read as none
     assert by_id[dash_store.ids["cpu_only"]]["gpu_span_ns"] is None
     assert "batch=1" in by_id[dash_store.ids["llama_prefill_b1"]]["labels"]
 
@@ -142,6 +144,14 @@ def test_unknown_trace_unknown_page_empty_and_missing_store(dash_store, empty_db
     msg = find(route(dash_store.db, "/trace/ffffffffffff", ""), "msg-unknown-trace")
     assert "No trace matches 'ffffffffffff' in this store." in texts(msg)
     assert find(route(dash_store.db, "/operators", ""), "msg-no-page") is not None
+    tid = dash_store.ids["llama_prefill_b1"]
+    for ref in (tid, "llama_prefill_b1"):  # a stored trace and a page it does not have: that page is named
+        page = route(dash_store.db, f"/trace/{ref}/kernels", "")
+        assert find(page, "msg-unknown-trace") is None
+        said = texts(find(page, "msg-no-page"))
+        assert said.startswith(f"Trace {tid} has no page 'kernels': its pages are overview, timeline,"), said
+        assert find(page, "nav-overview") is not None  # the trace's own pages, one click away
+    assert find(route(dash_store.db, "/trace/ffffffffffff/kernels", ""), "msg-unknown-trace") is not None
     empty = find(route(empty_db, "/", ""), "msg-empty-store")
     assert "has no traces yet" in texts(empty)
     assert "No trace matches" in texts(route(empty_db, "/trace/abc", ""))

@@ -103,6 +103,18 @@ def route(db_path, pathname: str | None, search: str | None, logdir=None):
     return html.Div([message(params.sentence(), "msg-bad-param", "error"), page])
 
 
+def _trace_of_unknown_page(store, ref: str) -> tuple[str, str] | None:
+    """``(trace id, page)`` when ``ref`` is a stored trace, a slash and a name that is no trace page (a user
+    typing /trace/<id>/kernels); None otherwise."""
+    head, sep, page = ref.rpartition("/")
+    if not sep or not head or not page:
+        return None
+    try:
+        return resolve_trace(store, head), page
+    except (TraceNotFound, UsageError):
+        return None
+
+
 def _page(db_path, path: str, search: str, params, logdir=None):
     name = page_name(path)
     ref = trace_ref(path, search)
@@ -118,6 +130,11 @@ def _page(db_path, path: str, search: str, params, logdir=None):
             try:
                 trace_id = resolve_trace(store, ref)
             except TraceNotFound:
+                if (known := _trace_of_unknown_page(store, ref)) is not None:  # /trace/<id>/<no such page>
+                    tid, page = known
+                    return html.Div([nav(tid, "overview"), message(
+                        f"Trace {tid} has no page {shown(page)}: its pages are "
+                        f"{', '.join(TRACE_PAGES)}.", "msg-no-page", "error")])
                 return html.Div([
                     message(f"No trace matches {shown(ref)} in this store.", "msg-unknown-trace", "error"),
                     dcc.Link("← all traces", href="/"),

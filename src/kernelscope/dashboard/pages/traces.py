@@ -10,8 +10,10 @@ from .. import urls
 from ..widgets import grid, message
 
 TABLE_ID = "traces-table"
+#: The device column lists device indices, so it says so: "GPU devices" over a "0" read as no GPU on a GPU trace
+#: (as under the CLI's "devices", now its `device_ids`).
 COLUMNS = [("trace_id", "id", "text"), ("name", "name", "text"), ("labels", "labels", "text"),
-           ("devices", "GPU devices", "text"), ("kernels", "kernels", "numeric"),
+           ("devices", "GPU device ids", "text"), ("kernels", "kernels", "numeric"),
            ("gpu_span_ns", "GPU span (ms)", "ms"), ("notes", "notes", "text")]
 
 
