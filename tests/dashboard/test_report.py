@@ -75,3 +75,27 @@ def test_sections_a_trace_did_not_record_are_named_with_how_to_record_them(dash_
     assert {"Modules", "Call stacks", "Memory"} <= set(titles) and "Steps" not in titles
     (line,) = titles["Not in this report"].blocks
     assert line.startswith("Steps: ") and "prof.step()" in line
+
+
+def test_markdown_leaves_figures_out_without_drawing_them(session_store):
+    """A Markdown report builds its sections with figures=False: no section draws a figure, and the text and
+    tables are those of the sections built with figures (every section that draws one is exercised: the
+    overview, extras, launch, bound, roofline, power, steps of a collector run; modules, stacks and memory of
+    qwen2_train_full; the sweep of llama_prefill by batch). Fails if leaving a figure out also drops or changes a
+    block around it, or if a section still draws one."""
+    import plotly.graph_objects as go
+
+    from kernelscope.reports.report import build, render_markdown
+
+    ids = {p.parent.name: t for p, t in session_store.ids.items() if p.name == "trace.json.gz"}
+    cases = [([ids["train_step"]], None), ([ids["qwen2_train_full"]], None),
+             ([t for n, t in ids.items() if n.startswith("llama_prefill_b")], "batch")]
+    drawn = set()
+    with open_store(session_store.db, read_only=True) as store:
+        for trace_ids, by in cases:
+            full, bare = build(store, trace_ids, by), build(store, trace_ids, by, figures=False)
+            drawn |= {s.anchor for s in full if any(isinstance(b, go.Figure) for b in s.blocks)}
+            assert not [s.anchor for s in bare if any(isinstance(b, go.Figure) for b in s.blocks)]
+            assert render_markdown(bare, "t") == render_markdown(full, "t"), trace_ids
+    assert {"overview", "extras", "launch", "bound", "sweep", "roofline", "power", "steps", "modules", "stacks",
+            "memory"} <= drawn, drawn

@@ -23,5 +23,8 @@ class Section:
 
 @dataclass
 class Context:
-    """What the user asked for: ``by`` groups several traces by a numeric label (a sweep)."""
+    """What the user asked for: ``by`` groups several traces by a numeric label (a sweep); ``figures``: False
+    for a format that leaves figures out (Markdown), so sections neither draw them nor query what only they
+    show (in a Markdown report of a sample trace, drawing took ~0.4 of its ~0.7 s)."""
     by: str | None = None
+    figures: bool = True

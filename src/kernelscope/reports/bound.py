@@ -205,7 +205,7 @@ def bound_section(store, trace_ids: list[str], ctx) -> Section | None:
         name = _name(store, tid)
         r = bound_result(store, tid)
         blocks += [f"{name}: {t}" for t in bound_sentences(r.scalars, no_gpu_reason(store, tid))]
-        for fig in bound_figures(r):
+        for fig in bound_figures(r) if ctx.figures else ():
             fig.update_layout(title_text=f"{name}: {fig.layout.title.text}")
             blocks.append(fig)
         blocks += [f"{name}: warning: {shown(w)}" for w in r.warnings]
@@ -403,7 +403,7 @@ def extras_section(store, trace_ids: list[str], ctx) -> Section | None:
                      "profiler inflation (×)": na(x["inflation_why"]) if infl is None else round(infl, 3)})
         blocks += [f"{name}: {e_text}", f"{name}: {infl_text}"]
         cats = x["kernels"].tables["categories"]
-        if x["kernels"].scalars.get("kernels"):
+        if x["kernels"].scalars.get("kernels") and ctx.figures:
             fig = categories_figure(cats)
             fig.update_layout(title_text=f"{name}: {fig.layout.title.text}")
             blocks.append(fig)

@@ -233,18 +233,17 @@ def launch_section(store, trace_ids: list[str], ctx) -> Section | None:
         blocks.append(Table(df, f"{name}: launch overhead (q = TKLQT / GPU span; TKLQT sums every kernel's "
                                 "launch-and-queue time, a graph launch counted once)"))
         blocks.append(f"{name}: {launch_sentence(ls)}")
-        for fig in (distribution_figure(lr.tables["distribution"]), tklqt_by_operator_figure(lr.tables["per_op"])):
-            fig.update_layout(title_text=f"{name}: {fig.layout.title.text}")
-            blocks.append(fig)
         lb = lr.tables["launch_bound"]
-        if lb.empty:
-            blocks.append(f"{name}: no operator instance is launch-bound.")
-        else:
-            fig = launch_bound_figure(lb)
+        figs = [distribution_figure(lr.tables["distribution"]), tklqt_by_operator_figure(lr.tables["per_op"])]
+        figs = (figs + ([] if lb.empty else [launch_bound_figure(lb)])) if ctx.figures else []
+        for fig in figs:
+            fig.update_layout(title_text=f"{name}: {fig.layout.title.text}")
+        blocks += figs[:2]
+        blocks += [f"{name}: no operator instance is launch-bound."] if lb.empty else figs[2:]
+        if ctx.figures:
+            fig = whatif_figure(ws)
             fig.update_layout(title_text=f"{name}: {fig.layout.title.text}")
             blocks.append(fig)
-        fig = whatif_figure(ws)
-        fig.update_layout(title_text=f"{name}: {fig.layout.title.text}")
-        blocks += [fig] + [f"{name}: {t}" for t in whatif_sentences(ws)]
+        blocks += [f"{name}: {t}" for t in whatif_sentences(ws)]
         blocks += [f"{name}: warning: {w}" for w in lr.warnings + wr.warnings]
     return Section("Launch overhead", "launch", blocks)

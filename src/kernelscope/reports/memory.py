@@ -148,9 +148,10 @@ def memory_section(store, trace_ids: list[str], ctx) -> Section | None:
             continue
         name = catalog.trace_name(store, tid) or tid
         blocks += [f"{name}: {line}" for line in summary_lines(r)]
-        fig = memory_figure(r)
-        fig.update_layout(title_text=f"{name}: {fig.layout.title.text}")
-        blocks.append(fig)
+        if ctx.figures:
+            fig = memory_figure(r)
+            fig.update_layout(title_text=f"{name}: {fig.layout.title.text}")
+            blocks.append(fig)
         blocks.append(Table(operator_rows(r, limit=20), f"{name}: allocations per operator (self: the operator "
                                                          "whose own range holds the event), top 20 by bytes"))
         live = live_rows(r, limit=20)

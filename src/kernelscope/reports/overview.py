@@ -98,10 +98,11 @@ def overview_section(store, trace_ids: list[str], ctx) -> Section:
     for tid, s, r in per_trace:
         name = s.get("name") or tid
         if s.get("devices_count"):
-            bins, span_ns, width = busy_bins(store, tid)
-            fig = busy_fraction_figure(bins, span_ns, width)
-            fig.update_layout(title=f"{name}: GPU busy over time")
-            blocks.append(fig)
+            if ctx.figures:
+                bins, span_ns, width = busy_bins(store, tid)
+                fig = busy_fraction_figure(bins, span_ns, width)
+                fig.update_layout(title=f"{name}: GPU busy over time")
+                blocks.append(fig)
         else:
             blocks.append(f"{name}: no GPU activity ({no_gpu_reason(store, tid)}): nothing to draw.")
         blocks += [f"{name}: " + t for t in trust_sentences(r.trust, s)]

@@ -257,16 +257,17 @@ def power_section(store, trace_ids: list[str], ctx) -> Section | None:
             blocks.append(f"{name}: no telemetry was recorded with this trace: no power, energy or clocks.")
             continue
         r = cache.analysis(store, "power", tid)
-        fig = power_timeline_figure(telemetry_bins(store, tid, REPORT_BINS), busy_shading(store, tid, REPORT_BINS),
-                                    r.scalars.get("trace_window_ns"))
-        fig.update_layout(title=f"{name}: power, energy, clocks and temperature")
-        blocks.append(fig)
+        if ctx.figures:
+            fig = power_timeline_figure(telemetry_bins(store, tid, REPORT_BINS),
+                                        busy_shading(store, tid, REPORT_BINS), r.scalars.get("trace_window_ns"))
+            fig.update_layout(title=f"{name}: power, energy, clocks and temperature")
+            blocks.append(fig)
         rows.append({"trace": name, **{h["label"]: h["text"] for h in headline(r)}})
         blocks.append(f"{name}: " + throttle_text(r))
         ph = phase_rows(r)
         if len(ph):
             blocks.append(Table(ph, f"{name}: energy per phase (n/a below 10 counter steps)"))
-        pf = phase_energy_figure(r.tables.get("phases"))
+        pf = phase_energy_figure(r.tables.get("phases")) if ctx.figures else None
         if pf is not None:
             blocks.append(pf)
         blocks += [f"{name}: warning: {shown(w)}" for w in r.warnings]

@@ -76,9 +76,10 @@ SECTIONS = [
 PREFETCH = ("bandwidth", "bound", "launch", "whatif", "summary", "kernels")
 
 
-def build(store, trace_ids: list[str], by: str | None = None) -> list[Section]:
-    """Every section that has something to say about ``trace_ids``, in ``SECTIONS`` order."""
-    ctx = Context(by=by)
+def build(store, trace_ids: list[str], by: str | None = None, figures: bool = True) -> list[Section]:
+    """Every section that has something to say about ``trace_ids``, in ``SECTIONS`` order; ``figures=False``
+    leaves every figure out (the other blocks are the same)."""
+    ctx = Context(by=by, figures=figures)
     if len(trace_ids) == 1:
         cache.prefetch(store, trace_ids[0], PREFETCH)
     out = []
@@ -177,5 +178,5 @@ def report(store, trace_ids: list[str], by: str | None = None, fmt: str = "html"
     if title is None:
         names = list(catalog.trace_names(store, trace_ids).values())  # only their count and a lone one show
         title = "kernelscope report: " + (names[0] if len(names) == 1 else f"{len(names)} traces")
-    sections = build(store, trace_ids, by)
+    sections = build(store, trace_ids, by, figures=fmt == "html")  # Markdown shows no figure
     return render_html(sections, title) if fmt == "html" else render_markdown(sections, title)

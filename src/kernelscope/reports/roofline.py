@@ -290,9 +290,11 @@ def roofline_section(store, trace_ids: list[str], ctx, top: int = 15) -> Section
             blocks.append(f"{name}: no GPU activity attributed to an operator: no roofline.")
             continue
         sig = r.tables.get("per_signature")
-        fig = roofline_figure(sig, s.get("device_peaks"))
-        fig.update_layout(title=f"{name}: roofline (area ∝ GPU time)")
-        blocks += [fig, f"{name}: " + modelled_sentence(s), f"{name}: " + peaks_sentence(s.get("device_peaks"))]
+        if ctx.figures:
+            fig = roofline_figure(sig, s.get("device_peaks"))
+            fig.update_layout(title=f"{name}: roofline (area ∝ GPU time)")
+            blocks.append(fig)
+        blocks += [f"{name}: " + modelled_sentence(s), f"{name}: " + peaks_sentence(s.get("device_peaks"))]
         rows = signature_rows(sig, s.get("gpu_ns"))
         if len(rows):
             shown = rows.head(top).drop(columns=["id", "rule"])

@@ -143,8 +143,9 @@ def stacks_section(store, trace_ids: list[str], ctx) -> Section | None:
         name = name if name is not None else tid
         r = cache.analysis(store, "stacks", tid)
         blocks.append(f"{name}: " + summary_sentence(r))
-        blocks.append(flame_figure(r.tables["flame"], "gpu_ns", f"{name}: GPU kernel time by Python path"))
-        blocks.append(flame_figure(r.tables["flame"], "cpu_ns", f"{name}: CPU time by Python path"))
+        if ctx.figures:
+            blocks.append(flame_figure(r.tables["flame"], "gpu_ns", f"{name}: GPU kernel time by Python path"))
+            blocks.append(flame_figure(r.tables["flame"], "cpu_ns", f"{name}: CPU time by Python path"))
         rows = line_rows(r.tables["lines"], REPORT_LINES, source_only=True)
         if len(rows):
             blocks.append(Table(pd.DataFrame({

@@ -126,7 +126,7 @@ def steps_section(store, trace_ids: list[str], ctx) -> Section | None:
         name = catalog.trace_name(store, tid) or tid
         df = r.tables["steps"]
         blocks.append(f"{name}: {spread_text(r)}")
-        for fig in (breakdown_figure(df), step_time_figure(df, r.scalars)):
+        for fig in (breakdown_figure(df), step_time_figure(df, r.scalars)) if ctx.figures else ():
             fig.update_layout(title_text=f"{name}: {fig.layout.title.text}")
             blocks.append(fig)
         blocks.append(Table(table_rows(df), f"{name}: time per step (a step's span ends when the GPU work it "

@@ -193,7 +193,7 @@ def sweep_section(store, trace_ids: list[str], ctx) -> Section | None:
         return Section("Sweep", "sweep", [f"No sweep over these traces: {e}"])
     blocks: list = [f"{len(r.tables['points'])} points over {by}."] + bracket_sentences(r.scalars)
     blocks.append(Table(points_table(r.tables["points"], by), f"Sweep points over {by} (transition analysis)"))
-    if len(r.tables["points"]) >= 1:
+    if len(r.tables["points"]) >= 1 and ctx.figures:
         blocks.append(sweep_figure(r.tables["points"], r.scalars))
     blocks += [f"warning: {w}" for w in r.warnings]
     return Section("Sweep", "sweep", blocks)
