@@ -228,7 +228,10 @@ def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
         html.P("Drag on the figure to zoom in (the window goes into the URL), double-click to see the whole "
                "trace, click any bar to select it (details below the figure, launch → kernel lines for it). "
                "Lanes: phases, CPU operators per thread and nesting depth (d0 = top level), CUDA API calls "
-               "per thread, GPU streams (NCCL kernels in purple); then telemetry.",
+               "per thread, GPU streams (NCCL kernels in purple); then telemetry. 'phases: gpu' is the "
+               "profiler's GPU-side copy of a range: it spans only the kernels launched on the range's own "
+               "thread, so backward (launched by the autograd thread) has none there; its kernels are on the "
+               "GPU stream lanes.",
                className="ks-hint"),
         html.Div([dcc.Input(id="timeline-find", type="text", value=params.get("find", ""), debounce=True,
                             placeholder="find by name (Enter: next match)", className="ks-find"),
