@@ -150,7 +150,9 @@ def test_unknown_trace_unknown_page_empty_and_missing_store(dash_store, empty_db
         assert find(page, "msg-unknown-trace") is None
         said = texts(find(page, "msg-no-page"))
         assert said.startswith(f"Trace {tid} has no page 'kernels': its pages are overview, timeline,"), said
+        assert "/ranks (a run's ranks and their collectives)" in said  # where `analyze comm` is drawn
         assert find(page, "nav-overview") is not None  # the trace's own pages, one click away
+        assert find(page, "nav-overview").className == ""  # none marked: this is none of them
     assert find(route(dash_store.db, "/trace/ffffffffffff/kernels", ""), "msg-unknown-trace") is not None
     empty = find(route(empty_db, "/", ""), "msg-empty-store")
     assert "has no traces yet" in texts(empty)

@@ -132,9 +132,10 @@ def _page(db_path, path: str, search: str, params, logdir=None):
             except TraceNotFound:
                 if (known := _trace_of_unknown_page(store, ref)) is not None:  # /trace/<id>/<no such page>
                     tid, page = known
-                    return html.Div([nav(tid, "overview"), message(
-                        f"Trace {tid} has no page {shown(page)}: its pages are "
-                        f"{', '.join(TRACE_PAGES)}.", "msg-no-page", "error")])
+                    return html.Div([nav(tid, ""), message(
+                        f"Trace {tid} has no page {shown(page)}: its pages are {', '.join(TRACE_PAGES)}; "
+                        "across traces: /compare, /sweep and /ranks (a run's ranks and their collectives).",
+                        "msg-no-page", "error")])
                 return html.Div([
                     message(f"No trace matches {shown(ref)} in this store.", "msg-unknown-trace", "error"),
                     dcc.Link("← all traces", href="/"),
