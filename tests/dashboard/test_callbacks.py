@@ -7,6 +7,7 @@ import pytest
 
 from kernelscope.analysis.bound import idle_split
 from kernelscope.analysis.registry import get_analysis
+from kernelscope.analysis.summary import summary
 from kernelscope.dashboard.app import route, trace_ref
 from kernelscope.dashboard.pages import overview, traces
 from kernelscope.storage.queries import list_traces
@@ -193,3 +194,15 @@ def test_the_traces_page_marks_a_truncated_trace(tmp_path):
     with open_store(db, read_only=True) as store:
         got = traces.rows(store).set_index("trace_id")["notes"]
     assert got[res.trace_id].startswith("TRUNCATED at byte ")
+
+
+def test_kernel_time_above_busy_says_it_is_a_sum(dash_store):
+    """ddp_rank0 ran its NCCL all-reduce beside compute kernels: kernel time (30.25 ms) exceeds the GPU span
+    (28.94 ms), which the KPI explains under the number; a trace on one stream (train_step) says nothing there."""
+    with open_store(dash_store.db, read_only=True) as store:
+        s = {n: summary(store, dash_store.ids[n]).scalars for n in ("ddp_rank0", "train_step")}
+    assert s["ddp_rank0"]["kernel_time_ns"] > s["ddp_rank0"]["gpu_span_ns"]
+    assert s["train_step"]["kernel_time_ns"] <= s["train_step"]["busy_ns"]
+    for name, said in (("ddp_rank0", "a sum: kernels overlap on streams"), ("train_step", "")):
+        page = route(dash_store.db, f"/trace/{dash_store.ids[name]}", "")
+        assert find(page, "kpi-kernel_time_ns-extra").children == said, name

@@ -92,6 +92,8 @@ def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
               "idle_ns": pct_text(s.get("idle_ns"), span) + (" of span" if span else "")}
     if s.get("devices_count", 0) > 1:
         extras["busy_ns"] = extras["idle_ns"] = "summed over devices"
+    if (s.get("kernel_time_ns") or 0) > (s.get("busy_ns") or 0):  # reads as more kernel time than the GPU ran
+        extras["kernel_time_ns"] = "a sum: kernels overlap on streams"
     why = {"latency_ns": "no top-level CPU operator" if has_gpu else NO_GPU_WHY,
            "exposed_host_ns": "no top-level CPU operator" if has_gpu else NO_GPU_WHY}
     kpis = [_kpi(k, label, s.get(k), kind, d, extras.get(k, ""), why.get(k, NO_GPU_WHY if kind == "ns" else ""))
