@@ -196,7 +196,7 @@ def test_sweep_labels_and_run_dirs(tmp_path):
     assert seen.count((1, 16)) == 28 and seen.count((4, 16)) == 28
 
 
-def test_runner_profiles_a_script_that_never_imports_kernelscope(tmp_path):
+def test_runner_profiles_a_script_that_never_imports_kernelscope(tmp_path, capsys):
     script = tmp_path / "s.py"
     script.write_text(
         "import sys, torch\n"
@@ -208,6 +208,8 @@ def test_runner_profiles_a_script_that_never_imports_kernelscope(tmp_path):
     rc = run_script(["python", str(script), str(out)], name="scr", labels={"k": "v"},
                     run_dir=tmp_path / "run", ingest=False)
     assert rc == 3
+    assert "kernelscope: the profiled run of the script exited with 3; its trace holds what it recorded until " \
+           "then" in capsys.readouterr().err  # not only a traceback above 'run ... ingested as trace'
     assert out.read_text() == "4096.0 __main__"
     ev = _events(tmp_path / "run")
     assert any(e.get("cat") == "cpu_op" and e["name"] == "aten::mm" for e in ev)

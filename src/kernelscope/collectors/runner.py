@@ -156,6 +156,8 @@ def run_passes(argv: list[str], *, name=None, labels=None, db=None, run_dir=None
     res.rc = rc
     if rc != 0 and res.failed is None:
         res.failed = f"exit {rc}" if not opts.baseline else f"exit {rc} (profiled run)"
+    if rc != 0:  # said before the lines about the run, which would otherwise read as a success
+        log(f"the profiled run of the script exited with {rc}; its trace holds what it recorded until then")
     if (run_dir / "run.json").is_file():
         res.overhead, res.timing = _merge_run_json(run_dir, base, wall, failed=res.failed)
     if res.failed is not None and not ingest_failed:
