@@ -95,3 +95,29 @@ def test_pages_of_a_trace_without_modules_or_stacks(client, session_store):
     assert "msg-no-modules" in mods and "with_modules=True" in mods
     st = json.dumps(_page(client, f"/trace/{tid}/stacks"))
     assert "msg-no-stacks" in st and "with_stack=True" in st
+
+
+def test_stacks_of_a_cpu_only_trace_say_there_is_no_gpu_flame(tmp_path):
+    """A CPU-only trace recorded with with_stack (transformers' T5 on a CPU): the Stacks page drew an empty GPU
+    flame graph with axes from -1 to 6; it now says why there is none and draws the CPU one, and the report's
+    Call stacks section says the same in words."""
+    import edge_traces
+    import stores
+
+    from kernelscope.dashboard.app import route
+    from kernelscope.reports.report import build
+    from kernelscope.storage.ingest import ingest_paths
+    from kernelscope.storage.store import open_store
+
+    from .tree import find, texts
+
+    db = stores.empty(tmp_path / "s.duckdb")
+    with open_store(db) as store:
+        (res,) = ingest_paths(store, [edge_traces.python_functions(tmp_path)], progress=False)
+    page = route(db, f"/trace/{res.trace_id}/stacks", "")
+    assert find(page, "stacks-gpu-flame") is None and find(page, "stacks-cpu-flame") is not None
+    assert texts(find(page, "msg-stacks-no-kernels")).startswith("The trace has no GPU kernels (a CPU-only run)")
+    with open_store(db, read_only=True) as store:
+        (section,) = [s for s in build(store, [res.trace_id]) if s.anchor == "stacks"]
+    assert any(isinstance(b, str) and "has no GPU kernels (a CPU-only run)" in b for b in section.blocks)
+    assert len([b for b in section.blocks if type(b).__name__ == "Figure"]) == 1  # the CPU flame graph alone

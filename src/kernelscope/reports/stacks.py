@@ -81,6 +81,10 @@ def drawn_paths(flame: pd.DataFrame, metric: str) -> pd.DataFrame:
     return kept.sort_values(["depth", metric], ascending=[True, False], kind="stable")
 
 
+#: In place of the GPU flame graph of a trace without kernels (a CPU-only run): an empty chart said it worse.
+NO_KERNELS = "the trace has no GPU kernels (a CPU-only run), so no GPU time by Python path."
+
+
 def flame_figure(flame: pd.DataFrame, metric: str = "gpu_ns", title: str | None = None) -> go.Figure:
     """A flame graph of ``metric`` (``METRICS``): one box per frame path, callers below callees, width the
     path's inclusive time, colour by ``frame_kind`` (your code red, libraries green, torch indigo, nn.Module
@@ -143,8 +147,11 @@ def stacks_section(store, trace_ids: list[str], ctx) -> Section | None:
         name = name if name is not None else tid
         r = cache.analysis(store, "stacks", tid)
         blocks.append(f"{name}: " + summary_sentence(r))
-        if ctx.figures:
+        if not r.scalars.get("kernel_time_ns"):
+            blocks.append(f"{name}: {NO_KERNELS}")
+        elif ctx.figures:
             blocks.append(flame_figure(r.tables["flame"], "gpu_ns", f"{name}: GPU kernel time by Python path"))
+        if ctx.figures:
             blocks.append(flame_figure(r.tables["flame"], "cpu_ns", f"{name}: CPU time by Python path"))
         rows = line_rows(r.tables["lines"], REPORT_LINES, source_only=True)
         if len(rows):

@@ -40,9 +40,12 @@ def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
     r = cache.analysis(store, "stacks", trace_id)
     flame = r.tables["flame"]
     lines = rs.line_rows(r.tables["lines"])
-    body += [_kpis(r.scalars), html.P(rs.summary_sentence(r), className="ks-hint", id="stacks-sentence"),
-             graph("stacks-gpu-flame", rs.flame_figure(flame, "gpu_ns", "GPU kernel time by Python path "
-                                                       "(callers below callees; click a box to zoom)")),
+    gpu = (graph("stacks-gpu-flame", rs.flame_figure(flame, "gpu_ns", "GPU kernel time by Python path "
+                                                     "(callers below callees; click a box to zoom)"))
+           if r.scalars.get("kernel_time_ns") else message(
+               rs.NO_KERNELS[0].upper() + rs.NO_KERNELS[1:] + " The CPU time by Python path is below.",
+               "msg-stacks-no-kernels"))
+    body += [_kpis(r.scalars), html.P(rs.summary_sentence(r), className="ks-hint", id="stacks-sentence"), gpu,
              html.P("Colours: your code red, libraries green, torch indigo, nn.Module ranges amber, built-ins "
                     "grey.", className="ks-hint"),
              graph("stacks-cpu-flame", rs.flame_figure(flame, "cpu_ns", "CPU time by Python path")),
