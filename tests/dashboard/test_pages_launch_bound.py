@@ -214,7 +214,39 @@ def test_sweep_list_without_params(client, dash_store):
     link = _find(page, "sweep-link-llama_prefill-batch")
     assert link["props"]["href"] == "/sweep?sweep=llama_prefill&by=batch"
     assert "(3 traces)" in _text(_find(page, "sweep-list"))
-    assert _find(page, "by-link-rank") is not None  # ddp ranks 0 and 1: a numeric label telling them apart
+    # ddp ranks 0 and 1, each ingested alone here (two partial runs): a numeric label telling them apart
+    assert _find(page, "by-link-rank") is not None
+
+
+def test_the_ranks_of_one_run_are_not_offered_as_a_sweep(tmp_path):
+    """A numeric label that tells traces apart is offered as a sweep unless those traces are the ranks of one run:
+    ddp2 ingested as one run carries rank=0 and rank=1 (not a sweep: the Ranks page compares them); two standalone
+    traces labelled tokens=1 and tokens=2 are offered; a rank label on a standalone trace too makes rank a label
+    over traces that are not all of one run, and it is offered again."""
+    import edge_traces
+    from conftest import ddp2_copy
+
+    from kernelscope.storage.catalog import distinct_numeric_labels
+    from kernelscope.storage.ingest import ingest_paths
+    from kernelscope.storage.queries import set_labels
+    from kernelscope.storage.store import open_store
+
+    db = ddp2_copy(tmp_path / "s.duckdb")
+    with open_store(db, read_only=True) as store:
+        assert "rank" in set(store.query("SELECT key FROM labels")["key"])
+    assert find(route(db, "/sweep", ""), "by-link-rank") is None
+    with open_store(db) as store:
+        ids = [r.trace_id for r in ingest_paths(store, [edge_traces.cpu_only(tmp_path),
+                                                        edge_traces.python_functions(tmp_path)], progress=False)]
+        for tid, n in zip(ids, (1, 2)):
+            set_labels(store, tid, {"tokens": n})
+    page = route(db, "/sweep", "")
+    assert find(page, "by-link-tokens") is not None and find(page, "by-link-rank") is None
+    assert "(2 traces)" in texts(find(page, "label-list"))
+    with open_store(db) as store:
+        set_labels(store, ids[0], {"rank": 3})
+        assert list(distinct_numeric_labels(store)["key"]) == ["rank", "tokens"]
+
 
 
 def test_sweep_page_numbers_and_bracket(client, dash_store, store):

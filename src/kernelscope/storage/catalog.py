@@ -122,12 +122,15 @@ SELECT t.trace_id, coalesce(t.name, '') AS name,
        (SELECT any_value(value_num) FROM labels l WHERE l.trace_id = t.trace_id AND l.key = $by) AS value_num
 FROM traces t WHERE list_contains($ids, t.trace_id)
 """
-# Numeric labels whose values tell every trace carrying them apart (a sweep without a sweep=NAME label).
+# Numeric labels whose values tell every trace carrying them apart (a sweep without a sweep=NAME label), unless
+# those traces are the ranks of one run (rank=0, 1 of a DDP run: not a sweep; the Ranks page compares them).
 _BY_SQL = """
-SELECT key, count(DISTINCT trace_id) AS traces FROM labels
-WHERE value_num IS NOT NULL AND key <> 'unprofiled_ns'
-GROUP BY key HAVING count(DISTINCT trace_id) >= 2 AND count(DISTINCT value_num) = count(DISTINCT trace_id)
-ORDER BY key
+SELECT l.key, count(DISTINCT l.trace_id) AS traces FROM labels l JOIN traces t ON t.trace_id = l.trace_id
+WHERE l.value_num IS NOT NULL AND l.key <> 'unprofiled_ns'
+GROUP BY l.key
+HAVING count(DISTINCT l.trace_id) >= 2 AND count(DISTINCT l.value_num) = count(DISTINCT l.trace_id)
+   AND NOT (count(t.run_id) = count(*) AND count(DISTINCT t.run_id) = 1)
+ORDER BY l.key
 """
 
 
@@ -146,5 +149,5 @@ def label_values(store, trace_ids, by: str) -> pd.DataFrame:
 
 def distinct_numeric_labels(store) -> pd.DataFrame:
     """Numeric label keys (not ``unprofiled_ns``) on at least two traces whose values differ between all the
-    traces carrying them: key, traces; by key."""
+    traces carrying them, those traces not all the ranks of one run: key, traces; by key."""
     return store.query(_BY_SQL)
