@@ -248,6 +248,8 @@ def test_no_steps_is_one_sentence(edges):
     r = steps(store, meta["nosteps"][0])
     assert r.tables["steps"].empty and r.scalars["step_count"] == 0
     assert len(r.warnings) == 1 and "ProfilerStep" in r.warnings[0]
+    # a user who called prof.step() without a schedule (torch records no step then) is told why, not to call it
+    assert "only under a schedule" in r.warnings[0] and "without one prof.step() leaves none" in r.warnings[0]
     r = steps(store, meta["edges"][0], phase="nope")
     assert r.scalars["step_count"] == 0 and "nope" in r.warnings[0]
 

@@ -290,9 +290,10 @@ def steps(store, trace_id: str, phase: str | None = None, warmup: int | None = N
     source = "ProfilerStep" if phase is None else f"annotation {phase}"
     trust: dict[str, Any] = {"source": source, "warmup": warmup_from}
     if not rows:
-        sentence = ("This trace has no ProfilerStep#N ranges: call prof.step() once per iteration under "
-                    "torch.profiler (or kernelscope.profile's p.step()), or name a record_function range "
-                    "with -o phase=NAME." if phase is None else
+        sentence = ("This trace has no ProfilerStep#N ranges: torch.profiler records them only under a "
+                    "schedule (prof.step() once per iteration with schedule=torch.profiler.schedule(...); "
+                    "without one prof.step() leaves none), or use kernelscope.profile's p.step(), or name a "
+                    "record_function range with -o phase=NAME." if phase is None else
                     f"This trace has no user annotation named '{phase}' (record_function('{phase}')) to use as steps.")
         empty = pd.DataFrame({c: pd.Series(dtype="object" if c in ("name", "note") else
                                            "bool" if c in ("warmup", "partial") else "int64") for c in _COLUMNS})
