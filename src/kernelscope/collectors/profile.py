@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import functools
 import gzip
 import json
 import os
@@ -105,17 +106,13 @@ def ingest_run_dir(run_dir, *, name=None, labels=None, db=None):
     return result
 
 
-_ACC_WARNING_FILTERED = False
-
-
+@functools.cache
 def _filter_acc_warning() -> None:
     """Filter torch's warning that events do not accumulate across cycles (about prof.events(), which nothing
     here reads), once per process: each change of the warning filters makes Python show again the warnings it
     had shown once (a sweep in one process printed 'no CUDA device' twice)."""
-    global _ACC_WARNING_FILTERED
     warnings.filterwarnings("ignore", message="Warning: Profiler clears events at the end of each cycle",
                             category=UserWarning)
-    _ACC_WARNING_FILTERED = True
 
 
 def _every_step(torch):
@@ -314,7 +311,7 @@ class profile:
         # --modules) under a schedule, failed in torch 2.13 on that encoder and on transformers' T5
         # (UnicodeDecodeError in kineto_event.name(): the run wrote no trace). Its one-time warning that events
         # do not accumulate across cycles is about prof.events(), which nothing here reads.
-        if "acc_events" in params and not _ACC_WARNING_FILTERED:
+        if "acc_events" in params:
             _filter_acc_warning()
         if self._cuda and "experimental_config" not in opts:
             cfg = _experimental_config(torch)

@@ -234,16 +234,12 @@ def launch_section(store, trace_ids: list[str], ctx) -> Section | None:
                                 "launch-and-queue time, a graph launch counted once)"))
         blocks.append(f"{name}: {launch_sentence(ls)}")
         lb = lr.tables["launch_bound"]
-        figs = [distribution_figure(lr.tables["distribution"]), tklqt_by_operator_figure(lr.tables["per_op"])]
-        figs = (figs + ([] if lb.empty else [launch_bound_figure(lb)])) if ctx.figures else []
+        figs = [] if not ctx.figures else (
+            [distribution_figure(lr.tables["distribution"]), tklqt_by_operator_figure(lr.tables["per_op"])]
+            + ([] if lb.empty else [launch_bound_figure(lb)]) + [whatif_figure(ws)])
         for fig in figs:
             fig.update_layout(title_text=f"{name}: {fig.layout.title.text}")
-        blocks += figs[:2]
-        blocks += [f"{name}: no operator instance is launch-bound."] if lb.empty else figs[2:]
-        if ctx.figures:
-            fig = whatif_figure(ws)
-            fig.update_layout(title_text=f"{name}: {fig.layout.title.text}")
-            blocks.append(fig)
+        blocks += figs[:2] + ([f"{name}: no operator instance is launch-bound."] if lb.empty else []) + figs[2:]
         blocks += [f"{name}: {t}" for t in whatif_sentences(ws)]
         blocks += [f"{name}: warning: {w}" for w in lr.warnings + wr.warnings]
     return Section("Launch overhead", "launch", blocks)
