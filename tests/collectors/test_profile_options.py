@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import statistics
 from pathlib import Path
 
 import pytest
@@ -154,18 +155,24 @@ def test_module_forward_steps_overhead_and_a_fake_nsys_pass(tmp_path):
     assert run["profiler_options"]["record_shapes"] is True and run["profiler_options"]["with_stack"] is False
     assert run["telemetry"]["enabled"] is True and run["telemetry"]["kind"] == "null"  # no NVML here
     assert run["telemetry"]["requested_period_ms"] == 25
-    # the un-profiled pass timed the whole process: one row, recorded and said; the overhead line from it
-    assert run["timing"]["kind"] == "process" and "un-profiled timing: the whole process" in r.stderr
+    # the un-profiled pass timed the whole process (one row) and took the same step boundaries: 6 boundaries,
+    # 5 steps between them in each pass; the overhead compares the 2 recorded steps (indices 1 and 2, the
+    # ProfilerStep#2 and #3 ranges) with the same two steps un-profiled
+    assert run["timing"]["kind"] == "process"
+    assert "un-profiled timing: the whole process and its 5 steps (taken at each outermost module forward;" in r.stderr
     (row,) = [t for t in run["timings"] if t["kind"] == "process_wall"]
+    assert row["dur_ns"] == run["timing"]["process_wall_ns"] > 0
+    un, pr = run["timing"]["step_times"], run["step_times"]
+    assert un["rule"] == pr["rule"] == "forward" and len(un["ns"]) == len(pr["ns"]) == 5
+    assert pr["recorded"] == [False, True, True, False, False] and un["recorded"] == [False] * 5
     prof = run["overhead"]["profiler"]
-    assert prof["basis"] == "process" and prof["unprofiled_wall_ns"] == row["dur_ns"] > 0
-    assert prof["pct"] == pytest.approx((prof["profiled_wall_ns"] / prof["unprofiled_wall_ns"] - 1) * 100)
+    assert prof["basis"] == "step" and prof["rule"] == "forward" and prof["n"] == 2
+    assert prof["profiled_median_ns"] == int(statistics.median(pr["ns"][1:3]))
+    assert prof["unprofiled_median_ns"] == int(statistics.median(un["ns"][1:3]))
     lines = [ln for ln in r.stderr.splitlines() if "overhead:" in ln]
-    if prof["pct"] >= 0:  # else the profiled run, second, was faster: not measured (test_a_faster_profiled_run...)
-        assert lines == [f"kernelscope: overhead: profiler {prof['pct']:+.1f}% process wall time (one run each), "
-                         "no sampler (no NVML device)"]
-    else:
-        assert len(lines) == 1 and lines[0].startswith("kernelscope: overhead: profiler not measured: ")
+    assert lines == [f"kernelscope: overhead: profiler {prof['pct']:+.1f}% per step (median of 2 recorded steps "
+                     "against the same steps un-profiled; steps taken at each outermost module forward), "
+                     "no sampler (no NVML device)"]
     # the nsys pass
     calls = [json.loads(ln) for ln in (tmp_path / "argv.log").read_text().splitlines()]
     (prof,) = [c for c in calls if c[0] == "profile"]
@@ -299,3 +306,44 @@ def test_a_faster_profiled_run_is_not_a_negative_overhead():
     slower = {"profiler": {**faster["profiler"], "profiled_wall_ns": 30_000_000_000, "pct": 30.1},
               "sampler": faster["sampler"]}
     assert overhead_line(slower) == "overhead: profiler +30.1% process wall time (one run each), sampler 3936.1 ms CPU"
+
+
+def test_step_overhead_compares_the_same_steps_of_both_passes():
+    """The step basis pairs the profiled pass's recorded steps with the un-profiled pass's steps of the same
+    index: the first steps of a run are slow (warm-up) and the profiled window comes later. A comparison with
+    every un-profiled step (median 30 ms here) would read -58%; the same steps (10 and 11 ms) give +19%."""
+    from kernelscope.collectors.runner import _profiler_overhead, overhead_line
+
+    ms = 1_000_000
+    un = {"rule": "optimizer", "ns": [50 * ms, 30 * ms, 10 * ms, 11 * ms, 30 * ms], "recorded": [False] * 5}
+    pr = {"rule": "optimizer", "ns": [52 * ms, 31 * ms, 12 * ms, 13 * ms, 29 * ms],
+          "recorded": [False, False, True, True, False]}
+    base = {"kind": "process", "process_wall_ns": 9 * 10**9, "step_times": un}
+    prof = _profiler_overhead(base, [], 10 * 10**9, pr)
+    assert prof == {"basis": "step", "rule": "optimizer", "n": 2, "profiled_median_ns": 12_500_000,
+                    "unprofiled_median_ns": 10_500_000, "pct": pytest.approx((12.5 / 10.5 - 1) * 100)}
+    assert overhead_line({"profiler": prof, "sampler": {"kind": "process", "cpu_ms": 5.0}}) == (
+        "overhead: profiler +19.0% per step (median of 2 recorded steps against the same steps un-profiled; "
+        "steps taken at each optimizer.step()), sampler 5.0 ms CPU")
+    # other rules in the two passes, no recorded step, or no steps: the whole processes, as before
+    for other in ({**pr, "rule": "forward"}, {**pr, "recorded": [False] * 5}, None):
+        assert _profiler_overhead(base, [], 10 * 10**9, other)["basis"] == "process"
+    assert _profiler_overhead({**base, "step_times": None}, [], 10 * 10**9, pr)["basis"] == "process"
+
+
+def test_step_times_leave_the_profilers_own_step_out():
+    """A step's time runs from the end of one boundary's work (the profiler's step(): a window's start drains the
+    GPU queue, its end writes the trace) to the start of the next boundary's; recorded = recording after it."""
+    from kernelscope.collectors.stepping import StepTimes
+
+    now = [0]
+    state = iter([False, True, True, False])
+
+    def profiler_step():  # 500 ns of the profiler's own work at each boundary
+        now[0] += 500
+
+    clock = StepTimes(profiler_step, lambda: next(state), clock=lambda: now[0])
+    for work_ns in (0, 100, 120, 90):  # the script's work before each boundary
+        now[0] += work_ns
+        clock()
+    assert clock.doc("optimizer") == {"rule": "optimizer", "ns": [100, 120, 90], "recorded": [False, True, True]}

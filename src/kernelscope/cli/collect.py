@@ -88,8 +88,8 @@ def profile(name, labels, run_dir, memory, stack, modules, no_shapes, schedule, 
     """Run a Python script under the profiler and the GPU sampler, then ingest the result.
 
     Usage: kernelscope profile [OPTIONS] -- python script.py ARGS...  The script needs no changes. It runs
-    once un-profiled (timing: its kernelscope.range regions, else the whole process) and once profiled;
-    then one line gives the profiler's and the sampler's overhead (docs/profile.md).
+    once un-profiled (timing: its kernelscope.range regions, else its steps and the whole process) and once
+    profiled; then one line gives the profiler's overhead per step and the sampler's cost (docs/profile.md).
     """
     _need_torch("profile")
     from ..collectors.runner import run_passes

@@ -236,10 +236,11 @@ def _read_timing(run_dir: Path, wall_ns: int) -> dict:
     path = run_dir / TIMING_FILE
     data = json.loads(path.read_text()) if path.is_file() else {}
     path.unlink(missing_ok=True)
+    steps = {"step_times": data["steps"]} if data.get("steps") else {}
     if data.get("rows"):
         return {"kind": "range", "regions": data["names"], "iterations": data["iterations"], "rows": data["rows"],
-                "process_wall_ns": wall_ns}
-    return {"kind": "process", "iterations": 1, "process_wall_ns": wall_ns,
+                "process_wall_ns": wall_ns, **steps}
+    return {"kind": "process", "iterations": 1, "process_wall_ns": wall_ns, **steps,
             "rows": [{"kind": "process_wall", "iteration": 0, "dur_ns": wall_ns, "energy_mj": None}]}
 
 
@@ -256,7 +257,8 @@ def _merge_run_json(run_dir: Path, base: dict | None, profiled_wall_ns: int, fai
         timing = {k: v for k, v in base.items() if k != "rows"}
         doc["timings"] = list(doc.get("timings") or []) + base["rows"]
         doc["timing"] = {**(doc.get("timing") or {}), **timing}
-        overhead["profiler"] = _profiler_overhead(base, doc.get("profiled_regions") or [], profiled_wall_ns)
+        overhead["profiler"] = _profiler_overhead(base, doc.get("profiled_regions") or [], profiled_wall_ns,
+                                                  doc.get("step_times"))
     doc["overhead"] = overhead
     tmp = run_dir / ".run.json.tmp"
     tmp.write_text(json.dumps(doc, indent=1, default=str))
@@ -264,8 +266,9 @@ def _merge_run_json(run_dir: Path, base: dict | None, profiled_wall_ns: int, fai
     return overhead, timing
 
 
-def _profiler_overhead(base: dict, regions: list[dict], profiled_wall_ns: int) -> dict:
-    """Profiled vs un-profiled time (docs/metrics.md, Overhead)."""
+def _profiler_overhead(base: dict, regions: list[dict], profiled_wall_ns: int, step_times: dict | None = None) -> dict:
+    """Profiled vs un-profiled time (docs/metrics.md, Collector overhead): the script's kernelscope.range regions,
+    else its steps (the same iterations of both passes), else the whole processes."""
     if base["kind"] == "range":
         names = set(base["regions"])
         timed = [r for r in regions if r["name"] in names]
@@ -276,9 +279,33 @@ def _profiler_overhead(base: dict, regions: list[dict], profiled_wall_ns: int) -
             return {"basis": "range", "n": len(used), "profiled_median_ns": int(p), "unprofiled_median_ns": int(u),
                     "pct": (p / u - 1) * 100 if u else None,
                     "recorded_only": any(r.get("recorded") for r in timed)}
+    by_step = _step_overhead(base.get("step_times"), step_times)
+    if by_step is not None:
+        return by_step
     u = base["process_wall_ns"]
     return {"basis": "process", "n": 1, "profiled_wall_ns": profiled_wall_ns, "unprofiled_wall_ns": u,
             "pct": (profiled_wall_ns / u - 1) * 100 if u else None}
+
+
+def _step_overhead(unprofiled: dict | None, profiled: dict | None) -> dict | None:
+    """The ``step`` basis: the profiled pass's recorded steps against the same steps (by index) of the
+    un-profiled pass, when both passes took their boundaries by the same rule; None when that cannot be had."""
+    if not unprofiled or not profiled or profiled.get("rule") in (None, "none") or \
+            profiled["rule"] != unprofiled.get("rule"):
+        return None
+    un = unprofiled["ns"]
+    used = [i for i, rec in enumerate(profiled["recorded"]) if rec and i < len(un)]
+    if not used:
+        return None
+    p = statistics.median(profiled["ns"][i] for i in used)
+    u = statistics.median(un[i] for i in used)
+    return {"basis": "step", "rule": profiled["rule"], "n": len(used), "profiled_median_ns": int(p),
+            "unprofiled_median_ns": int(u), "pct": (p / u - 1) * 100 if u else None}
+
+
+#: How each step rule takes its boundaries, for the overhead line.
+_RULE_WORDS = {"optimizer": "taken at each optimizer.step()", "forward": "taken at each outermost module forward",
+               "range": 'the kernelscope.range("step") regions'}
 
 
 def overhead_line(overhead: dict) -> str:
@@ -286,6 +313,9 @@ def overhead_line(overhead: dict) -> str:
     pct = prof.get("pct")
     if prof.get("basis") == "range" and pct is not None:
         head = f"profiler {pct:+.1f}% per step (median of {prof['n']})"
+    elif prof.get("basis") == "step" and pct is not None:
+        head = (f"profiler {pct:+.1f}% per step (median of {prof['n']} recorded step{'s' if prof['n'] != 1 else ''} "
+                f"against the same steps un-profiled; steps {_RULE_WORDS.get(prof.get('rule'), prof.get('rule'))})")
     elif prof.get("basis") == "process" and pct is not None and pct < 0:
         # One run each, the un-profiled one first: it also paid the start-up the second run found done (file
         # caches, CUDA and library initialisation), so a faster profiled run says nothing about the profiler.
@@ -310,6 +340,11 @@ def timing_line(timing: dict) -> str:
         regions = ", ".join(f'"{n}"' for n in timing["regions"])
         return (f"un-profiled timing: {timing['iterations']} kernelscope.range regions ({regions}), "
                 "one timed iteration each")
+    steps = timing.get("step_times") or {}
+    if steps.get("rule") not in (None, "none") and steps.get("ns"):
+        return (f"un-profiled timing: the whole process and its {len(steps['ns'])} step"
+                f"{'s' if len(steps['ns']) != 1 else ''} ({_RULE_WORDS.get(steps['rule'], steps['rule'])}; the "
+                "script marks no kernelscope.range region)")
     return "un-profiled timing: the whole process (the script marks no kernelscope.range region)"
 
 
@@ -337,18 +372,22 @@ def _run_script(script: list[str], how: str) -> int:
 
 
 def _child_time(opts: dict, script: list[str], how: str) -> int:
-    from .stepping import RegionTimer
+    from .stepping import RegionTimer, Stepper, StepTimes
 
     timer = RegionTimer().install()
+    clock = StepTimes()  # the profiled pass's step boundaries, with no profiler step at them
+    stepper = Stepper(clock).install()
     try:
         code = _run_script(script, how)
     finally:
         timer.remove()
+        steps = clock.doc(stepper.finish()["rule"])
     if timer.cuda:
         timer.torch.cuda.synchronize()
     rows = timer.rows()
     out = Path(opts["--run-dir"]) / TIMING_FILE
-    out.write_text(json.dumps({"rows": rows, "names": timer.names(), "iterations": len(timer.timed())}))
+    out.write_text(json.dumps({"rows": rows, "names": timer.names(), "iterations": len(timer.timed()),
+                               "steps": steps}))
     return code
 
 
@@ -390,11 +429,12 @@ def _child_profile(o: dict, script: list[str], how: str) -> int:
 
 
 def _profiled(prof, opts: Options, script: list[str], how: str) -> int:
-    from .stepping import RegionTimer, Stepper
+    from .stepping import RegionTimer, Stepper, StepTimes
 
     code = 0
     with prof:
-        stepper = Stepper(prof.step).install()  # profile(steps=N) halts after step N
+        clock = StepTimes(prof.step, prof.recording)
+        stepper = Stepper(clock).install()  # profile(steps=N) halts after step N
         timer = RegionTimer(prof.recording).install()
         undo = _guard_script_profiler(prof)
         try:
@@ -404,6 +444,7 @@ def _profiled(prof, opts: Options, script: list[str], how: str) -> int:
                 setattr(cls, meth, orig)
             timer.remove()
             prof.extra["step_rule"] = stepper.finish()
+            prof.extra["step_times"] = clock.doc(prof.extra["step_rule"]["rule"])
             prof.extra.setdefault("profiler_options", {})["steps"] = opts.steps
             prof.extra["profiled_regions"] = [{"name": r["name"], "wall_ns": r["wall_ns"], "recorded": r["recorded"]}
                                               for r in timer.regions]

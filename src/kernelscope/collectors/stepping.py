@@ -12,6 +12,11 @@ Step rule (``Stepper``), decided while the script runs, first match wins:
   ``optimizer`` rule; a step thus spans from one outermost forward's start to the next one's.
 - ``none``: the script took no boundary (no module forward, optimizer step or "step" region).
 
+``StepTimes``: the time between consecutive step boundaries, less the boundary's own work (the profiler's
+``step()``, which drains the GPU queue when a recorded window opens and writes the trace when one closes), with
+whether the profiler recorded that step; the un-profiled pass takes the same boundaries with no work at them, so
+step ``i`` of one pass is step ``i`` of the other (the runner's ``step`` overhead basis, docs/metrics.md).
+
 ``RegionTimer``: the durations of outermost ``kernelscope.range`` regions (the ``"step"`` ones when the script
 has any, else all): ``wall`` rows (``perf_counter_ns`` around the region, after a CUDA synchronize at both
 ends) and on CUDA ``cuda_event`` rows (events recorded at entry and exit), in the run.json ``timings`` format.
@@ -125,6 +130,28 @@ class Stepper:
 
         if self in profile_mod.RANGE_HOOKS:
             profile_mod.RANGE_HOOKS.remove(self)
+
+
+class StepTimes:
+    """A ``Stepper``'s ``on_step``: calls ``inner()`` (the profiler's step, or nothing) and keeps, per boundary,
+    the clock before and after it and whether ``recording()`` is true after it (module docstring)."""
+
+    def __init__(self, inner=None, recording=None, clock=time.perf_counter_ns):
+        self.inner, self.recording, self.clock = inner, recording, clock
+        self.marks: list[tuple[int, int, bool]] = []  # (ns before inner, ns after, recording after)
+
+    def __call__(self) -> None:
+        before = self.clock()
+        if self.inner is not None:
+            self.inner()
+        recorded = bool(self.recording()) if self.recording is not None else False
+        self.marks.append((before, self.clock(), recorded))
+
+    def doc(self, rule: str) -> dict:
+        """run.json's ``step_times``: the step rule, and per step (between boundaries ``i`` and ``i + 1``) its ns
+        from the end of boundary ``i``'s work to the start of boundary ``i + 1``'s and whether it was recorded."""
+        pairs = list(zip(self.marks, self.marks[1:]))
+        return {"rule": rule, "ns": [b[0] - a[1] for a, b in pairs], "recorded": [a[2] for a, _b in pairs]}
 
 
 class RegionTimer:

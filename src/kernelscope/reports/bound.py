@@ -259,7 +259,8 @@ def inflation(store, tid: str) -> tuple[float | None, str, str]:
     whole_said = None if whole is None else (
         None, f"No profiler inflation per iteration: the un-profiled run was timed as a whole process "
               f"({ms_text(whole)}), not per step; mark the loop with kernelscope.range(\"step\") to time its "
-              "iterations (kernelscope profile's overhead line compared the two runs' process wall times).",
+              "iterations (the overhead line kernelscope profile printed compared the two runs step by step, or as "
+              "whole processes when it found no step).",
         "un-profiled run timed as a whole process")
     by = _numeric_label(store, tid)
     if by is None and whole_said:
