@@ -452,3 +452,25 @@ def test_a_long_table_is_cut_in_the_text_form_and_whole_with_table(capsys):
     assert f"\n{n - 1}\n" in capsys.readouterr().out.replace(" ", "")
     emit_result(res, "csv", "rows")
     assert len(capsys.readouterr().out.strip().splitlines()) == n + 1
+
+
+def test_a_findings_message_is_printed_whole_under_its_row():
+    """`analyze recommend`'s text form cut every finding's message at 70 characters ("GPU-bound: the mean queue
+    depth is 698.31 (launch), but the top cat..."), the one thing a user reads there. A prose column now follows
+    its row whole, wrapped to the width, under the other cells (which are still cut at 70)."""
+    import textwrap
+
+    import pandas as pd
+
+    from kernelscope.cli.render import text_table
+
+    msg = ("For 64% of the GPU span (55.29 ms; bound) only collective kernels run: communication that no compute "
+           "overlaps. Overlap it with compute (DDP's bucket_cap_mb, FSDP's prefetching) or communicate less often.")
+    df = pd.DataFrame({"rule": ["exposed_communication", "gpu_bound"], "message": [msg, None],
+                       "evidence": ["x" * 90, "[]"]})
+    lines = text_table(df, width=64).splitlines()
+    assert lines[0].split() == ["rule", "evidence"] and lines[1] == "    message"
+    assert lines[3].startswith("exposed_communication  " + "x" * 67 + "...")
+    body = lines[4:lines.index(next(ln for ln in lines if ln.startswith("gpu_bound")))]
+    assert body == ["    " + ln for ln in textwrap.wrap(msg, 60, break_on_hyphens=False)] and len(body) == 4
+    assert lines[-1].startswith("gpu_bound") and all(len(ln) <= 64 for ln in body)  # no text for a null message

@@ -62,19 +62,38 @@ def _aligned(vals, widths, numeric) -> str:
     return "  ".join(v.rjust(w) if num else v.ljust(w) for v, w, num in zip(vals, widths, numeric)).rstrip()
 
 
-def text_table(df) -> str:
-    """A DataFrame as an aligned text table with a header and a rule; "(no rows)" when empty."""
+#: Columns that hold sentences (a finding's message, why a number is missing): a text table shows them whole,
+#: each under its row, wrapped to the terminal, where any other cell is cut at 70 characters.
+PROSE_COLUMNS = ("message", "note")
+
+
+def text_table(df, width: int | None = None) -> str:
+    """A DataFrame as an aligned text table with a header and a rule; "(no rows)" when empty. A prose column
+    (PROSE_COLUMNS) is not a column there: its text follows each row whole, indented, wrapped to ``width``
+    (default: the terminal's, else 120), its name under the header."""
+    import shutil
+    import textwrap
+
     from ..analysis.result import table_records
 
     rows = table_records(df)
     cols = [str(c) for c in df.columns]
     if not rows:
         return "(no rows)"
+    prose = [c for c in cols if c in PROSE_COLUMNS]
+    cols = [c for c in cols if c not in prose]
     cells = [[cell(r[c]) for c in cols] for r in rows]
-    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
     numeric = [all(isinstance(r[c], (int, float)) or r[c] is None for r in rows) for c in cols]
-    return "\n".join([_aligned(cols, widths, numeric), _aligned(["-" * w for w in widths], widths, numeric)]
-                     + [_aligned(row, widths, numeric) for row in cells])
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
+    room = max(40, (width or shutil.get_terminal_size((120, 24)).columns) - 4)
+    out = [_aligned(cols, widths, numeric)] + [f"    {c}" for c in prose]
+    out.append(_aligned(["-" * w for w in widths], widths, numeric))
+    for r, row in zip(rows, cells):
+        out.append(_aligned(row, widths, numeric))
+        for c in prose:
+            if r[c] is not None and str(r[c]).strip():
+                out.extend("    " + line for line in textwrap.wrap(str(r[c]), room, break_on_hyphens=False))
+    return "\n".join(out)
 
 
 def emit_frame(df, fmt: str) -> None:
