@@ -9,6 +9,7 @@ from click.testing import CliRunner
 
 from kernelscope.analysis.registry import get_analysis
 from kernelscope.cli import cli
+from kernelscope.reports.blocks import Table
 from kernelscope.reports.report import report
 from kernelscope.storage.store import open_store
 
@@ -99,3 +100,31 @@ def test_markdown_leaves_figures_out_without_drawing_them(session_store):
             assert render_markdown(bare, "t") == render_markdown(full, "t"), trace_ids
     assert {"overview", "extras", "launch", "bound", "sweep", "roofline", "power", "steps", "modules", "stacks",
             "memory"} <= drawn, drawn
+
+
+def test_a_one_trace_report_does_not_repeat_the_trace_name(dash_store):
+    """Every sentence, table caption and figure title of a section names the trace it is of ("llama_decode: 2 of 2
+    kernels have a launch call ..."): needed when a report holds several traces, noise when it holds one (a
+    TraceLens trace's 63-character name opened 40 paragraphs of its Markdown report). A one-trace report leaves
+    the name to its title; a report of two keeps it on every block."""
+    import plotly.graph_objects as go
+
+    from kernelscope.reports.report import build
+    from kernelscope.storage import catalog
+
+    def texts(sections):
+        for s in sections:
+            for b in s.blocks:
+                yield b if isinstance(b, str) else b.caption if isinstance(b, Table) else \
+                    b.layout.title.text if isinstance(b, go.Figure) else None
+
+    with open_store(dash_store.db, read_only=True) as store:
+        ids = [dash_store.ids["train_step"], dash_store.ids["llama_prefill_b1"]]
+        names = catalog.trace_names(store, ids)
+        one = [t for t in texts(build(store, ids[:1])) if t]
+        two = [t for t in texts(build(store, ids)) if t]
+    first = names[ids[0]]
+    assert len(one) > 20 and not [t for t in one if t.startswith(f"{first}: ")]
+    assert any(t.startswith("2 of 2 ") or "kernels have a launch call" in t for t in one)
+    named = [t for t in two if t.startswith(f"{first}: ")]
+    assert len(named) > 10 and any(t.startswith(f"{names[ids[1]]}: ") for t in two)

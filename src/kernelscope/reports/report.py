@@ -87,7 +87,25 @@ def build(store, trace_ids: list[str], by: str | None = None, figures: bool = Tr
         section = fn(store, list(trace_ids), ctx)
         if section is not None and section.blocks:
             out.append(section)
+    if len(trace_ids) == 1:  # the sections name the trace each sentence is of; a one-trace report's title does
+        (name,) = catalog.trace_names(store, trace_ids).values()
+        for section in out:
+            section.blocks = [_without_name(b, f"{name}: ") for b in section.blocks]
     return out
+
+
+def _without_name(block, prefix: str):
+    """``block`` without the trace-name ``prefix`` its text, caption or figure title starts with."""
+    def cut(text):
+        return text[len(prefix):] if isinstance(text, str) and text.startswith(prefix) else text
+
+    if isinstance(block, str):
+        return cut(block)
+    if isinstance(block, Table):
+        return Table(block.df, cut(block.caption))
+    if isinstance(block, go.Figure) and block.layout.title.text:
+        block.update_layout(title_text=cut(block.layout.title.text))
+    return block
 
 
 def _fmt_cell(v) -> str:
