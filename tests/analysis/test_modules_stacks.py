@@ -103,3 +103,25 @@ def test_traces_without_modules_or_stacks_say_how_to_record_them(session_store):
     assert m.warnings == [m.warnings[0]] and "with_modules=True" in m.warnings[0]
     assert s.scalars["python_calls"] == 0 and s.tables["lines"].empty and "with_stack=True" in s.warnings[0]
     assert m.scalars["outside_kernel_ns"] == m.scalars["kernel_time_ns"] > 0
+
+
+def test_the_reports_source_lines_show_self_gpu_time(computed, session_store):
+    """The report's source-line table is sorted by GPU time launched under a line, so the call chain of the
+    training loop leads it (capture_wild.py's <module>, main, step ... all 1.049 ms on qwen2_train_full) and the
+    lines that launched (torch/nn/modules/linear.py:130 forward) sit lower; its self column, the reference's
+    self time, says which lines made the calls."""
+    from kernelscope.reports.report import build
+
+    (_m, _st), ref = computed[FULL]
+    with open_store(session_store.db, read_only=True) as store:
+        (section,) = [s for s in build(store, [session_store.ids[FULL]], figures=False) if s.anchor == "stacks"]
+    (table,) = [b for b in section.blocks if hasattr(b, "df")]
+    df = table.df.set_index("source")
+    by_frame = {f"{f.split('(')[0]}:{f.split('(')[1].split(')')[0]} {f.split(': ', 1)[1]}": v
+                for f, v in ref["lines"].items() if not f.startswith("nn.Module: ") and "(" in f}
+    for source, row in df.iterrows():
+        want = by_frame[source]
+        assert row["self GPU ms"] == want["gpu_self_ns"] / 1e6 and row["GPU ms"] == want["gpu_ns"] / 1e6, source
+    outer = df[df.index.str.endswith("<module>")]
+    assert len(outer) == 1 and outer["self GPU ms"].iloc[0] == 0 < outer["GPU ms"].iloc[0]
+    assert df["self GPU ms"].max() > 0

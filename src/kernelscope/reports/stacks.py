@@ -157,8 +157,10 @@ def stacks_section(store, trace_ids: list[str], ctx) -> Section | None:
         if len(rows):
             blocks.append(Table(pd.DataFrame({
                 "source": rows["source"], "GPU ms": rows["gpu_ns"] / NS_PER_MS,
+                "self GPU ms": rows["gpu_self_ns"] / NS_PER_MS,
                 "backward GPU ms": rows["gpu_bwd_ns"] / NS_PER_MS, "kernels": rows["kernels"],
                 "launches": rows["launches"], "calls": rows["calls"], "CPU ms": rows["cpu_ns"] / NS_PER_MS}),
-                f"{name}: source lines by GPU kernel time launched under them (top {REPORT_LINES})"))
+                f"{name}: source lines by GPU kernel time launched under them (top {REPORT_LINES}; self: launched "
+                "with the line as the innermost Python frame, the line that made the call)"))
         blocks += [f"{name}: warning: {shown(w)}" for w in r.warnings]
     return Section("Call stacks", "stacks", blocks) if blocks else None
