@@ -474,3 +474,20 @@ def test_a_findings_message_is_printed_whole_under_its_row():
     body = lines[4:lines.index(next(ln for ln in lines if ln.startswith("gpu_bound")))]
     assert body == ["    " + ln for ln in textwrap.wrap(msg, 60, break_on_hyphens=False)] and len(body) == 4
     assert lines[-1].startswith("gpu_bound") and all(len(ln) <= 64 for ln in body)  # no text for a null message
+
+
+def test_long_names_that_share_their_start_stay_distinct_in_a_text_table():
+    """TraceLens' torch.compile trace (MI300) has three hipBLASLt kernels whose names share their first ~150
+    characters: `summary` showed three identical rows 'Cijk_Alik_Bljk_BBS_BH_..._MI16x16x1...'. Names cut to
+    the same text are shown by their head and the stretch where each first differs from its nearest other."""
+    from kernelscope.cli.render import _distinct_cells
+
+    stem = "Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT256x192x64_MI16x16x1_SN_LDSB1_AFC1_" + "X" * 40
+    names = [stem + "_LBSPPA1024_TLDS1_ULSGRO1_USL1_" + "Y" * 30, stem + "_LBSPPA512_TLDS1_ULSGRO0_USL1_" + "Y" * 30,
+             stem + "_LBSPPA1024_TLDS1_ULSGRO0_USL1_" + "Y" * 30]
+    other = "triton_" + "z" * 80
+    cells = _distinct_cells([*names, names[0], other, 7, None])
+    assert len(set(cells[:3])) == 3 and cells[3] == cells[0]  # one name, one text
+    assert all(len(c) <= 70 and c.startswith(stem[:20] + "...") for c in cells[:3])
+    assert "ULSGRO1" in cells[0] and "LBSPPA512" in cells[1] and "ULSGRO0" in cells[2]
+    assert cells[4] == other[:67] + "..." and cells[5:] == ["7", "-"]  # no collision: cut at the end as before

@@ -4,6 +4,7 @@ or CSV. Commands decide what to print; this module decides how it looks."""
 from __future__ import annotations
 
 import math
+import os
 import sys
 from typing import Any
 
@@ -57,6 +58,29 @@ def cell(value: Any, width: int = 70) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
+def _distinct_cells(values: list, width: int = 70) -> list[str]:
+    """``cell(v, width)`` of each value, but values that differ and would be cut to the same text (kernel names
+    that share their first 70 characters: hipBLASLt's Cijk_..._MI16x16x1_SN_..., CUTLASS templates) are shown
+    by their head and the stretch where they first differ (Cijk_Alik_Bljk_BBS_BH...TLDS1_ULSGRO1_USL1_UIO...)."""
+    cut = [cell(v, width) for v in values]
+    full: dict[str, set[str]] = {}
+    for v, c in zip(values, cut):
+        if isinstance(v, str) and c.endswith("..."):
+            full.setdefault(c, set()).add(v.replace("\n", " "))
+    head, back = 20, 8
+    room = width - head - 6
+    shown: dict[str, str] = {}
+    for group in full.values():
+        if len(group) < 2:
+            continue
+        ordered = sorted(group)  # a value's nearest neighbours here share its longest prefix with any other
+        for k, text in enumerate(ordered):
+            p = max(len(os.path.commonprefix([text, o])) for o in ordered[max(0, k - 1):k + 2] if o != text)
+            start = max(head, p - back)
+            shown[text] = text[:head] + "..." + text[start:start + room] + ("..." if start + room < len(text) else "")
+    return [shown.get(v.replace("\n", " "), c) if isinstance(v, str) else c for v, c in zip(values, cut)]
+
+
 def _aligned(vals, widths, numeric) -> str:
     """One line of a text table: numeric columns right-aligned, others left-aligned, two spaces apart."""
     return "  ".join(v.rjust(w) if num else v.ljust(w) for v, w, num in zip(vals, widths, numeric)).rstrip()
@@ -82,7 +106,8 @@ def text_table(df, width: int | None = None) -> str:
         return "(no rows)"
     prose = [c for c in cols if c in PROSE_COLUMNS]
     cols = [c for c in cols if c not in prose]
-    cells = [[cell(r[c]) for c in cols] for r in rows]
+    cells = [list(t) for t in zip(*(_distinct_cells([r[c] for r in rows]) for c in cols))] if cols else \
+        [[] for _ in rows]
     numeric = [all(isinstance(r[c], (int, float)) or r[c] is None for r in rows) for c in cols]
     widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
     room = max(40, (width or shutil.get_terminal_size((120, 24)).columns) - 4)
