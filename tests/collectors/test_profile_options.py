@@ -173,6 +173,13 @@ def test_module_forward_steps_overhead_and_a_fake_nsys_pass(tmp_path):
     assert lines == [f"kernelscope: overhead: profiler {prof['pct']:+.1f}% per step (median of 2 recorded steps "
                      "against the same steps un-profiled; steps taken at each outermost module forward), "
                      "no sampler (no NVML device)"]
+    assert run["provenance"]["profiler_overhead"] == prof  # stored with the trace: the report's inflation
+    from kernelscope.reports.bound import inflation
+    from kernelscope.storage.store import open_store
+
+    trace_id = r.stderr.split(" as trace ")[1].split()[0]
+    with open_store(tmp_path / "ks.duckdb", read_only=True) as st:
+        assert inflation(st, trace_id)[0] == pytest.approx(1 + prof["pct"] / 100)
     # the nsys pass
     calls = [json.loads(ln) for ln in (tmp_path / "argv.log").read_text().splitlines()]
     (prof,) = [c for c in calls if c[0] == "profile"]

@@ -151,3 +151,39 @@ def test_inflation_also_per_steady_step_when_steps_were_left_out(dash_store, sto
                              f"warm-up and partial ones left out): {median / 1e6:,.3f} ms, {median / unp:.2f}×.")
     one = dash_store.ids["train_step"]  # one step, steady: nothing to add
     assert "Per steady step" not in rb.inflation(store, one)[1]
+
+
+def test_inflation_from_the_collectors_step_overhead(tmp_path):
+    """`kernelscope profile` of a script without kernelscope.range regions now measures its overhead step by step
+    (run.json overhead.profiler, basis 'step', kept in the trace's provenance); the report's and the Overview's
+    profiler inflation give that number instead of 'timed as a whole process'. A 'process' basis says nothing
+    per step, and the whole-process sentence stays."""
+    import json
+
+    import stores  # tests/ is on sys.path (tests/conftest.py)
+    from conftest import SAMPLES
+
+    from kernelscope.storage.ingest import ingest_paths
+    from kernelscope.storage.store import open_store
+
+    step = {"basis": "step", "rule": "optimizer", "n": 3, "profiled_median_ns": 14_700_000,
+            "unprofiled_median_ns": 10_000_000, "pct": 47.0}
+    process = {"basis": "process", "n": 1, "profiled_wall_ns": 9_000_000_000, "unprofiled_wall_ns": 8_000_000_000,
+               "pct": 12.5}
+    out = []
+    for i, overhead in enumerate((step, process)):
+        run = tmp_path / f"run{i}"
+        run.mkdir()
+        (run / "trace.json.gz").write_bytes((SAMPLES / "train_step" / "trace.json.gz").read_bytes())
+        (run / "run.json").write_text(json.dumps({
+            "name": f"r{i}", "provenance": {"profiler_overhead": overhead},
+            "timings": [{"kind": "process_wall", "iteration": 0, "dur_ns": 4753946156, "energy_mj": None}]}))
+        db = stores.empty(tmp_path / f"s{i}.duckdb")
+        with open_store(db) as st:
+            (res,) = ingest_paths(st, [run], progress=False)
+            out.append(rb.inflation(st, res.trace_id))
+    (value, sentence, why), (value2, _sentence2, why2) = out
+    assert value == pytest.approx(1.47) and why == ""
+    assert sentence == ("Profiler inflation 1.47× per step, as kernelscope profile measured it: the median of 3 "
+                        "recorded steps (14.700 ms) against the un-profiled run's same steps (10.000 ms).")
+    assert value2 is None and why2 == "un-profiled run timed as a whole process"

@@ -221,6 +221,14 @@ def trace_profiler_options(store, trace_id: str) -> dict:
     return profiler_options(row.get("provenance")) or {}
 
 
+def trace_profiler_overhead(store, trace_id: str) -> dict:
+    """The profiler overhead ``kernelscope profile`` measured for a stored trace (run.json ``overhead.profiler``,
+    kept in its provenance as ``profiler_overhead``); {} when it does not say."""
+    row = query_row(store, "SELECT provenance FROM traces WHERE trace_id = $t", t=trace_id)
+    o = (_json_obj(row.get("provenance")) or {}).get("profiler_overhead")
+    return o if isinstance(o, dict) else {}
+
+
 def trace_device_properties(store, trace_id: str) -> list[dict]:
     """A stored trace's deviceProperties entries (dicts); [] when it has none. Kineto's 2021 spelling of the
     compute capability (``major``/``minor``) is given as today's ``computeMajor``/``computeMinor`` too."""

@@ -260,6 +260,8 @@ def _merge_run_json(run_dir: Path, base: dict | None, profiled_wall_ns: int, fai
         overhead["profiler"] = _profiler_overhead(base, doc.get("profiled_regions") or [], profiled_wall_ns,
                                                   doc.get("step_times"))
     doc["overhead"] = overhead
+    if isinstance(doc.get("provenance"), dict):  # stored with the trace: the report's profiler inflation
+        doc["provenance"]["profiler_overhead"] = overhead["profiler"]
     tmp = run_dir / ".run.json.tmp"
     tmp.write_text(json.dumps(doc, indent=1, default=str))
     os.replace(tmp, path)

@@ -17,7 +17,7 @@ import plotly.graph_objects as go
 from ..analysis import bound as analysis_bound
 from ..analysis import cache
 from ..analysis.recommend import BOUND_TABLES, LAUNCH_TABLES
-from ..analysis.summary import no_gpu_reason
+from ..analysis.summary import no_gpu_reason, trace_profiler_overhead
 from ..errors import KernelscopeError
 from ..storage import catalog
 from ..units import NS_PER_MS, mj_to_j, ms_text
@@ -262,6 +262,8 @@ def inflation(store, tid: str) -> tuple[float | None, str, str]:
               "iterations (the overhead line kernelscope profile printed compared the two runs step by step, or as "
               "whole processes when it found no step).",
         "un-profiled run timed as a whole process")
+    collector = _collector_inflation(store, tid)
+    whole_said = collector or whole_said
     by = _numeric_label(store, tid)
     if by is None and whole_said:
         return whole_said
@@ -273,7 +275,7 @@ def inflation(store, tid: str) -> tuple[float | None, str, str]:
     try:
         p = cache.analysis(store, "transition", [tid], by=by).tables["points"].iloc[0]
     except KernelscopeError as e:
-        return None, f"No profiler inflation: {e}", str(e)
+        return collector or (None, f"No profiler inflation: {e}", str(e))
     if (p["inflation"] is None or pd.isna(p["inflation"])) and whole_said:
         return whole_said
     if p["inflation"] is None or pd.isna(p["inflation"]):
@@ -283,6 +285,19 @@ def inflation(store, tid: str) -> tuple[float | None, str, str]:
         f"Profiler inflation {p['inflation']:.2f}×: traced latency per iteration {ms_text(p['latency_per_iter_ns'])} "
         f"/ un-profiled {ms_text(p['unprofiled_ns'])} ({p['unprofiled_source']}, {p['iterations']} iteration(s))."
         + _per_steady_step(store, tid, int(p["unprofiled_ns"]))), ""
+
+
+def _collector_inflation(store, tid: str) -> tuple[float, str, str] | None:
+    """The profiler inflation ``kernelscope profile`` measured per step or per kernelscope.range region when it
+    recorded the trace (docs/metrics.md, Collector overhead; the number its overhead line printed), else None."""
+    o = trace_profiler_overhead(store, tid)
+    if o.get("basis") not in ("step", "range") or o.get("pct") is None:
+        return None
+    ratio = 1 + o["pct"] / 100
+    what = ("steps" if o["basis"] == "step" else "kernelscope.range regions")
+    return ratio, (f"Profiler inflation {ratio:.2f}× per step, as kernelscope profile measured it: the median of "
+                   f"{o['n']} recorded {what} ({ms_text(o['profiled_median_ns'])}) against the un-profiled run's "
+                   f"{'same steps' if o['basis'] == 'step' else 'regions'} ({ms_text(o['unprofiled_median_ns'])})."), ""
 
 
 def _per_steady_step(store, tid: str, unprofiled_ns: int) -> str:
