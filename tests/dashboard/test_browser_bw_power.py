@@ -11,10 +11,18 @@ from urllib.parse import parse_qs
 from kernelscope.analysis.registry import get_analysis
 from kernelscope.storage.store import open_store
 
+from .plotclick import click_drawn
+
 try:
     from playwright.sync_api import expect
 except ImportError:  # pragma: no cover - the page fixture skips these tests then
     expect = None
+
+
+# The page centre of the roofline's first drawn point.
+_FIRST_POINT = """() => { const r = document.querySelector(
+  '#roofline-figure .scatterlayer .trace .points path.point').getBoundingClientRect();
+  return {x: r.x + r.width / 2, y: r.y + r.height / 2}; }"""
 
 
 def _analysis(db, name, *args):
@@ -43,10 +51,7 @@ def test_bandwidth_select_point_and_row_then_restore(page, base_url, dash_store)
     assert float(page.locator("#bw-kpi-modelled_share").get_attribute("data-value")) == js["modelled_share"]
 
     # click a drawn point: the ring moves onto it and ?sig= names its signature
-    point = page.locator("#roofline-figure .scatterlayer .trace .points path.point").nth(0)
-    box = point.bounding_box()
-    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
-    page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    click_drawn(page, "#roofline-figure", _FIRST_POINT)
     page.wait_for_function("location.search.includes('sig=')")
     sig = int(parse_qs(page.evaluate("location.search").lstrip("?"))["sig"][0])
     page.wait_for_function("document.querySelector('#roofline-figure .js-plotly-plot')._fullData[0].x.length == 1")

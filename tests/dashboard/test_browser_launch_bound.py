@@ -11,11 +11,12 @@ from click.testing import CliRunner
 
 from kernelscope.cli import cli
 
+from .plotclick import click_drawn
+
 try:
-    from playwright.sync_api import TimeoutError as PlaywrightTimeout
     from playwright.sync_api import expect
 except ImportError:  # pragma: no cover - the page fixture skips these tests then
-    expect = PlaywrightTimeout = None
+    expect = None
 
 
 def _cli(db, *args) -> dict:
@@ -73,7 +74,8 @@ def test_bound_bins_dropdown_writes_the_url(page, base_url, dash_store):
     assert page.console_errors == []
 
 
-# Page coordinates of the TKLQT marker of the sweep's second point (batch=8), from Plotly's axis layout.
+# Page coordinates of the TKLQT marker of the sweep's second point (batch=8), from Plotly's axis layout (CI once
+# clicked where the first draw had put it: tests/dashboard/plotclick.py waits for it to stay put).
 _TKLQT_POINT = """() => {
     const gd = document.querySelector('#sweep-figure .js-plotly-plot');
     const i = gd._fullData.findIndex(t => t.name === 'TKLQT');
@@ -82,28 +84,6 @@ _TKLQT_POINT = """() => {
     const box = gd.getBoundingClientRect();
     return [box.left + xa._offset + xa.l2p(Math.log10(t.x[1])), box.top + ya._offset + ya.l2p(Math.log10(t.y[1]))];
 }"""
-
-_HOVERED = """() => { const gd = document.querySelector('#sweep-figure .js-plotly-plot');
-  return !!(gd && gd._hoverdata && gd._hoverdata.length); }"""
-
-
-def _click_point(page) -> None:
-    """A real mouse click on the marker, once Plotly reports a hover there and the marker has stayed put: CI
-    (2 cores, loaded) once clicked where the first draw had put it, a redraw moved it, and the click selected
-    nothing (the URL never changed in 120 s)."""
-    xy = None
-    for _ in range(10):
-        xy = page.evaluate(_TKLQT_POINT)
-        page.mouse.move(xy[0] + 1, xy[1])
-        page.mouse.move(xy[0], xy[1])
-        try:
-            page.wait_for_function(_HOVERED, timeout=3000)
-        except PlaywrightTimeout:
-            continue
-        if page.evaluate(_TKLQT_POINT) == xy:
-            break
-    page.mouse.click(xy[0], xy[1])
-
 
 def test_sweep_click_selects_and_url_restores(page, base_url, dash_store):
     page.goto(f"{base_url}/sweep")
@@ -114,7 +94,7 @@ def test_sweep_click_selects_and_url_restores(page, base_url, dash_store):
     assert _points(page, "sweep-figure") >= 3 * 7  # 7 series over the 3 points
 
     # Click the TKLQT marker of batch=8 (the second point) where Plotly drew it.
-    _click_point(page)
+    click_drawn(page, "#sweep-figure", _TKLQT_POINT)
     page.wait_for_url("**/sweep?sweep=llama_prefill&by=batch&point=8")
     expect(page.locator("#sweep-selected-title")).to_contain_text("batch = 8 (llama_prefill_b8)")
     assert page.locator("#sweep-figure .scatterlayer .trace .points path").count() >= 3 * 7 + 4  # rings added

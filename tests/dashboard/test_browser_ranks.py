@@ -16,6 +16,8 @@ from kernelscope.analysis.comm import comm
 from kernelscope.reports import timeline_data as td
 from kernelscope.storage.store import open_store
 
+from .plotclick import click_drawn
+
 try:
     from playwright.sync_api import expect
 except ImportError:  # pragma: no cover - the page fixture skips these tests then
@@ -105,6 +107,11 @@ def test_straggler_row_opens_the_aligned_timeline(page, base_url, ranks_db):
     assert page.console_errors == []
 
 
+# Page coordinates of a heatmap cell in rank 0's row (the top quarter), ``f`` of the way across the plot.
+_CELL = """(f) => { const b = document.querySelector('#ranks-skew .nsewdrag').getBoundingClientRect();
+  return {x: b.left + b.width * f, y: b.top + b.height * 0.25}; }"""
+
+
 def test_heatmap_cell_opens_that_collective_and_the_url_restores(page, base_url, ranks_db):
     with open_store(ranks_db, read_only=True) as store:
         r = comm(store)
@@ -114,9 +121,8 @@ def test_heatmap_cell_opens_that_collective_and_the_url_restores(page, base_url,
              .groupby("i")["start_ns"].min().sort_values().index.tolist())
     page.goto(f"{base_url}/ranks?run={run}")
     page.wait_for_selector("#ranks-skew .js-plotly-plot .nsewdrag")
-    box = page.locator("#ranks-skew .nsewdrag").first.bounding_box()
     col = 2  # the third collective in time order, row of rank 0
-    page.mouse.click(box["x"] + box["width"] * (col + 0.5) / len(order), box["y"] + box["height"] * 0.25)
+    click_drawn(page, "#ranks-skew", _CELL, (col + 0.5) / len(order))
     page.wait_for_url("**view=timeline**")
     _wait_drawn(page)
     assert _query(page.url)["coll"] == order[col]
@@ -180,10 +186,8 @@ def test_real_click_on_a_collective_segment_opens_it(page, base_url, ranks_db):
     page.goto(f"{base_url}/ranks?run={run}&view=timeline&t0={t0:.6f}&t1={t1:.6f}")
     _wait_drawn(page)
     expect(page.locator("#ranks-tl-status")).to_have_attribute("data-mode", "events")
-    bar = page.evaluate(_COLLECTIVE_BAR)
-    assert bar is not None, "no collective segment drawn wide enough to click"
-    page.mouse.move(bar["x"], bar["y"])
-    page.mouse.click(bar["x"], bar["y"])
+    assert page.evaluate(_COLLECTIVE_BAR) is not None, "no collective segment drawn wide enough to click"
+    bar = click_drawn(page, "#ranks-tl-graph", _COLLECTIVE_BAR)
     page.wait_for_function("(i) => new URLSearchParams(location.search).get('coll') === i", arg=bar["inst"])
     _wait_drawn(page)
     _both_ranks_drawn(page, bar["inst"])

@@ -10,11 +10,12 @@ from urllib.parse import parse_qs, urlparse
 from kernelscope.reports import timeline_data as td
 from kernelscope.storage.store import open_store
 
+from .plotclick import click_drawn
+
 try:
-    from playwright.sync_api import TimeoutError as PlaywrightTimeout
     from playwright.sync_api import expect
 except ImportError:  # pragma: no cover - the page fixture skips these tests then
-    expect = PlaywrightTimeout = None
+    expect = None
 
 # the trace names of the drawn WebGL traces and how many segments (finite x pairs) each has
 _TRACES = """() => Array.from(document.querySelector('#timeline-graph .js-plotly-plot')._fullData).map(t => ({
@@ -97,7 +98,7 @@ def test_zoom_goes_into_the_url_and_back(page, base_url, dash_store):
     # a real mouse click on that operator's bar, where Plotly drew it (issue 11: a synthetic plotly_click
     # that already carries the id passed while a real click sent no id, customdata being a typed array)
     assert page.evaluate(_BAR_AT, op) is not None, "the operator's bar is not drawn"
-    _click_bar(page, _BAR_AT, op)
+    click_drawn(page, "#timeline-graph", _BAR_AT, op)
     page.wait_for_function(f"() => location.search.includes('op={op}')")
     expect(page.locator("#timeline-status")).to_contain_text(f"aten::mm (instance {op})")
     traces = page.evaluate(_TRACES)
@@ -155,29 +156,6 @@ _BAR_MID = """(cd) => { const gd = document.querySelector('#timeline-graph .js-p
   return null; }"""
 
 
-_HOVERED = """() => { const gd = document.querySelector('#timeline-graph .js-plotly-plot');
-  return !!(gd && gd._hoverdata && gd._hoverdata.length); }"""
-
-
-def _click_bar(page, locate: str, arg) -> None:
-    """A real mouse click at a bar's drawn middle (``locate(arg)``: its page position), once Plotly reports a hover
-    there and the bar has stayed put: on a loaded machine the first draw can be followed by a redraw that moves
-    the bars, and a click computed before it lands on nothing."""
-    xy = None
-    for _ in range(10):
-        xy = page.evaluate(locate, arg)
-        assert xy is not None, "the bar is not drawn wide enough to click"
-        page.mouse.move(xy["x"] + 1, xy["y"])
-        page.mouse.move(xy["x"], xy["y"])
-        try:
-            page.wait_for_function(_HOVERED, timeout=3000)
-        except PlaywrightTimeout:
-            continue
-        if page.evaluate(locate, arg) == xy:
-            break
-    page.mouse.click(xy["x"], xy["y"])
-
-
 def test_a_real_click_on_a_kernel_bar_selects_it(page, base_url, dash_store):
     """issue 13: a real mouse click at the kernel bar's drawn position selects that kernel: the URL names it,
     the details panel shows its fields (checked against the stored row and its launch call), its launch line
@@ -195,7 +173,7 @@ def test_a_real_click_on_a_kernel_bar_selects_it(page, base_url, dash_store):
     expect(page.locator("#timeline-details-empty")).to_contain_text("Click a bar")
     cd = f"gpu:{int(k['activity_id'])}"
     assert page.evaluate(_BAR_MID, cd) is not None, "the kernel's bar is not drawn wide enough to click"
-    _click_bar(page, _BAR_MID, cd)
+    click_drawn(page, "#timeline-graph", _BAR_MID, cd)
     page.wait_for_function(f"() => location.search.includes('sel=gpu%3A{int(k['activity_id'])}')")
     expect(page.locator("#detail-correlation")).to_have_text(str(int(k["correlation"])))
     expect(page.locator("#detail-name")).to_have_text(k["name"])

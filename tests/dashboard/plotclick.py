@@ -1,0 +1,42 @@
+"""A real mouse click where Plotly drew something, for the browser tests.
+
+``click_drawn(page, graph, locate, arg)``: ``locate`` is a JavaScript function (of ``arg``) that returns the page
+position of the thing to click ({x, y} or [x, y]), computed from the figure's layout. On a loaded machine a
+figure's first draw can be followed by a redraw that moves what it drew (CI once clicked where a sweep marker had
+been and the page never changed), so the pointer is moved there first, the click waits until Plotly reports a hover
+on the figure (``graph``: a selector inside which the Plotly div is found) and the position has stayed put, and
+only then the mouse clicks: a real pointer event, as a user's.
+"""
+
+from __future__ import annotations
+
+try:
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+except ImportError:  # pragma: no cover - the page fixture skips the browser tests then
+    PlaywrightTimeout = None
+
+_HOVERED = """(sel) => { const gd = document.querySelector(sel);
+  return !!(gd && gd._hoverdata && gd._hoverdata.length); }"""
+
+
+def _xy(pos) -> tuple[float, float]:
+    return (pos["x"], pos["y"]) if isinstance(pos, dict) else (pos[0], pos[1])
+
+
+def click_drawn(page, graph: str, locate: str, arg=None, tries: int = 10):
+    """Click at ``locate(arg)`` once a hover is reported there and it stays put; returns what ``locate`` gave."""
+    pos = None
+    for _ in range(tries):
+        pos = page.evaluate(locate, arg)
+        assert pos is not None, "nothing drawn to click"
+        x, y = _xy(pos)
+        page.mouse.move(x + 1, y)
+        page.mouse.move(x, y)
+        try:
+            page.wait_for_function(_HOVERED, arg=f"{graph} .js-plotly-plot", timeout=3000)
+        except PlaywrightTimeout:
+            continue
+        if page.evaluate(locate, arg) == pos:
+            break
+    page.mouse.click(*_xy(pos))
+    return pos
