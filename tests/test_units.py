@@ -77,3 +77,11 @@ def test_the_scan_finds_a_bare_factor(tmp_path, monkeypatch):
     (pkg / "m.py").write_text("def ms(ns):\n    return ns / 1e6\n\n\ndef ok(ns):\n    return ns / 7\n")
     monkeypatch.setattr(sys.modules[__name__], "PACKAGE", pkg)
     assert _bare_factors() == {("m.py", 2, "return ns / 1e6")}
+
+
+def test_span_text_shows_a_short_span_in_a_unit_that_shows_it():
+    """The Bound page and report said "bins of 0.000 ms" of a 11 µs GPU span (TraceLens' sglang decode capture)."""
+    from kernelscope.units import span_text
+
+    assert [span_text(v) for v in (55, 999, 1_000, 43_300, 999_949, 999_999, 1_000_000, 433_000_000, None)] == [
+        "55 ns", "999 ns", "1.0 µs", "43.3 µs", "999.9 µs", "1.000 ms", "1.000 ms", "433.000 ms", "—"]

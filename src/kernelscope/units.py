@@ -89,3 +89,15 @@ def ms_text(ns) -> str:
     if ns is None or ns != ns:
         return "—"
     return f"{int(ns) / NS_PER_MS:,.3f} ms"
+
+
+def span_text(ns) -> str:
+    """A short span (a bin width) in the unit that shows it: ns below 1 µs, µs below 1 ms, else ``ms_text``
+    (a 55 ns bin read "0.000 ms")."""
+    if ns is None or ns != ns:
+        return "—"
+    if abs(ns) < NS_PER_US:
+        return f"{int(ns)} ns"
+    if abs(ns) < NS_PER_MS - NS_PER_US // 20:  # not "1,000.0 µs"
+        return f"{ns / NS_PER_US:,.1f} µs"
+    return ms_text(ns)

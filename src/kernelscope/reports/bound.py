@@ -20,7 +20,7 @@ from ..analysis.recommend import BOUND_TABLES, LAUNCH_TABLES
 from ..analysis.summary import no_gpu_reason, trace_profiler_overhead
 from ..errors import KernelscopeError
 from ..storage import catalog
-from ..units import NS_PER_MS, mj_to_j, ms_text
+from ..units import NS_PER_MS, mj_to_j, ms_text, span_text
 from . import launch as rl
 from .blocks import Section, Table
 from .figures import styled
@@ -112,7 +112,7 @@ def queue_depth_figure(queue: pd.DataFrame, segments: pd.DataFrame | None = None
             fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=f"regime: {regime}",
                                      legendgroup="regime", hoverinfo="skip",
                                      marker={"symbol": "square", "size": 12, "color": _opaque(color)}))
-    styled(fig, title={"text": f"Queue depth over time (bins of {ms_text(width)}; background: the "
+    styled(fig, title={"text": f"Queue depth over time (bins of {span_text(width)}; background: the "
                              "regime of each segment)", "font": {"size": 14}},
                 xaxis_title="time since the first bin (ms)", yaxis_title="launched, not started (mean)",
                 height=340, **_LAYOUT)
@@ -163,7 +163,7 @@ def bound_sentences(s: dict, why: str = "a CPU-only trace") -> list[str]:
             f"dependency wait ({pct(s['dependency_wait_share'])}: work was queued but waited), over "
             f"{s.get('gaps', 0):,} idle gaps.",
             f"CPU-bound segments {ms_text(s.get('cpu_bound_ns'))}, GPU-bound segments {ms_text(s.get('gpu_bound_ns'))} "
-            f"(bins of {ms_text(s.get('bin_ns'))})."]
+            f"(bins of {span_text(s.get('bin_ns'))})."]
 
 
 def segments_table(segments: pd.DataFrame, t0: int | None = None) -> pd.DataFrame:

@@ -10,7 +10,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import plotly.io as pio
 
-from ..units import NS_PER_MS, NS_PER_US
+from ..units import NS_PER_MS, span_text
 
 #: Most bins a binned time series may have (DESIGN.md "Dashboard": <= ~2k bins when zoomed out).
 MAX_BINS = 2000
@@ -140,7 +140,7 @@ def busy_fraction_figure(bins: pd.DataFrame, span_ns: int, width_ns: int) -> go.
             name=f"GPU {device}",
             hovertemplate="%{x:.3f} ms: %{y:.1f}% busy<extra>GPU " + str(device) + "</extra>",
         ))
-    width_text = f"{width_ns / NS_PER_US:,.1f} µs" if width_ns < NS_PER_MS else f"{width_ns / NS_PER_MS:,.3f} ms"
+    width_text = span_text(width_ns)
     n_bins = int(df["bin"].max()) + 1 if not df.empty else 0
     styled(
         fig,
