@@ -125,6 +125,8 @@ def test_a_one_trace_report_does_not_repeat_the_trace_name(dash_store):
         two = [t for t in texts(build(store, ids)) if t]
     first = names[ids[0]]
     assert len(one) > 20 and not [t for t in one if t.startswith(f"{first}: ")]
+    assert not [t for t in one if re.match(r"[a-z]{2,}[ :,(]", t)]  # "no telemetry ..." -> "No telemetry ..."
+    assert any(t.startswith("Warning: ") for t in one) or any(t.startswith("No ") for t in one)
     assert any(t.startswith("2 of 2 ") or "kernels have a launch call" in t for t in one)
     named = [t for t in two if t.startswith(f"{first}: ")]
     assert len(named) > 10 and any(t.startswith(f"{names[ids[1]]}: ") for t in two)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import html
+import re
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -94,10 +95,18 @@ def build(store, trace_ids: list[str], by: str | None = None, figures: bool = Tr
     return out
 
 
+#: A sentence's first word when it is a plain lower-case word (not "aten::fill_", "torch.compile" or "q").
+_LOWER_WORD = re.compile(r"[a-z]{2,}(?=[ :,(])")
+
+
 def _without_name(block, prefix: str):
-    """``block`` without the trace-name ``prefix`` its text, caption or figure title starts with."""
+    """``block`` without the trace-name ``prefix`` its text, caption or figure title starts with, the sentence
+    then opening with a capital ("mtia_rank_0: no GPU activity ..." -> "No GPU activity ...")."""
     def cut(text):
-        return text[len(prefix):] if isinstance(text, str) and text.startswith(prefix) else text
+        if not (isinstance(text, str) and text.startswith(prefix)):
+            return text
+        text = text[len(prefix):]
+        return text[0].upper() + text[1:] if _LOWER_WORD.match(text) else text
 
     if isinstance(block, str):
         return cut(block)
