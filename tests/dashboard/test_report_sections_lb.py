@@ -102,9 +102,9 @@ def test_cpu_only_sections_say_so(dash_store, store):
     tid = dash_store.ids["cpu_only"]
     md = report(store, [tid], fmt="md")
     assert "there is no launch overhead to show" in md
-    assert "no GPU activity (a CPU-only trace)" in md
+    assert "\nNo GPU activity (a CPU-only trace)" in md  # a sentence of a one-trace report opens with a capital
     assert "No energy: the trace has no telemetry" in md
-    assert "no GPU activity: no recommendation" in md
+    assert "\nNo GPU activity: no recommendation" in md
 
 
 def test_inflation_names_a_whole_process_timing(tmp_path):

@@ -110,7 +110,7 @@ def test_report_leads_with_mean_and_q(dash_store, store):
         row = [c.strip() for c in part.splitlines()[part.splitlines().index(header) + 2].strip("|").split("|")]
         assert row[cols.index("mean launch+queue per kernel (ms)")] == mean_ms
         assert row[cols.index("kernels in the sum")] == "1,274"
-    assert (f"mean launch+queue per kernel {mean_ms} ms with q = {ls['mean_queue_depth']:,.2f}" in md)
+    assert (f"\nMean launch+queue per kernel {mean_ms} ms with q = {ls['mean_queue_depth']:,.2f}" in md)
     assert f"TKLQT, the sum over 1,274 kernels, is {ls['tklqt_ns'] / 1e6:,.3f} ms" in md
 
 
