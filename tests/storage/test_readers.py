@@ -149,6 +149,14 @@ def test_at_exit_the_reaper_stops_and_idle_instances_close_on_the_calling_thread
     monkeypatch.setattr(readers, "_close", lambda inst: (closed_on.append(threading.current_thread()),
                                                         real_close(inst)))
     monkeypatch.setattr(readers, "IDLE_S", 3600.0)  # the reaper alone would keep it open
+    # the reaper starts its first 2 s sleep with the open below: an exit that waited for its next look would take
+    # over a second (at 0.2 s, a loaded CI machine once took 0.21 s to close the instance: no margin to tell them
+    # apart)
+    readers.release_all()  # no reaper of an earlier test, still on 0.2 s sleeps: ours is the one just started
+    deadline = time.monotonic() + 5
+    while readers._REAPER is not None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    monkeypatch.setattr(readers, "POLL_S", 2.0)
     with open_store(db, read_only=True) as s:
         s.con.execute("SELECT 1").fetchall()
     reaper = readers._REAPER
@@ -158,7 +166,7 @@ def test_at_exit_the_reaper_stops_and_idle_instances_close_on_the_calling_thread
         readers._at_exit()
         assert time.monotonic() - t0 < readers.POLL_S / 2  # the exit does not wait for the reaper's next look
         assert readers._OPEN == {} and closed_on == [threading.current_thread()]
-        reaper.join(timeout=5)
+        reaper.join(timeout=3 * readers.POLL_S)
         assert not reaper.is_alive() and readers._REAPER is None and closed_on == [threading.current_thread()]
     finally:
         readers._EXITING = False
