@@ -215,17 +215,19 @@ def profiler_options(provenance: Any) -> dict | None:
     return opts if isinstance(opts, dict) else None
 
 
+def _trace_provenance(store, trace_id: str):
+    return query_row(store, "SELECT provenance FROM traces WHERE trace_id = $t", t=trace_id).get("provenance")
+
+
 def trace_profiler_options(store, trace_id: str) -> dict:
     """``profiler_options`` of a stored trace's provenance; {} when it does not say."""
-    row = query_row(store, "SELECT provenance FROM traces WHERE trace_id = $t", t=trace_id)
-    return profiler_options(row.get("provenance")) or {}
+    return profiler_options(_trace_provenance(store, trace_id)) or {}
 
 
 def trace_profiler_overhead(store, trace_id: str) -> dict:
     """The profiler overhead ``kernelscope profile`` measured for a stored trace (run.json ``overhead.profiler``,
     kept in its provenance as ``profiler_overhead``); {} when it does not say."""
-    row = query_row(store, "SELECT provenance FROM traces WHERE trace_id = $t", t=trace_id)
-    o = (_json_obj(row.get("provenance")) or {}).get("profiler_overhead")
+    o = (_json_obj(_trace_provenance(store, trace_id)) or {}).get("profiler_overhead")
     return o if isinstance(o, dict) else {}
 
 

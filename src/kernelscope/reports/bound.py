@@ -263,10 +263,10 @@ def inflation(store, tid: str) -> tuple[float | None, str, str]:
               "whole processes when it found no step).",
         "un-profiled run timed as a whole process")
     collector = _collector_inflation(store, tid)
-    whole_said = collector or whole_said
+    fallback = collector or whole_said  # when the transition analysis gives no inflation
     by = _numeric_label(store, tid)
-    if by is None and whole_said:
-        return whole_said
+    if by is None and fallback:
+        return fallback
     if by is None:
         return None, ("No profiler inflation: the trace has no numeric label, so the transition analysis "
                       "cannot place it" + (f" (it has {n_timings} un-profiled timings)." if n_timings else
@@ -276,8 +276,8 @@ def inflation(store, tid: str) -> tuple[float | None, str, str]:
         p = cache.analysis(store, "transition", [tid], by=by).tables["points"].iloc[0]
     except KernelscopeError as e:
         return collector or (None, f"No profiler inflation: {e}", str(e))
-    if (p["inflation"] is None or pd.isna(p["inflation"])) and whole_said:
-        return whole_said
+    if (p["inflation"] is None or pd.isna(p["inflation"])) and fallback:
+        return fallback
     if p["inflation"] is None or pd.isna(p["inflation"]):
         return None, ("No profiler inflation: no un-profiled time was recorded for this trace (collector "
                       "cuda_event timings or the label unprofiled_ns)."), "no un-profiled timing"
@@ -294,10 +294,10 @@ def _collector_inflation(store, tid: str) -> tuple[float, str, str] | None:
     if o.get("basis") not in ("step", "range") or o.get("pct") is None:
         return None
     ratio = 1 + o["pct"] / 100
-    what = ("steps" if o["basis"] == "step" else "kernelscope.range regions")
+    what, theirs = ("steps", "same steps") if o["basis"] == "step" else ("kernelscope.range regions", "regions")
     return ratio, (f"Profiler inflation {ratio:.2f}× per step, as kernelscope profile measured it: the median of "
                    f"{o['n']} recorded {what} ({ms_text(o['profiled_median_ns'])}) against the un-profiled run's "
-                   f"{'same steps' if o['basis'] == 'step' else 'regions'} ({ms_text(o['unprofiled_median_ns'])})."), ""
+                   f"{theirs} ({ms_text(o['unprofiled_median_ns'])})."), ""
 
 
 def _per_steady_step(store, tid: str, unprofiled_ns: int) -> str:
