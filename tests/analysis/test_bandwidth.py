@@ -529,6 +529,28 @@ def test_convolution_baddbmm_norm_softmax():
     assert (c.flops, c.bytes) == (327_680, 393_216)
 
 
+def test_grouped_mm_of_a_mixture_of_experts():
+    # Mixtral's experts on an H100 (transformers 5.17, torch 2.11): 8,192 routed rows x K 4,096 through 8 experts'
+    # [4096, 1024] weights: 2*8192*1024*4096 = 68,719,476,736 FLOPs whichever expert each row went to;
+    # bytes (8192*4096 + 8*4096*1024 + 8192*1024)*2 = 150,994,944
+    types = [BF16, BF16, '"int"', '""', '""']
+    c = cost("aten::_grouped_mm", [[8192, 4096], [8, 4096, 1024], [8], [], []], types)
+    assert (c.flops, c.bytes, c.dtype, c.tensor) == (68_719_476_736, 150_994_944, "bf16", True)
+    # its weight gradient, 2-D x 2-D split along K by offs: one [4096, 1024] per expert is written,
+    # (4096*8192 + 8192*1024 + 8*4096*1024)*2 = 150,994,944 bytes, the same FLOPs
+    c = cost("aten::_grouped_mm", [[4096, 8192], [8192, 1024], [8], [], []], types)
+    assert (c.flops, c.bytes) == (68_719_476_736, 150_994_944)
+    # 3-D x 2-D, offs splits the 80 columns: out [64, 80], 2*64*80*32 = 327,680; (8*64*32 + 32*80 + 64*80)*2
+    c = cost("aten::_grouped_mm", [[8, 64, 32], [32, 80], [8], [], []], types)
+    assert (c.flops, c.bytes) == (327_680, 48_128)
+    # 3-D x 3-D is a batch: 2*8*64*16*32 = 524,288; an output dtype (float, code 6) writes 4-byte elements
+    c = cost("aten::_grouped_mm", [[8, 64, 32], [8, 32, 16], [], [], []], types, None, ["", "", "", "", "6"])
+    assert (c.flops, c.bytes) == (524_288, (8 * 64 * 32 + 8 * 32 * 16) * 2 + 8 * 64 * 16 * 4)
+    # the weight-gradient form needs offs to know how many outputs it writes; shapes that do not chain say so
+    assert cost("aten::_grouped_mm", [[64, 32], [32, 16], [], [], []], [BF16, BF16, '""', '""', '""']).reason
+    assert "grouped mm shapes" in cost("aten::_grouped_mm", [[64, 32], [8, 16, 16], [8], [], []], types).reason
+
+
 def test_missing_recorded_inputs_are_unmodelled_not_errors():
     # a trace recorded without shapes: NULL columns arrive as None or NaN
     for missing in (None, float("nan")):

@@ -353,7 +353,7 @@ def model_op(name: str, dims: str | None, types: str | None, strides: str | None
                     "cudnn_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_no_training"):
             return _norm(base, args)
         if base in ("mm", "addmm", "_addmm_activation", "bmm", "baddbmm", "linear", "matmul", "mv", "dot",
-                    "_scaled_mm"):
+                    "_scaled_mm", "_grouped_mm", "_scaled_grouped_mm"):
             return gemm(base, args, tf32_matmul)
         if base in CONV_ARGS:
             return conv(base, args, tf32_conv)

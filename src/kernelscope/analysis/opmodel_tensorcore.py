@@ -1,5 +1,6 @@
 """``opmodel``'s rules for tensor-core work: GEMM (``mm``, ``addmm``, ``bmm``, ``baddbmm``, ``linear``,
-``matmul``, ``mv``, ``dot``, ``_scaled_mm``), convolution (forward and transposed) and attention
+``matmul``, ``mv``, ``dot``, ``_scaled_mm``, and the grouped GEMM of mixture-of-experts layers, ``_grouped_mm`` and
+``_scaled_grouped_mm``), convolution (forward and transposed) and attention
 (scaled-dot-product, flash, efficient and cuDNN kernels, forward and backward). Each returns a ``Cost`` with
 ``tensor=True`` and the dtype whose tensor-core peak applies (fp32 as ``tf32`` when TF32 was allowed).
 """
@@ -35,7 +36,46 @@ def _mm_dims(a: Arg, b: Arg) -> tuple[int, int, int]:
     return a.shape[0], b.shape[1], a.shape[1]
 
 
+#: Grouped GEMM: (position of ``offs``, of ``out_dtype``) in the recorded inputs.
+GROUPED_ARGS = {"_grouped_mm": (2, 4), "_scaled_grouped_mm": (4, 7)}
+
+
+def _grouped_dims(a: Arg, b: Arg) -> tuple[int, int, int, int]:
+    """``(groups in the output, m, n, k)`` of ``_grouped_mm(a, b, offs)``, whose FLOPs are ``2·m·n·k`` summed over
+    the groups. 2-D x 3-D: ``offs`` splits a's rows among b's experts ([M, K] x [G, K, N] -> [M, N]); 3-D x 2-D:
+    it splits b's columns ([G, M, K] x [K, N] -> [M, N]); 2-D x 2-D: it splits the shared K (the weight gradient,
+    [M, K] x [K, N] -> [G, M, N]); 3-D x 3-D: a batch. The offsets are taken to cover every row (column, K), as
+    a router's token counts do."""
+    sa, sb = a.shape, b.shape
+    if len(sa) == 2 and len(sb) == 3 and sa[1] == sb[1]:
+        return 1, sa[0], sb[2], sa[1]
+    if len(sa) == 3 and len(sb) == 2 and sa[2] == sb[0]:
+        return 1, sa[1], sb[1], sa[2]
+    if len(sa) == 2 and len(sb) == 2 and sa[1] == sb[0]:
+        return 0, sa[0], sb[1], sa[1]  # 0: the output has one [M, N] per group, G from offs
+    if len(sa) == 3 and len(sb) == 3 and sa[0] == sb[0] and sa[2] == sb[1]:
+        return sa[0], sa[1], sb[2], sa[2]
+    raise NoRule(f"grouped mm shapes {sa} x {sb}")
+
+
+def grouped_gemm(base: str, args: list[Arg], tf32: bool) -> Cost:
+    a, b = need_tensors(args, 0, 1)
+    p_offs, p_out = GROUPED_ARGS[base]
+    out_groups, m, n, k = _grouped_dims(a, b)
+    if out_groups == 0:
+        (offs,) = need_tensors(args, p_offs)
+        out_groups = offs.numel
+    out_type = code_dtype(arg_value(args, p_out)) or (a.type if base == "_grouped_mm" else "c10::BFloat16")
+    extra = sum(args[i].read_bytes for i in (2, 3) if base == "_scaled_grouped_mm" and arg_present(args, i))
+    batch = out_groups if len(a.shape) == 3 and len(b.shape) == 3 else 1
+    flops = 2 * m * n * k * batch
+    nbytes = a.read_bytes + b.read_bytes + extra + out_groups * m * n * DTYPES[out_type][0]
+    return Cost(flops, nbytes, _gemm_dtype(a, tf32), True, "gemm")
+
+
 def gemm(base: str, args: list[Arg], tf32: bool) -> Cost:
+    if base in GROUPED_ARGS:
+        return grouped_gemm(base, args, tf32)
     if base in ("mm", "_scaled_mm"):
         a, b = need_tensors(args, 0, 1)
         m, n, k = _mm_dims(a, b)
