@@ -5,6 +5,7 @@ non-units, so a new one fails here with its file and line."""
 from __future__ import annotations
 
 import ast
+import json
 import sys
 
 import pytest
@@ -85,3 +86,19 @@ def test_span_text_shows_a_short_span_in_a_unit_that_shows_it():
 
     assert [span_text(v) for v in (55, 999, 1_000, 43_300, 999_949, 999_999, 1_000_000, 433_000_000, None)] == [
         "55 ns", "999 ns", "1.0 µs", "43.3 µs", "999.9 µs", "1.000 ms", "1.000 ms", "433.000 ms", "—"]
+
+
+def test_shapes_text_shortens_long_tensor_lists_only():
+    """Mixtral's AdamW step: each _foreach_ operator's shapes were 1,500-4,500 characters in the report's table
+    (39 parameter shapes per tensor list); a list of more than three tensors is now its count, first two, last."""
+    from kernelscope.units import shapes_text
+
+    params = [[32000, 1024], [1024]] + [[8, 1024, 2048]] * 36 + [[32000, 1024]]
+    dims = json.dumps([params, params, []])
+    assert shapes_text(dims) == ("[[39 tensors: [32000, 1024], [1024], …, [32000, 1024]], "
+                                 "[39 tensors: [32000, 1024], [1024], …, [32000, 1024]], []]")
+    # ordinary inputs and short lists are left as written (spacing too); so is text that is not JSON
+    for kept in ("[[8,16],[16,4]]", "[[[1, 2], [3], [4]], [5]]", "[[8192, 4096], [8, 4096, 1024], [8], [], []]",
+                 "not json", "[]"):
+        assert shapes_text(kept) == kept
+    assert shapes_text(None) is None

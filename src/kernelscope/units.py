@@ -7,6 +7,8 @@ Bytes and FLOPs use decimal prefixes (1 MB = 10^6 bytes, 1 GB/s = 10^9 bytes per
 
 from __future__ import annotations
 
+import json
+
 # time
 NS_PER_US = 1_000
 NS_PER_MS = 1_000_000
@@ -101,3 +103,31 @@ def span_text(ns) -> str:
     if abs(ns) < NS_PER_MS - NS_PER_US // 20:  # not "1,000.0 µs"
         return f"{ns / NS_PER_US:,.1f} µs"
     return ms_text(ns)
+
+
+#: A tensor-list input longer than this is written by its count and its first and last shapes.
+SHAPES_LIST_SHOWN = 3
+
+
+def shapes_text(dims):
+    """An operator's recorded input shapes (``input_dims`` JSON text) as tables and hovers show them: a tensor list
+    of more than ``SHAPES_LIST_SHOWN`` tensors (a ``_foreach_`` optimizer step over every parameter writes
+    hundreds) becomes ``[38 tensors: [32000, 1024], [1024], …, [32000, 1024]]``; other text is returned as it is."""
+    if not isinstance(dims, str):
+        return dims
+    try:
+        args = json.loads(dims)
+    except ValueError:
+        return dims
+    if not isinstance(args, list) or not any(_long_list(a) for a in args):
+        return dims
+
+    def one(a):
+        if not _long_list(a):
+            return json.dumps(a)
+        return f"[{len(a)} tensors: {json.dumps(a[0])}, {json.dumps(a[1])}, …, {json.dumps(a[-1])}]"
+    return "[" + ", ".join(one(a) for a in args) + "]"
+
+
+def _long_list(a) -> bool:
+    return isinstance(a, list) and len(a) > SHAPES_LIST_SHOWN and all(isinstance(t, list) for t in a)

@@ -23,7 +23,7 @@ from ..analysis import cache
 from ..analysis.bandwidth import NO_SHAPES
 from ..storage import catalog
 from ..storage.ncu import measured_dram_bytes
-from ..units import GFLOP_PER_TFLOP, NS_PER_MS
+from ..units import GFLOP_PER_TFLOP, NS_PER_MS, shapes_text
 from .blocks import Section, Table
 from .figures import styled
 
@@ -106,7 +106,7 @@ def _hover(r) -> str:
     def f(v, fmt):
         v = num(v)
         return "—" if v is None else format(v, fmt)
-    return (f"<b>{r['name']}</b><br>{r.get('input_dims') or ''}<br>{r.get('input_types') or ''}<br>"
+    return (f"<b>{r['name']}</b><br>{shapes_text(r.get('input_dims')) or ''}<br>{r.get('input_types') or ''}<br>"
             f"calls {int(r['calls']):,} · GPU {int(r['gpu_ns']) / NS_PER_MS:,.3f} ms<br>"
             f"intensity {f(r['intensity'], ',.2f')} FLOP/B · {f(r['achieved_tflops'], ',.3f')} TFLOP/s · "
             f"{f(r['achieved_gbps'], ',.1f')} GB/s<br>"
@@ -187,7 +187,8 @@ def _round(col: pd.Series, digits: int) -> list:
 
 
 def signature_rows(sig: pd.DataFrame, gpu_ns_total: int | None) -> pd.DataFrame:
-    """``per_signature`` as shown: ``id`` = signature number, GPU time in ms (3 decimals), its share of the
+    """``per_signature`` as shown: ``id`` = signature number, long tensor lists of the shapes shortened
+    (``units.shapes_text``), GPU time in ms (3 decimals), its share of the
     analysis' ``gpu_ns`` in % (1 decimal), rates rounded (intensity 2, GB/s 1, TFLOP/s 3, % 1 decimal);
     null stays null."""
     cols = [f for f, _, _ in SIGNATURE_COLUMNS]
@@ -196,7 +197,7 @@ def signature_rows(sig: pd.DataFrame, gpu_ns_total: int | None) -> pd.DataFrame:
     s = sig.reset_index(drop=True)
     text = lambda c: [v if isinstance(v, str) else None for v in s[c]]  # noqa: E731
     out = pd.DataFrame({
-        "id": range(len(s)), "name": text("name"), "input_dims": text("input_dims"),
+        "id": range(len(s)), "name": text("name"), "input_dims": [shapes_text(v) for v in text("input_dims")],
         "input_types": text("input_types"), "calls": s["calls"].astype("int64"),
         "gpu_ms": [round(int(v) / NS_PER_MS, 3) for v in s["gpu_ns"]],
         "share_pct": [round(100.0 * int(v) / gpu_ns_total, 1) if gpu_ns_total else None for v in s["gpu_ns"]],

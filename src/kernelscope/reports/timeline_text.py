@@ -21,7 +21,7 @@ import json
 import numpy as np
 import pandas as pd
 
-from ..units import NS_PER_MS, NS_PER_US
+from ..units import NS_PER_MS, NS_PER_US, shapes_text
 
 #: Plot-area width in px assumed when the browser has not said (the figure's first render).
 DEFAULT_PX = 1100
@@ -151,10 +151,11 @@ def _int(v) -> str:
 
 
 def _shapes(dims) -> str:
-    """input_dims JSON text as written, '[]' entries (scalars) kept; 'not recorded' when absent."""
+    """input_dims JSON text as written ('[]' entries, scalars, kept; long tensor lists shortened by
+    ``units.shapes_text``); 'not recorded' when absent."""
     if dims is None or (not isinstance(dims, str) and pd.isna(dims)) or dims == "":
         return "not recorded"
-    return str(dims)
+    return shapes_text(str(dims))
 
 
 def labels(ev: pd.DataFrame, a: int, b: int, origin: int, plot_px: float) -> pd.DataFrame:
