@@ -111,10 +111,32 @@ def flame_figure(flame: pd.DataFrame, metric: str = "gpu_ns", title: str | None 
     return fig
 
 
-def line_rows(lines: pd.DataFrame, limit: int | None = None, source_only: bool = False) -> pd.DataFrame:
+def trunk(lines: pd.DataFrame, stack_kernel_ns) -> pd.Series:
+    """The lines every kernel with a Python path was launched under and none was launched by (the script's
+    ``<module>``, ``main``, a runner's frames): a table ranked by GPU time would open with them, all equal."""
+    if not stack_kernel_ns:
+        return pd.Series(False, index=lines.index)
+    return ((lines["gpu_ns"] == stack_kernel_ns) & (lines["gpu_self_ns"] == 0)).fillna(False).astype(bool)
+
+
+def trunk_sentence(lines: pd.DataFrame, stack_kernel_ns) -> str | None:
+    """The trunk lines ``line_rows`` leaves out, in words (outermost and innermost); None when there are none."""
+    t = lines[trunk(lines, stack_kernel_ns)].sort_values("cpu_ns", ascending=False, kind="stable")
+    if t.empty:
+        return None
+    src = line_rows(t, keep_trunk=True)["source"]  # keeps the order: equal GPU time, CPU time decides
+    where = f"{src.iloc[0]}" if len(t) == 1 else f"from {src.iloc[0]} to {src.iloc[-1]}"
+    return (f"{len(t):,} line{'s' if len(t) != 1 else ''} that every kernel was launched under (and none by) "
+            f"{'are' if len(t) != 1 else 'is'} left out of the table, {where}.")
+
+
+def line_rows(lines: pd.DataFrame, limit: int | None = None, source_only: bool = False,
+              stack_kernel_ns=None, keep_trunk: bool = False) -> pd.DataFrame:
     """The source-line table as shown: ``source`` (file.py:123 function), most GPU time first; ``source_only``
-    leaves out built-ins."""
+    leaves out built-ins; given ``stack_kernel_ns``, the ``trunk`` lines are left out."""
     df = lines[lines["file"].notna()] if source_only else lines
+    if not keep_trunk:
+        df = df[~trunk(df, stack_kernel_ns)]
     df = df.sort_values(["gpu_ns", "cpu_ns"], ascending=False, kind="stable")
     if limit is not None:
         df = df.head(limit)
@@ -153,7 +175,11 @@ def stacks_section(store, trace_ids: list[str], ctx) -> Section | None:
             blocks.append(flame_figure(r.tables["flame"], "gpu_ns", f"{name}: GPU kernel time by Python path"))
         if ctx.figures:
             blocks.append(flame_figure(r.tables["flame"], "cpu_ns", f"{name}: CPU time by Python path"))
-        rows = line_rows(r.tables["lines"], REPORT_LINES, source_only=True)
+        rows = line_rows(r.tables["lines"], REPORT_LINES, source_only=True,
+                         stack_kernel_ns=r.scalars.get("stack_kernel_ns"))
+        said = trunk_sentence(r.tables["lines"], r.scalars.get("stack_kernel_ns"))
+        if said:
+            blocks.append(f"{name}: {said}")
         if len(rows):
             blocks.append(Table(pd.DataFrame({
                 "source": rows["source"], "GPU ms": rows["gpu_ns"] / NS_PER_MS,

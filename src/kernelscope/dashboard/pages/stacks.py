@@ -39,7 +39,8 @@ def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
         return html.Div(body + [message(NO_STACKS[0].upper() + NO_STACKS[1:], "msg-no-stacks")], id="stacks-page")
     r = cache.analysis(store, "stacks", trace_id)
     flame = r.tables["flame"]
-    lines = rs.line_rows(r.tables["lines"])
+    lines = rs.line_rows(r.tables["lines"], stack_kernel_ns=r.scalars.get("stack_kernel_ns"))
+    trunk = rs.trunk_sentence(r.tables["lines"], r.scalars.get("stack_kernel_ns"))
     gpu = (graph("stacks-gpu-flame", rs.flame_figure(flame, "gpu_ns", "GPU kernel time by Python path "
                                                      "(callers below callees; click a box to zoom)"))
            if r.scalars.get("kernel_time_ns") else message(
@@ -51,7 +52,8 @@ def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
              graph("stacks-cpu-flame", rs.flame_figure(flame, "cpu_ns", "CPU time by Python path")),
              html.H3("Source lines"),
              html.P("GPU time of a line: the kernels launched while it was on the stack, each once; self: with it "
-                    "innermost. Built-in functions have no file.", className="ks-hint"),
+                    "innermost. Built-in functions have no file." + (f" {trunk}" if trunk else ""),
+                    className="ks-hint", id="stacks-lines-hint"),
              grid(lines, [("source", "source line", "text"), ("gpu_ns", "GPU (ms)", "ms"),
                           ("gpu_self_ns", "self GPU (ms)", "ms"), ("gpu_bwd_ns", "backward GPU (ms)", "ms"),
                           ("kernels", "kernels", "numeric"), ("launches", "launches", "numeric"),
