@@ -488,10 +488,21 @@ class _FakeCuda:
             def stop():
                 outer.calls.append("stop")
 
+        class nvtx:
+            @staticmethod
+            def range_start(name):
+                outer.calls.append(name)
+                return len(outer.calls)
+
+            @staticmethod
+            def range_end(rid):
+                outer.calls.append(f"end {outer.calls[rid - 1]}")
+
         class cuda:
             pass
 
         cuda.profiler = profiler
+        cuda.nvtx = nvtx
         cuda.synchronize = staticmethod(lambda: None)
         self.cuda = cuda
 
@@ -511,6 +522,27 @@ def test_capture_range_follows_the_schedule(monkeypatch):
     zero = nsight.NvtxPass(True, (0, 0, 1))  # no wait, no warm-up: recording from the start
     assert fake.calls == ["start"]
     zero.step()
+    assert fake.calls == ["start", "stop"]
+
+
+def test_the_nsys_pass_names_its_recorded_steps_as_kineto_does(monkeypatch):
+    """Mixtral's nsys pass on an H100 (schedule 1,2,3) had no step (its Kineto pass: ProfilerStep#3..#5): each
+    recorded step is now an NVTX start/end range of that name, closed before the capture range stops."""
+    fake = _FakeCuda()
+    monkeypatch.setattr(nsight.NvtxPass, "_cuda", lambda self: fake)
+    rng = nsight.NvtxPass(True, (1, 2, 3), name_steps=True)
+    for _ in range(8):
+        rng.step()
+    assert fake.calls == ["start", "ProfilerStep#3", "end ProfilerStep#3", "ProfilerStep#4", "end ProfilerStep#4",
+                          "ProfilerStep#5", "end ProfilerStep#5", "stop"]
+    fake.calls.clear()
+    zero = nsight.NvtxPass(True, (0, 0, 2), name_steps=True)
+    zero.step()
+    zero.stop()  # the script ended before its last recorded step did: the range is closed with the capture
+    assert fake.calls == ["start", "ProfilerStep#0", "end ProfilerStep#0", "ProfilerStep#1", "end ProfilerStep#1",
+                          "stop"]
+    fake.calls.clear()
+    nsight.NvtxPass(True, (0, 0, 1)).step()  # the ncu pass: no names
     assert fake.calls == ["start", "stop"]
 
 

@@ -217,16 +217,22 @@ class NvtxPass:
     """The capture range of the nsys (or ncu) pass in the child: ``start()``/``stop()`` call
     ``torch.cuda.profiler.start/stop`` once each (nothing without a capture range or CUDA); ``step()`` counts the
     script's steps against ``schedule`` = (wait, warmup, active[, repeat]): start when the first active step
-    begins (after wait + warmup steps), stop when the first cycle's active steps are done."""
+    begins (after wait + warmup steps), stop when the first cycle's active steps are done. With ``name_steps``
+    (the nsys pass) each recorded step is an NVTX start/end range named ``ProfilerStep#N`` as the Kineto pass
+    names it, so the Nsight trace has the same steps (a start/end range, not push/pop: a step boundary can fall
+    inside an operator's push/pop range, an optimizer's post-step hook, which a push would unbalance)."""
 
-    def __init__(self, capture_range: bool = False, schedule: tuple | None = None):
+    def __init__(self, capture_range: bool = False, schedule: tuple | None = None, name_steps: bool = False):
         self.capture_range = bool(capture_range)
         self.schedule = tuple(schedule) if schedule else None
+        self.name_steps = name_steps
         self.steps = 0
         self.started = False
         self.stopped = False
+        self._range = None
         if self.schedule and self._begin() == 0:
             self.start()
+            self._open_step()
 
     def _begin(self) -> int:
         wait, warmup = self.schedule[0], self.schedule[1]
@@ -251,7 +257,18 @@ class NvtxPass:
             torch = self._cuda()
             if torch is not None:
                 torch.cuda.synchronize()
+                self._close_step(torch)
                 torch.cuda.profiler.stop()
+
+    def _open_step(self) -> None:
+        torch = self._cuda()
+        if self.name_steps and self.started and not self.stopped and torch is not None:
+            self._range = torch.cuda.nvtx.range_start(f"ProfilerStep#{self.steps}")
+
+    def _close_step(self, torch) -> None:
+        if self._range is not None:
+            torch.cuda.nvtx.range_end(self._range)
+            self._range = None
 
     def step(self) -> None:
         self.steps += 1
@@ -260,8 +277,12 @@ class NvtxPass:
         begin = self._begin()
         if self.steps == begin:
             self.start()
+            self._open_step()
         elif self.steps == begin + int(self.schedule[2]):
             self.stop()
+        elif self._range is not None:  # a host-side range from step() to step(), as Kineto's ProfilerStep#N
+            self._close_step(self._cuda())
+            self._open_step()
 
 
 @contextlib.contextmanager
@@ -278,7 +299,7 @@ def child_nvtx(capture_range: bool = False, schedule: tuple | None = None, *, nv
         sys.stderr.write("kernelscope: no CUDA device: the nsys pass runs the script without NVTX operator ranges\n")
         nvtx = False
     ctx = torch.autograd.profiler.emit_nvtx(record_shapes=True) if nvtx else contextlib.nullcontext()
-    rng = NvtxPass(capture_range, schedule)
+    rng = NvtxPass(capture_range, schedule, name_steps=nvtx)
     try:
         with ctx:
             yield rng
