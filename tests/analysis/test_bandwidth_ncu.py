@@ -104,3 +104,30 @@ def test_no_ncu_rows_no_measured_columns(tmp_path):
     assert "measured_bytes" not in r.table("per_instance") and "measured_kernels" not in r.tables
     assert r.trust["measured_bytes"] is False and r.trust["measured_from"] is None
     s.close()
+
+
+def test_the_reports_measured_table_is_numbered_and_shaped_as_the_top_table(pair):
+    """Mixtral's report listed 71 measured signatures by bare number (numbers its top table did not show); the
+    table now holds the top ones by GPU time (15 by default), each with its number, operator and input shapes
+    as the top table."""
+    from kernelscope.reports.blocks import Context, Table
+    from kernelscope.reports.roofline import roofline_section
+
+    s, t = pair
+    r = bandwidth(s, t)
+    sig = r.table("per_signature").reset_index(drop=True)
+    measured = [i for i, n in enumerate(sig["measured_calls"]) if n > 0]
+    sec = roofline_section(s, [t], Context(figures=False), top=5)
+    top = next(b for b in sec.blocks if isinstance(b, Table) and "operator signatures" in b.caption)
+    mm = next(b for b in sec.blocks if isinstance(b, Table) and "measured bytes" in b.caption)
+    assert len(measured) == 7 and mm.df["#"].tolist() == measured[:5]
+    assert "top 5 of 7 measured signatures by GPU time" in mm.caption
+    whole = roofline_section(s, [t], Context(figures=False))  # all 7 shown: the caption says no "top"
+    assert [b.caption for b in whole.blocks if isinstance(b, Table) and "measured bytes" in b.caption] == [
+        "encoder2_kineto: modelled vs Nsight Compute measured bytes (ncu flushes caches and locks clocks)"]
+    for _, row in mm.df.iterrows():
+        ref = sig.iloc[row["#"]]
+        assert (row["operator"], row["input shapes"]) == (ref["name"], ref["input_dims"])
+        assert row["calls measured"] == ref["measured_calls"] and row["measured bytes (ncu DRAM)"] == ref["measured_bytes"]
+    shown = top.df.set_index("#")
+    assert all(shown.loc[i, "operator"] == mm.df.set_index("#").loc[i, "operator"] for i in mm.df["#"] if i in shown.index)

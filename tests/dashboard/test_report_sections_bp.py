@@ -43,6 +43,7 @@ def test_roofline_section_equals_the_page_and_the_analysis(dash_store):
         js = json.loads(get_analysis("bandwidth").fn(store, tid).to_json())
     top = next(b for b in sec.blocks if isinstance(b, Table) and "operator signatures" in b.caption)
     assert len(top.df) == min(15, js["signatures"]) and f"of {js['signatures']} operator signatures" in top.caption
+    assert top.df["#"].tolist() == list(range(len(top.df)))  # the numbers the measured table and the page use
     for (_, row), ref in zip(top.df.iterrows(), js["per_signature"]):
         assert row["operator"] == ref["name"] and row["calls"] == ref["calls"]
         assert row["GPU time (ms)"] == round(ref["gpu_ns"] / 1e6, 3)

@@ -298,8 +298,8 @@ def roofline_section(store, trace_ids: list[str], ctx, top: int = 15) -> Section
         blocks += [f"{name}: " + modelled_sentence(s), f"{name}: " + peaks_sentence(s.get("device_peaks"))]
         rows = signature_rows(sig, s.get("gpu_ns"))
         if len(rows):
-            shown = rows.head(top).drop(columns=["id", "rule"])
-            shown.columns = [h for f, h, _ in SIGNATURE_COLUMNS if f not in ("rule",)]
+            shown = rows.head(top).drop(columns=["rule"])
+            shown.columns = ["#"] + [h for f, h, _ in SIGNATURE_COLUMNS if f not in ("rule",)]
             blocks.append(Table(shown, f"{name}: top {len(shown)} of {s.get('signatures', len(rows))} "
                                        "operator signatures by GPU time"))
         un = r.tables.get("unmodelled")
@@ -310,11 +310,18 @@ def roofline_section(store, trace_ids: list[str], ctx, top: int = 15) -> Section
                 "% of leaf GPU time": _round(u["share"] * 100, 1), "why unmodelled": u["reason"]}),
                 f"{name}: unmodelled operators by GPU time"))
         mm = measured_vs_modelled(r)
-        if len(mm):
-            blocks.append(Table(mm.rename(columns={"measured_calls": "calls measured", "measured_bytes":
-                                                   "measured bytes (ncu DRAM)", "measured_gbps": "measured GB/s",
-                                                   "modelled_over_measured": "modelled / measured"}),
-                                f"{name}: modelled vs Nsight Compute measured bytes (ncu flushes caches and "
+        if len(mm):  # signatures by GPU time, numbered as in the table above; their shapes tell calls apart
+            dims = rows.set_index("id")["input_dims"]
+            m = mm.head(top)
+            m = m.assign(shapes=[dims.get(i) for i in m["signature"]])
+            m = m[["signature", "name", "shapes"] + MEASURED_COLUMNS[2:]]
+            cut = f"top {len(m)} of {len(mm)} measured signatures by GPU time; " if len(m) < len(mm) else ""
+            blocks.append(Table(m.rename(columns={"signature": "#", "name": "operator", "shapes": "input shapes",
+                                                  "measured_calls": "calls measured",
+                                                  "measured_bytes": "measured bytes (ncu DRAM)",
+                                                  "measured_gbps": "measured GB/s",
+                                                  "modelled_over_measured": "modelled / measured"}),
+                                f"{name}: modelled vs Nsight Compute measured bytes ({cut}ncu flushes caches and "
                                 "locks clocks)"))
         # the no-shapes warning is in the modelled sentence above: not said twice
         blocks += [f"{name}: warning: {w}" for w in r.warnings
