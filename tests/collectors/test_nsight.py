@@ -544,6 +544,15 @@ def test_the_nsys_pass_names_its_recorded_steps_as_kineto_does(monkeypatch):
     fake.calls.clear()
     nsight.NvtxPass(True, (0, 0, 1)).step()  # the ncu pass: no names
     assert fake.calls == ["start", "stop"]
+    fake.calls.clear()
+
+    def broken(name):
+        raise RuntimeError("no NVTX")
+    monkeypatch.setattr(fake.cuda.nvtx, "range_start", broken)
+    rng = nsight.NvtxPass(True, (0, 0, 2), name_steps=True)  # a failing NVTX call never stops the script
+    rng.step()
+    rng.step()
+    assert fake.calls == ["start", "stop"] and rng.name_steps is False
 
 
 def test_child_nvtx_without_cuda_runs_the_script_and_says_so(capsys):

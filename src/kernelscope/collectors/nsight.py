@@ -263,12 +263,18 @@ class NvtxPass:
     def _open_step(self) -> None:
         torch = self._cuda()
         if self.name_steps and self.started and not self.stopped and torch is not None:
-            self._range = torch.cuda.nvtx.range_start(f"ProfilerStep#{self.steps}")
+            try:
+                self._range = torch.cuda.nvtx.range_start(f"ProfilerStep#{self.steps}")
+            except Exception:  # no NVTX here: the steps go unnamed, the script runs on
+                self.name_steps, self._range = False, None
 
     def _close_step(self, torch) -> None:
         if self._range is not None:
-            torch.cuda.nvtx.range_end(self._range)
-            self._range = None
+            rid, self._range = self._range, None
+            try:
+                torch.cuda.nvtx.range_end(rid)
+            except Exception:
+                self.name_steps = False
 
     def step(self) -> None:
         self.steps += 1
