@@ -187,3 +187,16 @@ def test_inflation_from_the_collectors_step_overhead(tmp_path):
     assert sentence == ("Profiler inflation 1.47× per step, as kernelscope profile measured it: the median of 3 "
                         "recorded steps (14.700 ms) against the un-profiled run's same steps (10.000 ms).")
     assert value2 is None and why2 == "un-profiled run timed as a whole process"
+
+
+def test_no_energy_says_why_once():
+    """Mixtral's Overview and report read "No energy: n/a: the window (194.6 ms) is shorter than 10 counter
+    steps ..."; the sentence gives the reason after "No energy:" without a second "n/a"."""
+    from types import SimpleNamespace
+
+    from kernelscope.reports.bound import energy
+
+    r = SimpleNamespace(scalars={"energy_source": "energy_counter", "trace_window_ns": 194_600_000},
+                        trust={"min_window_ns": 1_000_000_000, "counter_step_ns": 100_000_000})
+    assert energy(r) == (None, "", "No energy: the window (194.6 ms) is shorter than 10 counter steps "
+                                   "(10 × 100.0 ms = 1,000.0 ms).")

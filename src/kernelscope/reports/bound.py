@@ -228,7 +228,7 @@ def energy(power_result) -> tuple[float | None, str, str]:
                 f"trace-window energy {na(energy_reason(power_result))}.")
     if s.get("energy_source") is None:
         return None, "", "No energy: the trace has no telemetry (no energy counter or power samples)."
-    return None, "", f"No energy: {na(energy_reason(power_result))}."
+    return None, "", f"No energy: {energy_reason(power_result).rstrip('.')}."
 
 
 def energy_reason(power_result) -> str:
