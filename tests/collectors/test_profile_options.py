@@ -354,3 +354,25 @@ def test_step_times_leave_the_profilers_own_step_out():
         now[0] += work_ns
         clock()
     assert clock.doc("optimizer") == {"rule": "optimizer", "ns": [100, 120, 90], "recorded": [False, True, True]}
+
+
+def test_a_compiled_module_is_one_step_per_call_and_torch_does_not_warn():
+    """Llama compiled with mode="reduce-overhead" on an H200: torch warned at every call that a global module hook
+    (the Stepper's) fires an extra time for the OptimizedModule. The rule counts the nested call once (10 calls,
+    10 steps there), so the runner silences that warning."""
+    import warnings
+
+    torch = pytest.importorskip("torch")
+    from kernelscope.collectors.stepping import Stepper
+
+    fwd = torch.compile(torch.nn.Linear(4, 4), backend="eager")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        stepper = Stepper(lambda: None).install()
+        try:
+            for _ in range(3):
+                fwd(torch.ones(2, 4))
+        finally:
+            doc = stepper.finish()
+    assert [str(w.message)[:60] for w in seen if "global hooks" in str(w.message)] == []
+    assert (doc["rule"], doc["steps"]) == ("forward", 3)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import sys
 import time
+import warnings
 
 STEP_REGION = "step"
 
@@ -102,6 +103,11 @@ class Stepper:
 
         self._handles = [nn_module.register_module_forward_pre_hook(self.forward_pre),
                          nn_module.register_module_forward_hook(self.forward_post)]
+        # torch.compile warns at every call of a compiled module while a global module hook (these) is installed:
+        # they fire for the OptimizedModule and again for its module, one call nested in the other, which the
+        # outermost-forward rule counts once. The runner's child is the only process that installs a Stepper.
+        warnings.filterwarnings("ignore", message=r"Using `torch\.compile\(module\)` when there are global hooks",
+                                category=UserWarning)
         hook = getattr(optim_mod, "register_optimizer_step_post_hook", None)
         if hook is not None:
             self._handles.append(hook(self.optimizer_step))
