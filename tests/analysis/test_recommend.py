@@ -404,8 +404,9 @@ def test_recommend_with_fake_analyses(monkeypatch):
     r = rec.recommend(None, "t1")
     assert r.scalars["rules_fired"] == ["host_bound_launch", "short_kernels"]
     assert r.trust["rules_skipped"] == ["low_bandwidth"] and "bandwidth" in r.warnings[0]
-    assert r.warnings[1].startswith("the trace was recorded with with_stack, which slow the host side") \
-        and "findings (host_bound_launch) may be the profiler's own" in r.warnings[1]
+    assert r.warnings[1] == ("the trace was recorded with with_stack, which slows the host side (Python tracing): "
+                             "the host-side findings (host_bound_launch) may be the profiler's own; profile again "
+                             "without it (kernelscope profile without --stack) before acting on them.")
     assert list(r.tables["findings"]["rule"]) == ["host_bound_launch", "short_kernels"]  # high, then medium
     ev = r.tables["evidence"]
     assert len(ev) == sum(len(e) for e in r.tables["findings"]["evidence"])
@@ -488,7 +489,9 @@ def test_host_findings_warn_when_stacks_or_memory_were_recorded(sample_store, tm
         s.con.execute("UPDATE traces SET provenance = json_merge_patch(provenance, "
                       "'{\"profiler_options\": {\"with_stack\": true, \"profile_memory\": true}}')")
         (w,) = [w for w in rec.recommend(s, ids["b1"]).warnings if "slow the host" in w]
-        assert w.startswith("the trace was recorded with with_stack and profile_memory, which slow the host side")
+        assert w.startswith("the trace was recorded with with_stack and profile_memory, which slow the host side "
+                            "(Python tracing, allocation records)") and "without them (kernelscope profile without "\
+            "--stack and --memory)" in w
         assert "(host_bound_launch) may be the profiler's own" in w
         assert not [w for w in rec.recommend(s, ids["b128"]).warnings if "slow the host" in w]
 

@@ -148,11 +148,15 @@ class _Results(dict):
 HOST_RULES = frozenset({"host_bound_launch", "host_overhead", "sync_stalls"})
 
 
+#: The torch.profiler options that slow the host: what they add, and the ``kernelscope profile`` flag that sets them.
+_SLOWING = {"with_stack": ("Python tracing", "--stack"), "profile_memory": ("allocation records", "--memory")}
+
+
 def _slowing_options(store, trace_id: str) -> list[str]:
     """The torch.profiler options that slow the host which the trace's collector run had on (with_stack,
     profile_memory), from its provenance; [] when off or not recorded (not a kernelscope collector run)."""
     opts = trace_profiler_options(store, trace_id)
-    return [k for k in ("with_stack", "profile_memory") if opts.get(k) is True]
+    return [k for k in _SLOWING if opts.get(k) is True]
 
 
 def _captured(store, trace_id: str) -> int:
@@ -173,12 +177,13 @@ def recommend(store, trace_id: str, results: dict[str, Result] | None = None) ->
     findings, skipped = evaluate(res)
     slow = _slowing_options(store, trace_id) if any(f["rule"] in HOST_RULES for f in findings) else []
     if slow:
+        one = len(slow) == 1
         warnings.append(
-            f"the trace was recorded with {' and '.join(slow)}, which slow the host side (Python tracing, allocation "
-            "records): the host-side findings (" + ", ".join(sorted({f["rule"] for f in findings
-                                                                    if f["rule"] in HOST_RULES}))
-            + ") may be the profiler's own; profile again without them (kernelscope profile without --stack and "
-            "--memory) before acting on them.")
+            f"the trace was recorded with {' and '.join(slow)}, which {'slows' if one else 'slow'} the host side ("
+            + ", ".join(_SLOWING[k][0] for k in slow) + "): the host-side findings ("
+            + ", ".join(sorted({f["rule"] for f in findings if f["rule"] in HOST_RULES}))
+            + f") may be the profiler's own; profile again without {'it' if one else 'them'} (kernelscope profile "
+            + "without " + " and ".join(_SLOWING[k][1] for k in slow) + ") before acting on them.")
     b = dict.get(res, "bound")
     fired = {f["rule"] for f in findings}
     lch = dict.get(res, "launch")
