@@ -376,6 +376,16 @@ def test_calls_recorded_without_shapes_say_so_in_unmodelled(tmp_path):
     t2 = ingest_file(store, write_trace(tmp_path / "shapes.json", _events(),
                                         deviceProperties=[{"id": 0, "name": "NVIDIA H200"}])).trace_id
     assert list(bandwidth(store, t2).table("unmodelled")["reason"]) == ["no rule for this operator"]
+    # a shapeless operator in a trace with shapes is a region (a compiled Llama on an H200: "Torch-Compiled Region:
+    # 1/0" said "input shapes not recorded ... record_shapes=True", which the run had on)
+    from kernelscope.analysis.bandwidth import REGION_REASON
+
+    region = [{**e, "args": {k: v for k, v in e["args"].items() if k not in _args([], [])}}
+              if e.get("name") == "aten::frobnicate" else e for e in _events()]
+    t3 = ingest_file(store, write_trace(tmp_path / "region.json", region,
+                                        deviceProperties=[{"id": 0, "name": "NVIDIA H200"}])).trace_id
+    un = bandwidth(store, t3).table("unmodelled")
+    assert list(zip(un["name"], un["reason"])) == [("aten::frobnicate", REGION_REASON)]
 
 
 def test_above_the_dram_peak_by_less_than_the_cache_holds_is_cache_served(tmp_path):

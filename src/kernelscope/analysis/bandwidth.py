@@ -306,6 +306,9 @@ def bandwidth(store, trace_id: str, *, peaks: str | Path | None = None, device: 
 
 #: Why a call recorded without input shapes is unmodelled (not that no rule exists: a rule needs the shapes).
 NO_SHAPES_REASON = "input shapes not recorded (torch.profiler records them with record_shapes=True)"
+#: The same for an operator without shapes in a trace that has them: a region, not a call with tensor inputs.
+REGION_REASON = ("no input shapes on this operator, though the trace has shapes: a region (a torch.compile region "
+                 "replaying a CUDA graph, a record_function range), not an operator with tensor inputs")
 #: Why nothing is modelled in a trace torch.profiler recorded with its defaults (a warning, and the pages' sentence).
 NO_SHAPES = ("the trace was recorded without shapes (torch.profiler's default, record_shapes=False): no operator's "
              "FLOPs or bytes can be modelled; profile with record_shapes=True (or `kernelscope profile`) for "
@@ -385,11 +388,14 @@ def _dtype_sources(groups: pd.DataFrame) -> tuple[list, list]:
     return types, sources
 
 
-def _reason(cost, list_reason, no_dims: bool) -> str | None:
-    """Why a call is unmodelled: its _foreach_ list's reason, else no shapes recorded, else its rule's reason."""
+def _reason(cost, list_reason, no_dims: bool, trace_has_dims: bool) -> str | None:
+    """Why a call is unmodelled: its _foreach_ list's reason, else no shapes (not recorded, or a region in a trace
+    that has them), else its rule's reason."""
     if cost.bytes is not None or not (isinstance(list_reason, str) or no_dims):
         return cost.reason
-    return list_reason if isinstance(list_reason, str) else NO_SHAPES_REASON
+    if isinstance(list_reason, str):
+        return list_reason
+    return REGION_REASON if trace_has_dims else NO_SHAPES_REASON
 
 
 def _model_groups(groups: pd.DataFrame, *, tf32_matmul: bool, tf32_conv: bool) -> None:
@@ -414,9 +420,10 @@ def _model_groups(groups: pd.DataFrame, *, tf32_matmul: bool, tf32_conv: bool) -
     groups["dtype"] = pd.Series([c.dtype for c in costs], dtype="object")
     groups["tensor_core"] = pd.Series([c.tensor for c in costs], dtype=bool)
     groups["rule"] = pd.Series([c.rule for c in costs], dtype="object")
-    groups["reason"] = pd.Series([_reason(c, lr, nd) for c, lr, nd in
-                                  zip(costs, groups["list_reason"], groups["input_dims"].isna().to_numpy(bool))],
-                                 dtype="object")
+    no_dims = groups["input_dims"].isna().to_numpy(bool)
+    has_dims = not no_dims.all()
+    groups["reason"] = pd.Series([_reason(c, lr, nd, has_dims) for c, lr, nd in
+                                  zip(costs, groups["list_reason"], no_dims)], dtype="object")
     groups["dtype_source"] = pd.Series(sources, dtype="object")
     host = groups["host_copy"].to_numpy(bool) if len(groups) else np.zeros(0, bool)
     groups.loc[host, ["flops", "bytes"]] = pd.NA  # a host-device copy: unmodelled, with its reason
