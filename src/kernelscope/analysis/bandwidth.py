@@ -1,8 +1,7 @@
 """Bandwidth and compute utilisation per leaf operator: FLOPs, minimum bytes, achieved rates, % of peak,
 roofline bound.
 
-Definitions (docs/metrics.md, "Bandwidth and compute utilisation"; the per-operator rules are in
-``opmodel``):
+Definitions (docs/metrics.md, "Bandwidth and compute utilisation"; the per-operator rules are in ``opmodel``):
 
 - Only **leaf operators** count: the CPU operators GPU activities are attributed to
   (``gpu_activities.leaf_op_id``), so an ``aten::linear`` that calls ``aten::addmm`` is counted once, at
@@ -304,9 +303,9 @@ def bandwidth(store, trace_id: str, *, peaks: str | Path | None = None, device: 
 # ---------------------------------------------------------------- the steps
 
 
-#: Why a call recorded without input shapes is unmodelled (not that no rule exists: a rule needs the shapes).
+#: Why a call without input shapes is unmodelled (not that no rule exists: a rule needs the shapes): none were
+#: recorded, or (REGION_REASON) the trace has shapes and this operator is a region, not a call with tensor inputs.
 NO_SHAPES_REASON = "input shapes not recorded (torch.profiler records them with record_shapes=True)"
-#: The same for an operator without shapes in a trace that has them: a region, not a call with tensor inputs.
 REGION_REASON = ("no input shapes on this operator, though the trace has shapes: a region (a torch.compile region "
                  "replaying a CUDA graph, a record_function range), not an operator with tensor inputs")
 #: Why nothing is modelled in a trace torch.profiler recorded with its defaults (a warning, and the pages' sentence).
@@ -389,13 +388,10 @@ def _dtype_sources(groups: pd.DataFrame) -> tuple[list, list]:
 
 
 def _reason(cost, list_reason, no_dims: bool, trace_has_dims: bool) -> str | None:
-    """Why a call is unmodelled: its _foreach_ list's reason, else no shapes (not recorded, or a region in a trace
-    that has them), else its rule's reason."""
+    """Why a call is unmodelled: its _foreach_ list's reason, else no shapes (either reason), else its rule's."""
     if cost.bytes is not None or not (isinstance(list_reason, str) or no_dims):
         return cost.reason
-    if isinstance(list_reason, str):
-        return list_reason
-    return REGION_REASON if trace_has_dims else NO_SHAPES_REASON
+    return list_reason if isinstance(list_reason, str) else REGION_REASON if trace_has_dims else NO_SHAPES_REASON
 
 
 def _model_groups(groups: pd.DataFrame, *, tf32_matmul: bool, tf32_conv: bool) -> None:
