@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import re
 import sys
 from collections import defaultdict
 
@@ -102,7 +103,8 @@ def reference(path: str) -> dict:
         return (forward_of[max(inside)[1]], True) if inside else ((thread, t), False)
 
     mods = defaultdict(lambda: {"gpu_fwd_ns": 0, "gpu_bwd_ns": 0, "kernels": 0})
-    lines = defaultdict(lambda: {"gpu_ns": 0, "gpu_self_ns": 0, "gpu_bwd_ns": 0, "kernels": 0, "launches": set()})
+    lines = defaultdict(lambda: {"gpu_ns": 0, "gpu_self_ns": 0, "gpu_line_self_ns": 0, "gpu_bwd_ns": 0, "kernels": 0,
+                                 "launches": set()})
     total = in_module = with_stack = 0
     for e in ev:
         if e.get("cat") != "kernel" or e.get("ph") != "X":
@@ -125,6 +127,9 @@ def reference(path: str) -> dict:
             row["kernels"] += 1
             row["launches"].add(c)
         lines[names[0]]["gpu_self_ns"] += dur
+        source = next((n for n in names if re.match(r"^.*\(\d+\): ", n)), None)  # the innermost source line
+        if source is not None:
+            lines[source]["gpu_line_self_ns"] += dur
         p = frames.module_path(pid)
         if p is None:
             continue

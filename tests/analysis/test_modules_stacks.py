@@ -71,7 +71,7 @@ def test_module_tree_equals_the_raw_json(computed, path, layers):
 def test_source_lines_equal_the_raw_json(computed, path):
     (_m, st), ref = computed[path]
     lines = st.tables["lines"]
-    cols = ["gpu_ns", "gpu_self_ns", "gpu_bwd_ns", "kernels", "launches", "calls", "cpu_ns"]
+    cols = ["gpu_ns", "gpu_self_ns", "gpu_line_self_ns", "gpu_bwd_ns", "kernels", "launches", "calls", "cpu_ns"]
     want = {n: tuple(r[c] for c in cols) for n, r in ref["lines"].items() if not n.startswith("nn.Module: ")}
     got = {r.frame: tuple(getattr(r, c) for c in cols) for r in lines.itertuples()}
     assert got == want
@@ -122,12 +122,15 @@ def test_the_reports_source_lines_show_self_gpu_time(computed, session_store):
                 for f, v in ref["lines"].items() if not f.startswith("nn.Module: ") and "(" in f}
     for source, row in df.iterrows():
         want = by_frame[source]
-        assert row["self GPU ms"] == want["gpu_self_ns"] / 1e6 and row["GPU ms"] == want["gpu_ns"] / 1e6, source
+        assert row["self GPU ms"] == want["gpu_line_self_ns"] / 1e6 and row["GPU ms"] == want["gpu_ns"] / 1e6, source
     assert df["self GPU ms"].max() > 0
+    # self counts what a line launched through the built-ins it called: F.linear's kernels are linear.py's line's
+    assert df.loc["torch/nn/modules/linear.py:130 forward", "self GPU ms"] > 0 == by_frame[
+        "torch/nn/modules/linear.py:130 forward"]["gpu_self_ns"]
     # the trunk (<module>, main, ...: every kernel launched under them, none by them) ranks nothing: left out of
     # the table and named in a sentence (the reference's lines with all the stack kernel time and no self time)
     total = ref["stack_kernel_ns"]
-    trunk = {src for src, v in by_frame.items() if v["gpu_ns"] == total and v["gpu_self_ns"] == 0}
+    trunk = {src for src, v in by_frame.items() if v["gpu_ns"] == total and v["gpu_line_self_ns"] == 0}
     assert any(src.endswith("<module>") for src in trunk) and not trunk & set(df.index)
     (said,) = [b for b in section.blocks if isinstance(b, str) and "left out of the table" in b]
     assert said.startswith(f"{len(trunk):,} lines ") and "left out of the table, from capture_wild.py:252 <module> to " in said

@@ -21,8 +21,11 @@ Definitions (docs/metrics.md, "Call stacks", is the canonical text; every time i
 - **Source lines** (``lines``): one row per frame name other than nn.Module ranges, with ``file``, ``line`` and
   ``function`` read from ``file.py(123): function`` (null for built-ins). ``gpu_ns``, ``gpu_bwd_ns``,
   ``kernels``, ``launches``: the kernels whose launch path holds the frame, each counted once however often
-  the frame recurs on the path; ``gpu_self_ns``: those with the frame innermost; ``calls``: its calls;
-  ``cpu_ns``: the time of its calls not inside a call of the same frame.
+  the frame recurs on the path; ``gpu_self_ns``: those with the frame innermost; ``gpu_line_self_ns`` (source
+  lines only, else 0): those the line launched, itself or through the built-in functions and nn.Module ranges
+  below it before the next source line (``F.linear(x, w)``'s kernels are its line's, not only
+  ``<built-in function linear>``'s); ``calls``: its calls; ``cpu_ns``: the time of its calls not inside a call
+  of the same frame.
 - ``stack_kernel_ns``: kernel time with a Python path; ``no_stack_kernel_ns`` = ``kernel_time_ns`` (every
   kernel) minus it: launched with no Python frame open (and no forward operator that had one), or without a
   launch call in the trace.
@@ -44,8 +47,8 @@ NO_STACKS = ("this trace has no Python frames: record it with torch.profiler.pro
 
 FLAME_COLUMNS = ["stack_id", "parent_stack_id", "name", "depth", "calls", "cpu_ns", "cpu_self_ns", "gpu_ns",
                  "gpu_self_ns", "gpu_bwd_ns", "kernels", "kernels_self", "launches"]
-LINE_COLUMNS = ["frame", "file", "line", "function", "calls", "cpu_ns", "gpu_ns", "gpu_self_ns", "gpu_bwd_ns",
-                "kernels", "launches"]
+LINE_COLUMNS = ["frame", "file", "line", "function", "calls", "cpu_ns", "gpu_ns", "gpu_self_ns", "gpu_line_self_ns",
+                "gpu_bwd_ns", "kernels", "launches"]
 _FRAME_RE = r"^(?P<file>.*)\((?P<line>\d+)\): (?P<function>.*)$"
 _TEXT = {"name", "frame", "file", "function"}
 
@@ -54,13 +57,32 @@ def _empty(columns: list[str]) -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype="object" if c in _TEXT else "Int64") for c in columns})
 
 
-def line_table(frames: pd.DataFrame) -> pd.DataFrame:
-    """``frame_lines`` rows without nn.Module ranges, with file, line and function parsed from the name."""
+def line_self(flame: pd.DataFrame) -> dict[str, int]:
+    """Kernel time each source line launched (``gpu_line_self_ns``): every path's own kernel time goes to the
+    innermost source line on it, up past built-in functions and nn.Module ranges."""
+    is_line = flame["name"].fillna("").str.match(_FRAME_RE).to_numpy(bool)
+    parent = {int(k): (None if pd.isna(p) else int(p)) for k, p in zip(flame["stack_id"], flame["parent_stack_id"])}
+    line_of = {int(k): (n if ok else None) for k, n, ok in zip(flame["stack_id"], flame["name"], is_line)}
+    out: dict[str, int] = {}
+    for sid, ns in zip(flame["stack_id"], flame["gpu_self_ns"]):
+        s = int(sid) if ns and ns == ns else None
+        while s is not None and line_of.get(s) is None:
+            s = parent.get(s)
+        if s is not None:
+            out[line_of[s]] = out.get(line_of[s], 0) + int(ns)
+    return out
+
+
+def line_table(frames: pd.DataFrame, flame: pd.DataFrame | None = None) -> pd.DataFrame:
+    """``frame_lines`` rows without nn.Module ranges, with file, line and function parsed from the name and, from
+    ``flame``, ``gpu_line_self_ns``."""
     df = frames[~frames["frame"].fillna("").str.startswith(MODULE_PREFIX)].reset_index(drop=True)
     parts = df["frame"].fillna("").str.extract(_FRAME_RE)
     df["file"] = parts["file"].where(parts["file"].notna(), None)
     df["line"] = pd.to_numeric(parts["line"], errors="coerce").astype("Int64")
     df["function"] = parts["function"].where(parts["function"].notna(), df["frame"])
+    own = line_self(flame) if flame is not None else {}
+    df["gpu_line_self_ns"] = pd.array([own.get(f, 0) for f in df["frame"]], dtype="Int64")
     return df[LINE_COLUMNS]
 
 
@@ -80,12 +102,13 @@ def stacks(store, trace_id: str) -> Result:
         return Result(name="stacks", definition=__doc__.strip(), scalars=scalars,
                       tables={"flame": _empty(FLAME_COLUMNS), "lines": _empty(LINE_COLUMNS)},
                       warnings=[NO_STACKS], trust=trust)
-    lines = line_table(ss.frame_lines(store, trace_id))
+    flame = ss.stack_nodes(store, trace_id)
+    lines = line_table(ss.frame_lines(store, trace_id), flame)
     scalars["frames"] = len(lines)
     warnings = []
     if k and scalars["no_stack_kernel_ns"]:
         warnings.append(f"{scalars['no_stack_kernel_ns']} of {k} ns of kernel time had no Python frame open at its "
                         "launch (or no launch call in the trace): it is on no path.")
     return Result(name="stacks", definition=__doc__.strip(), scalars=scalars,
-                  tables={"flame": ss.stack_nodes(store, trace_id)[FLAME_COLUMNS], "lines": lines},
+                  tables={"flame": flame[FLAME_COLUMNS], "lines": lines},
                   warnings=warnings, trust=trust)

@@ -116,7 +116,8 @@ def trunk(lines: pd.DataFrame, stack_kernel_ns) -> pd.Series:
     ``<module>``, ``main``, a runner's frames): a table ranked by GPU time would open with them, all equal."""
     if not stack_kernel_ns:
         return pd.Series(False, index=lines.index)
-    return ((lines["gpu_ns"] == stack_kernel_ns) & (lines["gpu_self_ns"] == 0)).fillna(False).astype(bool)
+    made = (lines["gpu_self_ns"] > 0) | (lines["gpu_line_self_ns"] > 0)
+    return ((lines["gpu_ns"] == stack_kernel_ns) & ~made).fillna(False).astype(bool)
 
 
 def trunk_sentence(lines: pd.DataFrame, stack_kernel_ns) -> str | None:
@@ -183,10 +184,10 @@ def stacks_section(store, trace_ids: list[str], ctx) -> Section | None:
         if len(rows):
             blocks.append(Table(pd.DataFrame({
                 "source": rows["source"], "GPU ms": rows["gpu_ns"] / NS_PER_MS,
-                "self GPU ms": rows["gpu_self_ns"] / NS_PER_MS,
+                "self GPU ms": rows["gpu_line_self_ns"] / NS_PER_MS,
                 "backward GPU ms": rows["gpu_bwd_ns"] / NS_PER_MS, "kernels": rows["kernels"],
                 "launches": rows["launches"], "calls": rows["calls"], "CPU ms": rows["cpu_ns"] / NS_PER_MS}),
                 f"{name}: source lines by GPU kernel time launched under them (top {REPORT_LINES}; self: launched "
-                "with the line as the innermost Python frame, the line that made the call)"))
+                "by the line, itself or through the built-in functions it called)"))
         blocks += [f"{name}: warning: {shown(w)}" for w in r.warnings]
     return Section("Call stacks", "stacks", blocks) if blocks else None

@@ -51,11 +51,11 @@ def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
                     "grey.", className="ks-hint"),
              graph("stacks-cpu-flame", rs.flame_figure(flame, "cpu_ns", "CPU time by Python path")),
              html.H3("Source lines"),
-             html.P("GPU time of a line: the kernels launched while it was on the stack, each once; self: with it "
-                    "innermost. Built-in functions have no file." + (f" {trunk}" if trunk else ""),
-                    className="ks-hint", id="stacks-lines-hint"),
+             html.P("GPU time of a line: the kernels launched while it was on the stack, each once; self: launched by "
+                    "it, itself or through the built-in functions it called. Built-in functions have no file."
+                    + (f" {trunk}" if trunk else ""), className="ks-hint", id="stacks-lines-hint"),
              grid(lines, [("source", "source line", "text"), ("gpu_ns", "GPU (ms)", "ms"),
-                          ("gpu_self_ns", "self GPU (ms)", "ms"), ("gpu_bwd_ns", "backward GPU (ms)", "ms"),
+                          ("gpu_line_self_ns", "self GPU (ms)", "ms"), ("gpu_bwd_ns", "backward GPU (ms)", "ms"),
                           ("kernels", "kernels", "numeric"), ("launches", "launches", "numeric"),
                           ("calls", "calls", "numeric"), ("cpu_ns", "CPU (ms)", "ms")], "stacks-lines",
                   filters=True, tooltips=("source",), page_size=50)]
