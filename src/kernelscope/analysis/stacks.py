@@ -64,8 +64,8 @@ def line_self(flame: pd.DataFrame) -> dict[str, int]:
     parent = {int(k): (None if pd.isna(p) else int(p)) for k, p in zip(flame["stack_id"], flame["parent_stack_id"])}
     line_of = {int(k): (n if ok else None) for k, n, ok in zip(flame["stack_id"], flame["name"], is_line)}
     out: dict[str, int] = {}
-    for sid, ns in zip(flame["stack_id"], flame["gpu_self_ns"]):
-        s = int(sid) if ns and ns == ns else None
+    for sid, ns in zip(flame["stack_id"], flame["gpu_self_ns"].fillna(0)):
+        s = int(sid) if ns else None
         while s is not None and line_of.get(s) is None:
             s = parent.get(s)
         if s is not None:

@@ -122,22 +122,21 @@ def trunk(lines: pd.DataFrame, stack_kernel_ns) -> pd.Series:
 
 def trunk_sentence(lines: pd.DataFrame, stack_kernel_ns) -> str | None:
     """The trunk lines ``line_rows`` leaves out, in words (outermost and innermost); None when there are none."""
-    t = lines[trunk(lines, stack_kernel_ns)].sort_values("cpu_ns", ascending=False, kind="stable")
+    t = lines[trunk(lines, stack_kernel_ns)]
     if t.empty:
         return None
-    src = line_rows(t, keep_trunk=True)["source"]  # keeps the order: equal GPU time, CPU time decides
+    src = line_rows(t)["source"]  # equal GPU time: the outermost (most CPU time) first
     where = f"{src.iloc[0]}" if len(t) == 1 else f"from {src.iloc[0]} to {src.iloc[-1]}"
     return (f"{len(t):,} line{'s' if len(t) != 1 else ''} that every kernel was launched under (and none by) "
             f"{'are' if len(t) != 1 else 'is'} left out of the table, {where}.")
 
 
 def line_rows(lines: pd.DataFrame, limit: int | None = None, source_only: bool = False,
-              stack_kernel_ns=None, keep_trunk: bool = False) -> pd.DataFrame:
+              stack_kernel_ns=None) -> pd.DataFrame:
     """The source-line table as shown: ``source`` (file.py:123 function), most GPU time first; ``source_only``
     leaves out built-ins; given ``stack_kernel_ns``, the ``trunk`` lines are left out."""
     df = lines[lines["file"].notna()] if source_only else lines
-    if not keep_trunk:
-        df = df[~trunk(df, stack_kernel_ns)]
+    df = df[~trunk(df, stack_kernel_ns)]
     df = df.sort_values(["gpu_ns", "cpu_ns"], ascending=False, kind="stable")
     if limit is not None:
         df = df.head(limit)
