@@ -491,3 +491,19 @@ def test_long_names_that_share_their_start_stay_distinct_in_a_text_table():
     assert all(len(c) <= 70 and c.startswith(stem[:20] + "...") for c in cells[:3])
     assert "ULSGRO1" in cells[0] and "LBSPPA512" in cells[1] and "ULSGRO0" in cells[2]
     assert cells[4] == other[:67] + "..." and cells[5:] == ["7", "-"]  # no collision: cut at the end as before
+
+
+def test_a_written_report_is_readable_as_any_new_file(store):
+    """A report written with -o came out mode 0600 (tempfile.mkstemp's, kept by the rename): a teammate on the
+    same machine, or a web server publishing it, could not read it. It now gets what the umask gives a new file."""
+    import os
+
+    db, tid, _ = store
+    out = db.parent / "r.md"
+    old = os.umask(0o022)
+    try:
+        res = invoke("report", tid, "--format", "md", "-o", out, db=db)
+    finally:
+        os.umask(old)
+    assert res.exit_code == 0, res.stderr
+    assert oct(out.stat().st_mode & 0o777) == oct(0o644)

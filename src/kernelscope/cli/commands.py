@@ -432,6 +432,9 @@ def report(traces_, by, sweep, output, fmt, db):
     try:  # write then rename: a failed report never leaves a half-written file
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # as any new file (mkstemp's is 0600: a report is for sharing)
         os.replace(tmp, out)
     except BaseException:
         os.unlink(tmp)
