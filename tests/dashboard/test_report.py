@@ -69,6 +69,7 @@ def test_sections_a_trace_did_not_record_are_named_with_how_to_record_them(dash_
     assert "Steps" in titles and "Modules" not in titles and "Memory" not in titles
     lines = titles["Not in this report"].blocks
     assert [b.split(":")[0] for b in lines] == ["Modules", "Call stacks", "Memory"]
+    assert all(b.split(": ", 1)[1][0].isupper() for b in lines)  # "Modules: This trace ...", as Steps' line reads
     assert "with_modules=True" in lines[0] and "with_stack=True" in lines[1] and "profile_memory=True" in lines[2]
     full = next(t for p, t in session_store.ids.items() if str(p).endswith("qwen2_train_full/trace.json.gz"))
     with open_store(session_store.db, read_only=True) as store:

@@ -47,8 +47,8 @@ def not_recorded_section(store, trace_ids: list[str], ctx) -> Section | None:
     for name, title, count in OPTIONAL:
         results = [cache.analysis(store, name, tid) for tid in trace_ids]
         if not any(r.scalars.get(count) for r in results):
-            why = next((w for r in results for w in r.warnings), "")
-            lines.append(f"{title}: {shown(why)}" if why else title)
+            why = shown(next((w for r in results for w in r.warnings), ""))
+            lines.append(f"{title}: {why[:1].upper()}{why[1:]}" if why else title)
     return Section("Not in this report", "not-recorded", lines) if lines else None
 
 
