@@ -35,9 +35,11 @@ _STARTED: dict[int, ProcessPoolExecutor] = {}  # workers -> the pool ``prestart`
 
 def parse_workers(cores: int) -> int:
     """Worker processes for one trace: ``$KERNELSCOPE_PARSE_WORKERS`` when set to a positive integer, else one
-    less than ``cores`` (the usable cores, storage/sizing.py): the parent keeps a core to read, hash and stage
-    what they decode. So 2 cores read in process (1 worker): two workers there were no faster and put ~300 MB
-    more in memory (benchmarks/results/ingest-2026-11-27-parallel.md)."""
+    less than ``cores`` (the usable cores, storage/sizing.py), at least 2 where there are 2: the parent keeps a
+    core to read, hash and stage what they decode. On 2 cores two workers beat the one-process reader (9.67 s vs
+    10.61 s for a 251 MiB training trace, 7.72 s vs 8.72 s for a 260 MiB prefill one, the parent's reading
+    overlapping the decoding; benchmarks/results/ingest-2026-12-07-workers-2core.md); one core reads in
+    process."""
     env = os.environ.get(ENV_WORKERS, "").strip()
     if env:
         try:
@@ -46,7 +48,8 @@ def parse_workers(cores: int) -> int:
             n = 0
         if n > 0:
             return n
-    return max(1, int(cores) - 1)
+    cores = int(cores)
+    return 2 if cores == 2 else max(1, cores - 1)
 
 
 def estimated_bytes(path) -> int:
@@ -77,6 +80,23 @@ def start_pool(workers: int) -> ProcessPoolExecutor:
     else:
         ctx = multiprocessing.get_context("spawn")
     return ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=parse_worker.init)
+
+
+def stop_fork_server() -> None:
+    """Stop the fork server the pools fork their workers from (parsers/parse_server.py's imports, ~70 MB), once
+    the last pool is shut down: an ingest's derivations then run without it beside them (the next pool starts
+    another). Only while no process forked from it lives (each holds the pipe whose end tells the server to go,
+    and stopping waits for it to go): nothing while another pool's workers run, where there is no server, or
+    where this Python has no way to stop it."""
+    import multiprocessing
+    import multiprocessing.forkserver as forkserver
+
+    stop = getattr(getattr(forkserver, "_forkserver", None), "_stop", None)
+    if stop is not None and not _SHARED and not _STARTED and not multiprocessing.active_children():
+        try:
+            stop()
+        except OSError:
+            pass
 
 
 def shared(workers: int) -> ProcessPoolExecutor | None:

@@ -49,6 +49,7 @@ from kernelscope.parsers.pool import (
     shared,
     shared_pool,
     start_pool,
+    stop_fork_server,
     take,
 )
 from kernelscope.parsers.schema import PART_EVENTS, RAW_EVENTS, Part, TraceMeta
@@ -133,6 +134,7 @@ class ParallelKinetoReader(KinetoReader):
                 self._hasher.close()
             if own and self._pool is not None:
                 self._pool.shutdown(wait=True, cancel_futures=True)
+                stop_fork_server()
             self._pool = None
 
     def _source(self) -> Source:
