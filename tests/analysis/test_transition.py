@@ -209,3 +209,55 @@ def test_a_point_whose_host_wait_is_in_slow_calls_is_named(tmp_path):
     assert pts.loc[1, "slow_call_share"] == pytest.approx(3490 / 3500) and pts.loc[2, "slow_call_share"] == 0
     (warning,) = [w for w in r.warnings if "slow operator calls" in w]
     assert warning.startswith("at batch=1: 100% of the host wait")
+
+
+def _stepped_run(root, batch: int, unprofiled_step_ns: int, kernel_us: float):
+    """A `kernelscope profile` run of 4 ProfilerSteps, each an operator launching one kernel 5 us after the
+    call: step 0 (the warm-up, 1000 us: a first call that autotunes on the host) a 900 us kernel, steps 1-3
+    (100 us each) one of ``kernel_us``; its provenance has the runner's un-profiled step median (basis step),
+    as `kernelscope sweep` leaves it."""
+    from storage.kineto_build import x
+
+    ev = []
+    for i in range(4):
+        t0, dur = (0, 1000) if i == 0 else (1000 + 100 * (i - 1), 100)
+        ev += [x("user_annotation", f"ProfilerStep#{i}", t0, dur), op("aten::conv", t0 + 10, 30, i + 1),
+               rt("cudaLaunchKernel", t0 + 20, 2, i + 1, i + 1), kern("k", t0 + 25, 900 if i == 0 else kernel_us,
+                                                                  i + 1, i + 1)]
+    run = root / f"b{batch}"
+    run.mkdir()
+    write_trace(run / "trace.json", ev)
+    (run / "run.json").write_text(json.dumps({
+        "name": f"conv_b{batch}", "labels": {"batch": batch, "sweep": "conv"},
+        "provenance": {"profiler_overhead": {"basis": "step", "rule": "forward", "n": 3, "pct": 10.0,
+                                             "profiled_median_ns": 100 * US,
+                                             "unprofiled_median_ns": unprofiled_step_ns}}}))
+    return run
+
+
+def test_warm_up_steps_left_out_and_unprofiled_steps_used(tmp_path):
+    """A sweep whose first step autotunes (900 us of kernels in step 0, then 5 or 80 us per step): busy per
+    iteration counts the 3 steady steps alone (5 us, not (900 + 15) / 4 = 228.75 us), latency per iteration is
+    their mean span, and the collector's un-profiled step median (50 us) is the un-profiled time (source
+    'steps'), so the un-profiled rule decides: 5 us < 50 us CPU-bound, 80 us >= 50 us GPU-bound."""
+    from kernelscope.storage.ingest import ingest_run
+
+    db = stores.empty(tmp_path / "w.duckdb")
+    with open_store(db) as store:
+        for batch, k in ((1, 5), (64, 80)):
+            res = ingest_run(store, _stepped_run(tmp_path, batch, 50 * US, k))
+            assert res.status == "ingested", res.message
+        r = transition(store, sweep="conv")
+    pts = r.tables["points"].set_index("label")
+    assert list(pts["iterations"]) == [3, 3]
+    assert pts.loc[1, "busy_per_iter_ns"] == 5 * US and pts.loc[64, "busy_per_iter_ns"] == 80 * US
+    assert list(pts["unprofiled_source"]) == ["steps", "steps"] and list(pts["unprofiled_ns"]) == [50 * US] * 2
+    assert r.scalars["rule"] == "unprofiled" and r.scalars["host_floor_ns"] == 50 * US
+    assert r.scalars["transition"]["last_cpu_bound"] == 1 and r.scalars["transition"]["first_gpu_bound"] == 64
+    with open_store(db, read_only=True) as store:
+        from kernelscope.analysis.steps import steps
+
+        for t, lab in zip(pts["trace_id"], pts.index):
+            st = steps(store, t).tables["steps"]
+            steady = st[~st["warmup"] & ~st["partial"]]
+            assert len(steady) == 3 and pts.loc[lab, "latency_per_iter_ns"] == round(steady["dur_ns"].mean())

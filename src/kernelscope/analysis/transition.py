@@ -7,15 +7,20 @@ the value numerically. Given no trace ids, all traces with the label are used, o
 - ``tklqt_ns`` and ``mean_queue_depth`` ``q = tklqt_ns / gpu_span_ns``: the launch analysis' numbers.
 - ``kernel_time_ns``, ``busy_ns``, ``gpu_span_ns``, ``idle_ns``, ``latency_ns``: as in the summary (sums
   over devices for several devices); ``host_wait_share``: host-wait idle / GPU span (the bound analysis).
-- ``iterations``: ``ProfilerStep#N`` phases in the trace that launched GPU work (every phase when none did;
-  1 when there are none: storage/queries.iterations_sql). ``busy_per_iter_ns``:
-  the length of the union of the GPU activities whose launch call starts inside a ProfilerStep, divided
-  by ``iterations`` (the whole ``busy_ns`` when there are no steps): GPU time per iteration, comparable
-  to an un-profiled iteration time. Work still running from before the window (the warm-up step's
-  kernels) is left out of it. ``latency_per_iter_ns`` = ``latency_ns / iterations``.
+- ``iterations``: the steady steps (the steps analysis': ``ProfilerStep#N`` phases neither warm-up nor
+  partial) that launched GPU work; when none is, the phases that launched GPU work (every phase when none did;
+  1 when there are none: storage/queries.iterations_sql). ``busy_per_iter_ns``: the length of the union of
+  the GPU activities whose launch call starts inside one of those steps, divided by ``iterations`` (the whole
+  ``busy_ns`` when there are no steps): GPU time per iteration, comparable to an un-profiled iteration time.
+  Work still running from before the window is left out of it, and so is a warm-up step's (a first forward
+  that autotunes cuDNN launched 321 ms of kernels against 1.9 ms per later step: ConvNeXt on an H100).
+  ``latency_per_iter_ns``: the mean span of those steady steps (the steps analysis' ``dur_ns``), else
+  ``latency_ns / iterations``.
 - ``unprofiled_ns``: the median of the collector's ``cuda_event`` timings, else the numeric label
-  ``unprofiled_ns``, else null (``unprofiled_source`` says which). ``inflation`` =
-  ``latency_per_iter_ns / unprofiled_ns`` (how much the profiled run is slower per iteration).
+  ``unprofiled_ns``, else the median un-profiled step ``kernelscope profile`` / ``sweep`` timed with the same
+  step rule (its provenance's ``profiler_overhead`` on the ``step`` basis), else null (``unprofiled_source``:
+  ``cuda_event``, ``label`` or ``steps``). ``inflation`` = ``latency_per_iter_ns / unprofiled_ns`` (how much
+  the profiled run is slower per iteration).
 
 Regimes: the **trace rule** calls a point GPU-bound iff ``q >= 1``, else CPU-bound. The **un-profiled
 rule** applies when some trace-rule CPU-bound point has an un-profiled time: host floor ``H`` = the median
@@ -51,8 +56,10 @@ from ..units import ns_to_ms
 from . import bound as bound_mod
 from . import comm as comm_mod
 from . import launch as launch_mod
+from . import steps as steps_mod
 from .result import Result, int_or_none
 from .rules import SLOW_CALLS_SHARE_MIN, TOP_IDLE_OPS
+from .summary import trace_profiler_overhead
 
 DESCRIPTION = ("Several traces: CPU->GPU-bound transition over a numeric label (--by batch), trace rule "
                "and un-profiled rule brackets.")
@@ -95,22 +102,53 @@ SELECT i.trace_id,
 FROM ids i
 """
 
-# Union length (summed over devices) of GPU activities whose launch call starts inside a ProfilerStep
-# (unions as storage/intervals.py defines them).
+# Union length (summed over devices) of the GPU activities whose launch call starts inside one of the host ranges
+# [$starts[i], $ends[i]) of trace $t (its counted steps; unions as storage/intervals.py defines them).
 _STEP_BUSY_SQL = f"""
-WITH st AS (SELECT trace_id, start_ns, end_ns FROM annotations
-            WHERE kind = 'step' AND trace_id IN (SELECT unnest($ids))),
-isl AS (  -- the steps of each trace merged into islands: inside a step = inside an island
-    SELECT trace_id, start_ns AS s, end_ns AS e FROM ({union_sql("st", by=("trace_id",))})
-),
+WITH st AS (SELECT unnest($starts) AS start_ns, unnest($ends) AS end_ns),
+isl AS (SELECT start_ns AS s, end_ns AS e FROM ({union_sql("st")})),  -- inside a step = inside an island
 sel AS (  -- activities whose launch call starts inside a step (the island starting at or before it)
-    SELECT x.trace_id, x.device, x.start_ns, x.end_ns
-    FROM activity_splits x ASOF JOIN isl ON x.trace_id = isl.trace_id AND x.launch_start_ns >= isl.s
-    WHERE x.trace_id IN (SELECT unnest($ids)) AND x.launch_start_ns < isl.e
+    SELECT x.device, x.start_ns, x.end_ns
+    FROM activity_splits x ASOF JOIN isl ON x.launch_start_ns >= isl.s
+    WHERE x.trace_id = $t AND x.launch_start_ns < isl.e
 )
-SELECT trace_id, CAST(sum(union_ns) AS BIGINT) AS step_busy_ns
-FROM ({union_length_sql("sel", by=("trace_id", "device"))}) GROUP BY trace_id
+SELECT CAST(coalesce(sum(union_ns), 0) AS BIGINT) AS step_busy_ns
+FROM ({union_length_sql("sel", by=("device",))})
 """
+
+
+def _steady_steps(store, trace_id: str) -> pd.DataFrame | None:
+    """The steps analysis' steady steps (neither warm-up nor partial) of a trace that launched GPU work, with
+    ``host_start_ns``, ``host_dur_ns`` and ``dur_ns``; None when there are none."""
+    df = steps_mod.steps(store, trace_id).tables["steps"]
+    df = df[~df["warmup"] & ~df["partial"] & (df["activities"] > 0)]
+    return df if len(df) else None
+
+
+def _all_steps(store, trace_id: str) -> pd.DataFrame:
+    return store.query("SELECT start_ns AS host_start_ns, end_ns - start_ns AS host_dur_ns FROM annotations "
+                       "WHERE trace_id = $t AND kind = 'step'", {"t": trace_id})
+
+
+def _step_busy(store, trace_id: str, steps: pd.DataFrame) -> int:
+    """``_STEP_BUSY_SQL`` over the host ranges of ``steps``."""
+    starts = [int(x) for x in steps["host_start_ns"]]
+    ends = [a + int(d) for a, d in zip(starts, steps["host_dur_ns"])]
+    df = store.query(_STEP_BUSY_SQL, {"t": trace_id, "starts": starts, "ends": ends})
+    return int(df["step_busy_ns"].iloc[0]) if len(df) else 0
+
+
+def _unprofiled(store, trace_id: str, cuda_event_ns, label_ns) -> tuple[int | None, str | None]:
+    """(un-profiled time per iteration, its source): cuda_event timings, else the label, else the median
+    un-profiled step the collector timed (module docstring)."""
+    if not pd.isna(cuda_event_ns):
+        return int(round(float(cuda_event_ns))), "cuda_event"
+    if not pd.isna(label_ns):
+        return int(round(float(label_ns))), "label"
+    o = trace_profiler_overhead(store, trace_id)
+    if o.get("basis") == "step" and isinstance(o.get("unprofiled_median_ns"), (int, float)):
+        return int(round(o["unprofiled_median_ns"])), "steps"
+    return None, None
 
 
 def select_traces(store, by: str = "batch", sweep: str | None = None) -> list[str]:
@@ -164,7 +202,6 @@ def transition(store, trace_ids: list[str] | None = None, by: str = "batch", swe
     pts = _points(store, ids, by)
     order = list(pts["trace_id"])
     met = store.query(_METRICS_SQL, {"ids": order}).set_index("trace_id")
-    step_busy = store.query(_STEP_BUSY_SQL, {"ids": order}).set_index("trace_id")["step_busy_ns"]
     comm_only = comm_mod.comm_only_busy(store, order).groupby("trace_id")["comm_only_ns"].sum()
 
     rows = []
@@ -176,17 +213,17 @@ def transition(store, trace_ids: list[str] | None = None, by: str = "batch", swe
         split = bound_mod.idle_split(store, t)
         span = int_or_none(m["gpu_span_ns"])
         busy = int(m["busy_ns"])
-        steps = int(m["steps"])
-        iters = max(1, steps)
-        busy_iter = (int(step_busy.get(t, 0)) // iters) if steps else busy
         latency = int_or_none(m["latency_ns"])
-        lat_iter = latency // iters if latency is not None else None
-        if not pd.isna(m["cuda_event_ns"]):
-            unp, src = int(round(float(m["cuda_event_ns"]))), "cuda_event"
-        elif not pd.isna(p.unprofiled_label):
-            unp, src = int(round(float(p.unprofiled_label))), "label"
+        steady = _steady_steps(store, t) if int(m["steps"]) else None
+        if steady is not None:  # the steady steps that launched GPU work
+            iters = len(steady)
+            busy_iter = _step_busy(store, t, steady) // iters
+            lat_iter = int(round(steady["dur_ns"].mean()))
         else:
-            unp, src = None, None
+            iters = max(1, int(m["steps"]))
+            busy_iter = _step_busy(store, t, _all_steps(store, t)) // iters if int(m["steps"]) else busy
+            lat_iter = latency // iters if latency is not None else None
+        unp, src = _unprofiled(store, t, m["cuda_event_ns"], p.unprofiled_label)
         host = int(split["host_wait_ns"].sum()) if len(split) else 0
         slow = int(bound_mod.idle_operators(store, t, top=TOP_IDLE_OPS)["slow_call_idle_ns"].sum()) if host else 0
         rows.append({
@@ -229,7 +266,7 @@ def transition(store, trace_ids: list[str] | None = None, by: str = "batch", swe
     else:
         df["regime_unprofiled"] = None
         unp_b, unp_reason = None, ("no un-profiled time for any point the trace rule calls CPU-bound "
-                                   "(collector timings or label unprofiled_ns)")
+                                   "(collector timings, label unprofiled_ns or un-profiled steps)")
         rule = "trace"
     df["regime"] = df["regime_unprofiled"] if rule == "unprofiled" else df["regime_trace"]
     comm_bound = [c > 0 and 2 * c >= b for c, b in zip(df["comm_only_ns"], df["busy_ns"])]
@@ -247,6 +284,6 @@ def transition(store, trace_ids: list[str] | None = None, by: str = "batch", swe
                      "unprofiled": unp_b or {"reason": unp_reason}},
     }
     trust = {"unprofiled_points": len(df) - len(missing_unp),
-             "busy_per_iter": "union of GPU activities launched inside ProfilerStep phases / steps"}
+             "busy_per_iter": "union of GPU activities launched inside the steady ProfilerStep phases / steps"}
     return Result(name="transition", definition=DEFINITION, scalars=scalars, tables={"points": df},
                   warnings=warnings, trust=trust)
