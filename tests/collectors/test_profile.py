@@ -77,10 +77,25 @@ def test_schedule_gives_exactly_two_profiler_steps_and_clock_markers(tmp_path):
 
 def test_start_stop_without_with_and_range_is_a_user_annotation(tmp_path):
     p = profile(name="plain", run_dir=tmp_path / "r", ingest=False, telemetry=False)
-    p.start()
-    with kernelscope.range("my_phase"):
-        torch.ones(8).sum()
-    p.stop()
+    was = torch.backends.cudnn.benchmark, torch.get_float32_matmul_precision()
+    torch.backends.cudnn.benchmark = False
+    torch.set_float32_matmul_precision("highest")
+    try:
+        p.start()
+        # a script's first lines, run after `kernelscope profile` started the profile: run.json says what the
+        # recorded work ran under (bandwidth's fp32 GEMM peak reads tf32_matmul) and what the start saw
+        torch.backends.cudnn.benchmark = True
+        torch.backends.cuda.matmul.allow_tf32 = True  # precision 'high' with it
+        with kernelscope.range("my_phase"):
+            torch.ones(8).sum()
+        p.stop()
+    finally:
+        torch.backends.cudnn.benchmark = was[0]
+        torch.set_float32_matmul_precision(was[1])
+    prov = json.loads((tmp_path / "r" / "run.json").read_text())["provenance"]
+    assert prov["cudnn_benchmark"] is True and prov["tf32_matmul"] is True
+    assert prov["flags_at_start"] == {"tf32_matmul": False, "float32_matmul_precision": "highest",
+                                      "cudnn_benchmark": False}
     ev = _events(tmp_path / "r")
     phase = [e for e in ev if e.get("name") == "my_phase"]
     assert len(phase) == 1 and phase[0]["cat"] == "user_annotation"

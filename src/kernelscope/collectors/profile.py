@@ -28,6 +28,7 @@ import gzip
 import json
 import os
 import shutil
+import sys
 import time
 import uuid
 import warnings
@@ -395,6 +396,15 @@ class profile:
         options = {**getattr(self, "_opts_used", {}), "schedule": _schedule_text(self.schedule),
                    **(self.extra.get("profiler_options") or {})}
         self.provenance["profiler_options"] = options  # stored with the trace (summary trust: not_recorded)
+        torch = sys.modules.get("torch")
+        if torch is not None and self.provenance.get("torch"):  # the flags the recorded work ran under
+            from .provenance import torch_flags
+
+            now = torch_flags(torch)
+            start = {k: self.provenance.get(k) for k, v in now.items() if self.provenance.get(k) != v}
+            if start:
+                self.provenance.update(now)
+                self.provenance["flags_at_start"] = start
         doc = {
             "name": self.name,
             "labels": self.labels,

@@ -35,6 +35,17 @@ def warn_launch_blocking() -> str | None:
     return v
 
 
+def torch_flags(torch) -> dict:
+    """The torch settings that decide which kernels run (TF32 tensor cores for fp32 GEMMs and convolutions, cuDNN
+    autotuning): what bandwidth's FLOP peaks and recommend read. A script sets them at its top, after a
+    profile has started: ``profile`` reads them again when it stops (``flags_at_start`` keeps any that differed)."""
+    return {"tf32_matmul": bool(torch.backends.cuda.matmul.allow_tf32),
+            "tf32_cudnn": bool(torch.backends.cudnn.allow_tf32),
+            "float32_matmul_precision": torch.get_float32_matmul_precision(),
+            "cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
+            "cudnn_deterministic": bool(torch.backends.cudnn.deterministic)}
+
+
 def collect(devices=None, nvml: bool = True) -> dict:
     """A JSON-able dict of host, GPU, driver, CUDA, torch and flag facts."""
     # The root package is always loaded before this module; reading its attribute (rather than
@@ -59,11 +70,7 @@ def collect(devices=None, nvml: bool = True) -> dict:
     prov["torch"] = torch.__version__
     prov["cuda_runtime"] = torch.version.cuda
     prov["cudnn"] = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
-    prov["tf32_matmul"] = bool(torch.backends.cuda.matmul.allow_tf32)
-    prov["tf32_cudnn"] = bool(torch.backends.cudnn.allow_tf32)
-    prov["float32_matmul_precision"] = torch.get_float32_matmul_precision()
-    prov["cudnn_benchmark"] = bool(torch.backends.cudnn.benchmark)
-    prov["cudnn_deterministic"] = bool(torch.backends.cudnn.deterministic)
+    prov.update(torch_flags(torch))
     gpus = []
     if torch.cuda.is_available():
         ordinals = range(torch.cuda.device_count()) if devices is None else devices
