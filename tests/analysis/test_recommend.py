@@ -377,6 +377,36 @@ def test_low_tensor_core_advice_follows_the_gpu_generation():
         and u["message"].endswith("the trace does not record which GPU it ran on.")
 
 
+def test_low_tensor_core_in_bf16_does_not_advise_a_precision():
+    """ConvNeXt in bf16 on an H100: 94% of kernel time in convolution kernels, 3% of it on tensor cores (depthwise
+    convolutions and cuDNN's CUDA-core kernels). It was told to enable TF32 or run the GEMMs in bf16, which they
+    already were: the tensor-core operators' GPU time is mostly bf16 (bandwidth), so the message says so, names
+    the largest CUDA-core GEMM-category kernels and the layout advice, and no precision advice."""
+    k = fake_kernels(gemm_share=0.94, tc=0.03, cc="9.0")
+    k.tables["top_kernels"] = pd.DataFrame([
+        {"name": "void implicit_convolve_sgemm<__nv_bfloat16, __nv_bfloat16, 128, 6, 7, 3, 3, 5, 1, false>",
+         "category": "gemm", "tensor_core": False, "share": 0.39},
+        {"name": "sm90_xmma_fprop_implicit_gemm_bf16", "category": "gemm", "tensor_core": True, "share": 0.2},
+        {"name": "vectorized_layer_norm_kernel", "category": "norm", "tensor_core": False, "share": 0.1},
+        {"name": "conv2d_c1_k1_nhwc_specialized", "category": "gemm", "tensor_core": False, "share": 0.05}])
+    sig = [{"name": "aten::cudnn_convolution", "dtype": "bf16", "tensor_core": True, "gpu_ns": 900},
+           {"name": "aten::addmm", "dtype": "fp32", "tensor_core": True, "gpu_ns": 100},
+           {"name": "aten::add", "dtype": "fp32", "tensor_core": False, "gpu_ns": 5000}]
+    bw = R("bandwidth", {"tf32_matmul": False}, {"per_signature": pd.DataFrame(sig)}, {"tf32_from": "provenance"})
+    [f] = rules.rule_low_tensor_core({"kernels": k, "bandwidth": bw})
+    m = f["message"]
+    assert "they already run in bf16 (90% of the GEMM/convolution/attention operators' GPU time" in m
+    assert "TF32" not in m and "autocast" not in m and "channels_last" in m
+    assert m.endswith("the largest such kernels: void implicit_convolve_sgemm<__nv_bfloat16, __nv_bfloat16, … "
+                      "(39%); conv2d_c1_k1_nhwc_specialized (5%).")
+    assert values(f)[("bandwidth", "per_signature.dtype", '{"tensor_core": true}')] == "bf16"
+    # mostly fp32 tensor-core operators: the precision advice stands
+    sig[0]["dtype"] = "fp32"
+    bw.tables["per_signature"] = pd.DataFrame(sig)
+    [g] = rules.rule_low_tensor_core({"kernels": k, "bandwidth": bw})
+    assert "enable TF32" in g["message"] and "already run" not in g["message"]
+
+
 @pytest.mark.parametrize("gemm, tc", [(0.29, 0.1), (0.9, 0.5)])
 def test_low_tensor_core_silent(gemm, tc):
     assert rules.rule_low_tensor_core({"kernels": fake_kernels(gemm_share=gemm, tc=tc)}) == []

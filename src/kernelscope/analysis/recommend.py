@@ -24,7 +24,8 @@ Rules (thresholds below):
    SYNC_SHARE_MIN. Saving: their summed ``idle_ns``.
 6. ``low_tensor_core``: kernels ``categories`` gemm ``share`` >= GEMM_SHARE_MIN and
    ``tensor_core_share_of_gemm_attention`` < TENSOR_CORE_MIN; cites bandwidth ``tf32_matmul`` when it
-   came from the trace's provenance.
+   came from the trace's provenance; advises no precision when bandwidth's tensor-core operators already run
+   mostly in 16 bits (rules._low_precision).
 7. ``host_overhead``: bound ``host_wait_share`` >= HOST_WAIT_MIN where rule 1 does not fire, although at least
    GRAPH_KERNELS_MIN of the kernels replay from CUDA graphs (launch ``graph_kernels`` over it plus
    ``kernels``): the host work between replays, which graphs do not remove. Names bound's top

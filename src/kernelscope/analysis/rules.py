@@ -367,13 +367,28 @@ def rule_low_tensor_core(res: dict[str, Result]) -> list[dict]:
     msg = (f"GEMMs are {gshare:.0%} of kernel time but only {tc:.0%} of GEMM/attention time runs on tensor "
            f"cores (kernels)")
     bw = res.get("bandwidth")
-    if bw is not None and bw.trust.get("tf32_from") == "provenance" and "tf32_matmul" in bw.scalars:
+    low = _low_precision(bw)
+    if low is None and bw is not None and bw.trust.get("tf32_from") == "provenance" and "tf32_matmul" in bw.scalars:
         ev.append(_ev("bandwidth", "tf32_matmul", bw.scalars["tf32_matmul"]))
         msg += f"; TF32 matmul is {'on' if bw.scalars['tf32_matmul'] else 'off'} in this run (bandwidth, provenance)"
     cc = k.scalars.get("compute_capability")
     major = int(cc.split(".")[0]) if isinstance(cc, str) else None
     if major is not None and major < 7:
         return []  # no tensor cores on this GPU: nothing to enable
+    if low is not None:  # already 16-bit: precision is not what keeps them off the tensor cores
+        dtype, share = low
+        ev.append(_ev("bandwidth", "per_signature.dtype", dtype, {"tensor_core": True}))
+        top = k.tables.get("top_kernels")
+        names = ""
+        if top is not None and {"name", "category", "tensor_core", "share"} <= set(top.columns):
+            top = top[(top["category"] == "gemm") & ~top["tensor_core"].fillna(True).astype(bool)].head(2)
+            names = "; ".join(f"{_short(r.name)} ({_num(r.share):.0%})" for r in top.itertuples(index=False))
+        msg += (f"; they already run in {dtype} ({share:.0%} of the GEMM/convolution/attention operators' GPU time, "
+                f"bandwidth), so precision is not what keeps them off: depthwise and grouped convolutions run on "
+                f"CUDA cores in any precision, and cuDNN picks tensor-core kernels for 16-bit convolutions in "
+                f"channels_last layout (model and inputs .to(memory_format=torch.channels_last))"
+                + (f"; the largest such kernels: {names}." if names else "."))
+        return [_finding("low_tensor_core", gshare, msg, ev)]
     if major == 7:  # Volta/Turing tensor cores take fp16 only; TF32 and bf16 need compute capability 8.0
         ev.append(_ev("kernels", "compute_capability", cc))
         msg += (f": run the GEMMs in fp16 (torch.autocast('cuda', dtype=torch.float16)); this GPU (compute "
@@ -386,6 +401,26 @@ def rule_low_tensor_core(res: dict[str, Result]) -> list[dict]:
         msg += (": enable TF32 (torch.set_float32_matmul_precision('high')) or run the GEMMs in bf16 "
                 "(torch.autocast).")
     return [_finding("low_tensor_core", gshare, msg, ev)]
+
+
+def _low_precision(bw: Result | None) -> tuple[str, float] | None:
+    """(dtype, share) when most of the GPU time of bandwidth's tensor-core operators (GEMM, convolution, attention)
+    is in one 16-bit or narrower dtype; else None."""
+    sig = bw.tables.get("per_signature") if bw is not None else None
+    if sig is None or sig.empty or "tensor_core" not in sig:
+        return None
+    t = sig[sig["tensor_core"].fillna(False).astype(bool)]
+    by = t.groupby("dtype")["gpu_ns"].sum()
+    total = by.sum()
+    if total <= 0:
+        return None
+    dtype = by.idxmax()
+    share = float(by.max() / total)
+    return (dtype, share) if dtype in ("bf16", "fp16", "fp8") and share >= 0.5 else None
+
+
+def _short(name: str, n: int = 60) -> str:
+    return name if len(name) <= n else name[: n - 1] + "…"
 
 
 def rule_memory_at_limit(res: dict[str, Result]) -> list[dict]:
