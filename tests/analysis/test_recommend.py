@@ -636,3 +636,29 @@ def test_gpu_bound_does_not_ask_for_kernel_efficiency_when_collectives_lead():
     assert "next win is kernel efficiency" not in f["message"] and "exposed_communication" in f["message"]
     [g] = rules.rule_gpu_bound({"launch": fake_launch(depth=4.803), "kernels": fake_kernels(gemm_share=0.7)})
     assert "so the next win is kernel efficiency" in g["message"]
+
+
+def _steps_result(durs_ms: list[float], warm: int = 1) -> Result:
+    df = pd.DataFrame({"step": range(len(durs_ms)), "name": [f"ProfilerStep#{i}" for i in range(len(durs_ms))],
+                       "dur_ns": [int(d * 1e6) for d in durs_ms],
+                       "warmup": [i < warm for i in range(len(durs_ms))], "partial": False})
+    steady = sorted(int(d * 1e6) for d in durs_ms[warm:])
+    return R("steps", {"steady_steps": len(steady), "step_time_median_ns": steady[len(steady) // 2]},
+             {"steps": df})
+
+
+def test_warmup_dominates_fires_when_the_warm_up_holds_most_of_the_trace():
+    """ConvNeXt on an H100: ProfilerStep#0 autotuned cuDNN for 4,377.5 ms, then 11 steps of ~7 ms: 98% of the steps'
+    time is the warm-up; the finding says so, with the steady median and the schedule; it is listed first."""
+    st = _steps_result([4377.539] + [7.059] * 11)
+    [f] = rules.rule_warmup_dominates({"steps": st})
+    assert f["severity"] == "high" and f["message"].startswith(
+        "98% of the recorded steps' time is in the warm-up step ProfilerStep#0 (4377.54 ms of 4455.19 ms; steps)")
+    assert "11 steady step(s) (median 7.06 ms)" in f["message"] and "--schedule 0,1,N" in f["message"]
+    assert values(f)[("steps", "steps.dur_ns", '{"step": 0}')] == 4_377_539_000
+    # a warm-up step only somewhat slower than the rest, or none marked: silent
+    assert rules.rule_warmup_dominates({"steps": _steps_result([30.0] + [7.0] * 11)}) == []
+    assert rules.rule_warmup_dominates({"steps": _steps_result([4377.5] + [7.0] * 11, warm=0)}) == []
+    # two warm-up steps (a window of steps recorded twice) are named together
+    [g] = rules.rule_warmup_dominates({"steps": _steps_result([900.0, 800.0] + [7.0] * 5, warm=2)})
+    assert "in the 2 warm-up steps (ProfilerStep#0, ProfilerStep#1)" in g["message"]

@@ -53,6 +53,11 @@ Rules (thresholds below):
    ``ranks.wait_ns`` is at least STRAGGLER_WAIT_MIN of the comm-only time, it says the time is waiting for that
    rank and to even out its work; else it advises overlap, compression or fewer collectives. No saving.
 
+12. ``warmup_dominates``: the steps analysis' warm-up steps hold >= WARMUP_SHARE_MIN of the recorded steps' time
+   (summed ``dur_ns``): first calls that autotune, build plans or compile, so every whole-trace number mostly
+   describes them; names the steady steps' median and the schedule that records after a warm-up. It frames the
+   others, so it is listed first. No saving: a one-time cost.
+
 Rule 2 adds, when bound's ``host_wait_share`` >= GPU_BOUND_HOST_NOTE, that the GPU also waits on the host for that
 share of its span: the mean queue depth averages the bursts in which kernels queue deep and the waits between.
 """
@@ -214,7 +219,7 @@ def recommend(store, trace_id: str, results: dict[str, Result] | None = None) ->
         warnings.append("the trace has no GPU activity that kernelscope analyses, so no rule can fire: record "
                         "with ProfilerActivity.CUDA (torch.profiler's default on a GPU machine) for findings.")
     order = {"high": 0, "medium": 1, "low": 2}
-    findings.sort(key=lambda f: (order[f["severity"]], -(f["saving_ns"] or 0)))
+    findings.sort(key=lambda f: (f["rule"] != "warmup_dominates", order[f["severity"]], -(f["saving_ns"] or 0)))
     cols = ["rule", "severity", "message", "saving_ns", "evidence"]
     table = pd.DataFrame(findings, columns=cols)
     table["saving_ns"] = table["saving_ns"].astype("Int64")

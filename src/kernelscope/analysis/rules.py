@@ -48,13 +48,16 @@ MEMORY_SHARE_MIN = 0.9  # TensorBoard's profiler plugin: the peak above 90% of t
 # 11. exposed communication
 COMM_ONLY_SHARE_MIN = 0.1  # TensorBoard's profiler plugin: communication above 10% of the step time
 STRAGGLER_WAIT_MIN = 0.5  # this rank's collectives waited at least half its comm-only time for a later rank
+# 12. a warm-up step that holds most of the trace
+WARMUP_SHARE_MIN = 0.5  # the warm-up steps hold half the recorded steps' time: whole-trace numbers describe them
 # 2, qualified
 GPU_BOUND_HOST_NOTE = 0.2  # a fifth of the span waiting on the host: the mean depth hides it, say so
 
-RULES = ("host_bound_launch", "host_overhead", "slow_host_calls", "input_pipeline", "gpu_bound", "low_bandwidth",
-         "short_kernels", "sync_stalls", "low_tensor_core", "memory_at_limit", "exposed_communication")
+RULES = ("warmup_dominates", "host_bound_launch", "host_overhead", "slow_host_calls", "input_pipeline", "gpu_bound",
+         "low_bandwidth", "short_kernels", "sync_stalls", "low_tensor_core", "memory_at_limit", "exposed_communication")
 NEEDS = {"host_bound_launch": ("bound", "launch"), "host_overhead": ("bound", "launch"), "slow_host_calls": ("bound",),
-         "input_pipeline": ("steps",), "memory_at_limit": ("memory",), "exposed_communication": ("bound",),
+         "input_pipeline": ("steps",), "warmup_dominates": ("steps",), "memory_at_limit": ("memory",),
+         "exposed_communication": ("bound",),
          "gpu_bound": ("launch", "kernels"),
          "low_bandwidth": ("bandwidth",), "short_kernels": ("kernels",), "sync_stalls": ("bound",),
          "low_tensor_core": ("kernels",)}
@@ -285,6 +288,35 @@ def rule_input_pipeline(res: dict[str, Result]) -> list[dict]:
     return [_finding("input_pipeline", share, msg, ev, mean * steady if steady else None)]
 
 
+def rule_warmup_dominates(res: dict[str, Result]) -> list[dict]:
+    """The warm-up steps (steps analysis) hold most of the recorded steps' time: a first forward that autotuned
+    cuDNN (ConvNeXt on an H100: ProfilerStep#0 4,377.5 ms against 7.06 ms per later step), so every
+    whole-trace number mostly describes it."""
+    st = res["steps"]
+    df = st.tables.get("steps")
+    if df is None or df.empty or "warmup" not in df:
+        return []
+    warm = df[df["warmup"].fillna(False).astype(bool)]
+    total = int(df["dur_ns"].sum())
+    if warm.empty or total <= 0:
+        return []
+    share = int(warm["dur_ns"].sum()) / total
+    if share < WARMUP_SHARE_MIN:
+        return []
+    steady = int(st.scalars.get("steady_steps") or 0)
+    what = (f"the warm-up step {warm['name'].iloc[0]}" if len(warm) == 1
+            else f"the {len(warm)} warm-up steps ({', '.join(warm['name'])})")
+    msg = (f"{share:.0%} of the recorded steps' time is in {what} ({_ms(warm['dur_ns'].sum())} of {_ms(total)}; "
+           f"steps): first calls that build plans, autotune or compile, which the {steady} steady step(s) "
+           f"(median {_ms(st.scalars['step_time_median_ns'])}) do not pay, so the whole-trace numbers (bound, "
+           "bandwidth, kernels) and the other findings here mostly describe it; the Steps section has the steady "
+           "steps. To leave it out, record after a warm-up: kernelscope profile --schedule 0,1,N "
+           "(torch.profiler.schedule(wait=0, warmup=1, active=N)).")
+    ev = [_ev("steps", "steps.dur_ns", int(r.dur_ns), {"step": int(r.step)}) for r in warm.itertuples(index=False)]
+    ev.append(_ev("steps", "step_time_median_ns", st.scalars["step_time_median_ns"]))
+    return [_finding("warmup_dominates", share, msg, ev)]
+
+
 def rule_low_bandwidth(res: dict[str, Result]) -> list[dict]:
     bw = res["bandwidth"]
     total = _num(bw.scalars.get("gpu_ns"))
@@ -494,7 +526,8 @@ def rule_exposed_communication(res: dict[str, Result]) -> list[dict]:
     return [_finding("exposed_communication", share, msg, ev)]
 
 
-_RULE_FNS = {"host_bound_launch": rule_host_bound_launch, "host_overhead": rule_host_overhead,
+_RULE_FNS = {"warmup_dominates": rule_warmup_dominates,
+             "host_bound_launch": rule_host_bound_launch, "host_overhead": rule_host_overhead,
              "slow_host_calls": rule_slow_host_calls, "input_pipeline": rule_input_pipeline,
              "gpu_bound": rule_gpu_bound,
              "low_bandwidth": rule_low_bandwidth, "short_kernels": rule_short_kernels,
