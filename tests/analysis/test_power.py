@@ -128,3 +128,28 @@ def test_a_trace_without_telemetry_says_how_to_record_it(session_store):
     assert r.trust["telemetry_samples"] == 0
     assert any("no GPU telemetry is stored with this trace" in w and "kernelscope profile" in w for w in r.warnings)
     assert not any("clock-sync marker" in w for w in r.warnings)
+
+
+def test_phase_energies_too_short_are_said_once_under_the_table():
+    """ConvNeXt on an H100: 12 steps of 0.1-8.5 ms each read 'n/a: the window (7.3 ms) is shorter than 10 counter
+    steps (10 × 100.0 ms = 1,000.0 ms)' in its cell. Cells read n/a; one sentence under the table says why, with
+    the range of durations; a phase outside the telemetry gets its own sentence."""
+    import pandas as pd
+
+    from kernelscope.analysis.result import Result
+    from kernelscope.reports.power import phase_na_text, phase_rows
+
+    ms = 1_000_000
+    phases = pd.DataFrame({"name": ["ProfilerStep#0", "ProfilerStep#1", "ProfilerStep#2", "tail"],
+                           "kind": ["step", "step", "step", "user"],
+                           "dur_ns": [4377 * ms, 7251 * ms // 1000, 99 * ms // 1000, 2000 * ms],
+                           "energy_mj": [588728.9, None, None, None]})
+    r = Result(name="power", definition="", tables={"phases": phases},
+               scalars={"energy_source": "energy_counter"},
+               trust={"min_window_ns": 1000 * ms, "counter_step_ns": 100 * ms})
+    assert list(phase_rows(r)["energy (mJ)"]) == ["588,728.9", "n/a", "n/a", "n/a"]
+    assert phase_na_text(r) == (
+        "n/a: 2 phases of 0.1-7.3 ms, shorter than 10 counter steps (10 × 100.0 ms = 1,000.0 ms), too short to read "
+        "the energy counter over. n/a: 1 phase: the window is not inside the telemetry's first..last counter change.")
+    phases["energy_mj"] = 1.0
+    assert phase_na_text(r) is None

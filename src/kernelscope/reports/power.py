@@ -230,16 +230,44 @@ def throttle_text(result) -> str:
 
 
 def phase_rows(result) -> pd.DataFrame:
-    """The ``phases`` table as shown: phase, kind, duration (ms), energy (mJ, or 'n/a: <why>')."""
+    """The ``phases`` table as shown: phase, kind, duration (ms), energy (mJ, or 'n/a'; ``phase_na_text`` says
+    why under the table, once per reason rather than in every cell)."""
     ph = result.tables.get("phases")
     if ph is None or not len(ph):
         return pd.DataFrame(columns=["phase", "kind", "duration (ms)", "energy (mJ)"])
     return pd.DataFrame({
         "phase": ph["name"].tolist(), "kind": ph["kind"].tolist(),
         "duration (ms)": [round(int(d) / NS_PER_MS, 3) for d in ph["dur_ns"]],
-        "energy (mJ)": [f"{e:,.1f}" if e is not None and e == e else na(window_reason(result, int(d)))
-                        for e, d in zip(ph["energy_mj"], ph["dur_ns"])],
+        "energy (mJ)": [f"{e:,.1f}" if e is not None and e == e else "n/a" for e in ph["energy_mj"]],
     })
+
+
+def phase_na_text(result) -> str | None:
+    """Why the phases' n/a energies are n/a, one sentence per reason (None when every phase has one): the phases
+    shorter than 10 counter steps together, with their range of durations."""
+    ph = result.tables.get("phases")
+    if ph is None or not len(ph):
+        return None
+    mw = result.trust.get("min_window_ns")
+    short, other = [], {}
+    for e, d in zip(ph["energy_mj"], ph["dur_ns"]):
+        if e is not None and e == e:
+            continue
+        if result.scalars.get("energy_source") and mw is not None and int(d) < mw:
+            short.append(int(d))
+        else:
+            why = window_reason(result, int(d))
+            other[why] = other.get(why, 0) + 1
+    out = []
+    if short:
+        step = result.trust.get("counter_step_ns")
+        steps = f"10 × {step / NS_PER_MS:,.1f} ms = " if step else ""
+        span = (f"{min(short) / NS_PER_MS:,.1f} ms" if min(short) == max(short)
+                else f"{min(short) / NS_PER_MS:,.1f}-{max(short) / NS_PER_MS:,.1f} ms")
+        out.append(f"n/a: {len(short)} phase{'s' if len(short) > 1 else ''} of {span}, shorter than 10 counter "
+                   f"steps ({steps}{mw / NS_PER_MS:,.1f} ms), too short to read the energy counter over.")
+    out += [f"n/a: {n} phase{'s' if n > 1 else ''}: {why}." for why, n in other.items()]
+    return " ".join(out) or None
 
 
 REPORT_BINS = 500  # bins per series in the report (the file holds every trace's figure; <= 10 MB)
@@ -266,7 +294,9 @@ def power_section(store, trace_ids: list[str], ctx) -> Section | None:
         blocks.append(f"{name}: " + throttle_text(r))
         ph = phase_rows(r)
         if len(ph):
-            blocks.append(Table(ph, f"{name}: energy per phase (n/a below 10 counter steps)"))
+            blocks.append(Table(ph, f"{name}: energy per phase"))
+            if phase_na_text(r):
+                blocks.append(phase_na_text(r))
         pf = phase_energy_figure(r.tables.get("phases")) if ctx.figures else None
         if pf is not None:
             blocks.append(pf)

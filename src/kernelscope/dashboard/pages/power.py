@@ -15,6 +15,7 @@ from ...reports.power import (
     has_telemetry,
     headline,
     phase_energy_figure,
+    phase_na_text,
     phase_rows,
     power_timeline_figure,
     telemetry_bins,
@@ -78,6 +79,8 @@ def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
         body.append(grid(shown, [("phase", "phase", "text"), ("kind", "kind", "text"),
                                  ("dur_ns", "duration (ms)", "ms"), ("energy", "energy (mJ)", "text")],
                          "power-phases"))
+        if phase_na_text(r):
+            body.append(html.P(phase_na_text(r), id="power-phases-na"))
     else:
         body.append(message("The trace has no step or user annotations (phases).", "msg-power-no-phases"))
 
