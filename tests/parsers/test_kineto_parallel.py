@@ -253,3 +253,25 @@ def test_a_bare_array_of_events_reads_as_its_wrapped_twin(tmp_path, monkeypatch,
         list(KinetoReader(cut))
     kept = KinetoReader(cut, salvage=True)
     assert 0 < sum(b.num_rows for b in kept) < one.num_rows and kept.meta.truncated
+
+
+def test_a_script_that_reads_in_parallel_is_not_run_again_in_the_workers(tmp_path):
+    """multiprocessing runs the parent's main script again in each child: tests/hostile_harness.py (which imports
+    pandas, refused in parse workers) printed a worker's traceback for every large gzip case once 2 cores got two
+    workers. A script that imports pandas and reads a trace with worker processes at its top level runs once, its
+    rows come from the workers, and nothing is printed."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "user_script.py"
+    script.write_text(
+        "import sys\nimport pandas\nprint('script ran', file=sys.stderr)\n"
+        "from kernelscope.parsers import source\nfrom kernelscope.parsers.kineto import parallel\n"
+        "source.BLOCK_BYTES = 64 << 10\nparallel.MIN_BYTES = 0\nparallel.CHUNK_BYTES = 100_000\nparallel.DECODE_WHILE_STARTING = False\n"
+        f"r = parallel.ParallelKinetoReader({str(SAMPLE)!r}, workers=2)\n"
+        "n = sum(b.num_rows for b in r)\nprint(n, r.chunks, r.fallbacks)\n")
+    res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert res.stderr == "script ran\n", res.stderr
+    n, chunks, fallbacks = map(int, res.stdout.split())
+    assert n > 1000 and chunks >= 10 and fallbacks == 0

@@ -31,6 +31,7 @@ MIN_BYTES = 48 << 20
 ENV_WORKERS = "KERNELSCOPE_PARSE_WORKERS"
 _SHARED: dict[int, ProcessPoolExecutor] = {}  # workers -> the pool of ``shared_pool``
 _STARTED: dict[int, ProcessPoolExecutor] = {}  # workers -> the pool ``prestart`` started, until a reader takes it
+_PRELOAD: list = [None]  # the fork server's preload list before start_pool set ours (stop_fork_server restores it)
 
 
 def parse_workers(cores: int) -> int:
@@ -73,9 +74,13 @@ def start_pool(workers: int) -> ProcessPoolExecutor:
     where there is none. Forked from the server, a worker starts in milliseconds without importing anything, and
     the parent's own cost of starting 15 (spawning each was ~40 ms of its time) goes."""
     import multiprocessing
+    import multiprocessing.forkserver
 
     if "forkserver" in multiprocessing.get_all_start_methods():
         ctx = multiprocessing.get_context("forkserver")
+        server = getattr(multiprocessing.forkserver, "_forkserver", None)
+        if server is not None and _PRELOAD[0] is None:  # what the process had, given back by stop_fork_server
+            _PRELOAD[0] = list(getattr(server, "_preload_modules", []))
         ctx.set_forkserver_preload(["kernelscope.parsers.parse_server"])
     else:
         ctx = multiprocessing.get_context("spawn")
@@ -97,6 +102,9 @@ def stop_fork_server() -> None:
             stop()
         except OSError:
             pass
+        if _PRELOAD[0] is not None:  # a fork server started later for other code does not import ours
+            multiprocessing.get_context("forkserver").set_forkserver_preload(_PRELOAD[0])
+            _PRELOAD[0] = None
 
 
 def shared(workers: int) -> ProcessPoolExecutor | None:
