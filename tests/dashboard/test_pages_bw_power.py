@@ -280,7 +280,10 @@ def test_power_null_numbers_say_why(client, dash_store):
     assert f"({s['trace_window_ns'] / 1e6:,.1f} ms) is shorter than 10 counter steps" in why
     assert f"{tr['min_window_ns'] / 1e6:,.1f} ms" in why
     phases = _find(page, "power-phases")["props"]["rowData"]
-    assert len(phases) == len(r.tables["phases"]) and all(p["energy"].startswith("n/a: ") for p in phases)
+    assert len(phases) == len(r.tables["phases"]) and all(p["energy"] == "n/a" for p in phases)
+    short = [int(d) for d in r.tables["phases"]["dur_ns"]]  # every phase is shorter than 10 counter steps: one sentence
+    assert _text(_find(page, "power-phases-na")).startswith(
+        f"n/a: {len(short)} phase{'s' if len(short) > 1 else ''} of {min(short) / 1e6:,.1f}")
 
 
 def test_power_timeline_is_binned_on_the_trace_axis(client, dash_store):

@@ -307,7 +307,8 @@ def rule_warmup_dominates(res: dict[str, Result]) -> list[dict]:
     what = (f"the warm-up step {warm['name'].iloc[0]}" if len(warm) == 1
             else f"the {len(warm)} warm-up steps ({', '.join(warm['name'])})")
     msg = (f"{share:.0%} of the recorded steps' time is in {what} ({_ms(warm['dur_ns'].sum())} of {_ms(total)}; "
-           f"steps): first calls that build plans, autotune or compile, which the {steady} steady step(s) "
+           f"steps): the recording's start (set-up before the first step boundary, first calls that build plans, "
+           f"autotune or compile), which the {steady} steady step(s) "
            f"(median {_ms(st.scalars['step_time_median_ns'])}) do not pay, so the whole-trace numbers (bound, "
            "bandwidth, kernels) and the other findings here mostly describe it; the Steps section has the steady "
            "steps. To leave it out, record after a warm-up: kernelscope profile --schedule 0,1,N "
