@@ -210,7 +210,8 @@ def insert_python_context(con, trace_id: str) -> None:
                   LEFT JOIN ks_bw_node b ON b.op_id = o.op_id
                   LEFT JOIN ks_py_points own ON own.k = 1 AND own.id = o.op_id
                   LEFT JOIN ks_py_points fp ON fp.k = 1 AND fp.id = b.fwd_op_id) m
-            WHERE cpu_ops.trace_id = $trace AND cpu_ops.op_id = m.op_id""", t)
+            WHERE cpu_ops.trace_id = $trace AND cpu_ops.op_id = m.op_id
+              AND (m.fwd_op_id IS NOT NULL OR m.py_call_id IS NOT NULL OR m.module_call_id IS NOT NULL)""", t)
         con.execute("""
             UPDATE launches SET fwd_op_id = m.fwd_op_id, py_call_id = m.py_call_id, module_call_id = m.module_call_id
             FROM (SELECT l.launch_id, o.fwd_op_id,
@@ -221,7 +222,8 @@ def insert_python_context(con, trace_id: str) -> None:
                   LEFT JOIN (SELECT op_id, fwd_op_id, py_call_id, module_call_id FROM cpu_ops
                              WHERE trace_id = $trace) o ON o.op_id = l.leaf_op_id
                   LEFT JOIN ks_py_points own ON own.k = 2 AND own.id = l.launch_id) m
-            WHERE launches.trace_id = $trace AND launches.launch_id = m.launch_id""", t)
+            WHERE launches.trace_id = $trace AND launches.launch_id = m.launch_id
+              AND (m.fwd_op_id IS NOT NULL OR m.py_call_id IS NOT NULL OR m.module_call_id IS NOT NULL)""", t)
     finally:
         for name in _TEMPS:
             try:
