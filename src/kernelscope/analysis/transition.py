@@ -54,9 +54,9 @@ from ..storage.labels import label_value
 from ..storage.queries import iterations_sql
 from ..units import ns_to_ms
 from . import bound as bound_mod
+from . import cache
 from . import comm as comm_mod
 from . import launch as launch_mod
-from . import steps as steps_mod
 from .result import Result, int_or_none
 from .rules import SLOW_CALLS_SHARE_MIN, TOP_IDLE_OPS
 from .summary import trace_profiler_overhead
@@ -119,8 +119,9 @@ FROM ({union_length_sql("sel", by=("device",))})
 
 def _steady_steps(store, trace_id: str) -> pd.DataFrame | None:
     """The steps analysis' steady steps (neither warm-up nor partial) of a trace that launched GPU work, with
-    ``host_start_ns``, ``host_dur_ns`` and ``dur_ns``; None when there are none."""
-    df = steps_mod.steps(store, trace_id).tables["steps"]
+    ``host_start_ns``, ``host_dur_ns`` and ``dur_ns``; None when there are none. Through the process's cache
+    (analysis/cache.py), which the Steps page, the report and recommend read too."""
+    df = cache.analysis(store, "steps", trace_id).tables["steps"]
     df = df[~df["warmup"] & ~df["partial"] & (df["activities"] > 0)]
     return df if len(df) else None
 
