@@ -200,3 +200,31 @@ def test_no_energy_says_why_once():
                         trust={"min_window_ns": 1_000_000_000, "counter_step_ns": 100_000_000})
     assert energy(r) == (None, "", "No energy: the window (194.6 ms) is shorter than 10 counter steps "
                                    "(10 × 100.0 ms = 1,000.0 ms).")
+
+
+def test_operators_section_is_a_cpu_only_traces_account_of_its_time(dash_store, store):
+    """torch.profiler's defaults on a CPU (T5: 21,269 events) gave a report of n/a's and nothing on where the time
+    went. The Operators section lists the top operators by CPU time (a CPU-only trace shows only calls and CPU
+    time), each equal to the sum of its calls' durations read from the store by hand; a GPU trace's table opens
+    with the operator of most GPU time, the launch analysis' per leaf operator, in the page's order."""
+    from kernelscope.reports.operators import REPORT_ROWS, operators_section
+
+    tid = dash_store.ids["cpu_only"]
+    [table] = [b for b in operators_section(store, [tid], Context()).blocks if isinstance(b, Table)]
+    assert list(table.df.columns) == ["operator", "calls", "CPU time (ms)"]
+    hand = store.query("SELECT name, count(*) AS n, sum(dur_ns) / 1e6 AS ms FROM cpu_ops WHERE trace_id = $t "
+                       "GROUP BY name ORDER BY ms DESC, name", {"t": tid})
+    top = hand.head(min(REPORT_ROWS, len(hand)))
+    assert sorted(zip(table.df["operator"], table.df["calls"])) == sorted(zip(top["name"], top["n"]))
+    assert list(table.df["CPU time (ms)"]) == sorted(table.df["CPU time (ms)"], reverse=True)
+    assert table.df["CPU time (ms)"].tolist() == [round(x, 3) for x in top["ms"]]
+    assert "by CPU time (no GPU work in this trace)" in table.caption
+
+    tid = dash_store.ids["llama_prefill_b8"]
+    [table] = [b for b in operators_section(store, [tid], Context()).blocks if isinstance(b, Table)]
+    per = get_analysis("launch").fn(store, tid).tables["per_leaf_op"]
+    per = per[per["name"].notna()].groupby("name")["gpu_union_ns"].sum()
+    assert table.df["operator"].iloc[0] == per.idxmax()
+    assert table.df["GPU time (ms)"].iloc[0] == round(per.max() / 1e6, 3)
+    assert "by GPU time, then CPU time" in table.caption
+    assert "## Operators" in report(store, [tid], fmt="md")

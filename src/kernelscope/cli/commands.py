@@ -406,7 +406,8 @@ def report(traces_, by, sweep, output, fmt, db):
     offline) or a Markdown summary.
 
     Sections: overview and trust, launch overhead, bound-ness (and the sweep with several traces or
-    --by), bandwidth and roofline, power. The figures are the dashboard's.
+    --by), bandwidth and roofline, operators, power, steps, modules, call stacks and memory (each when
+    its data exists). The figures are the dashboard's.
     """
     import os
     import tempfile

@@ -26,6 +26,7 @@ from . import bound as _bound  # issue 5: launch, bound-ness, sweep
 from . import launch as _launch
 from . import memory as _memory  # issue 13: memory
 from . import modules as _modules  # issue 13: modules, call stacks
+from . import operators as _operators  # the Operators page's table, top rows
 from . import power as _power  # issue 5: bandwidth/roofline, power
 from . import roofline as _roofline
 from . import stacks as _stacks
@@ -60,6 +61,7 @@ SECTIONS = [
     _bound.bound_section,
     _sweep.sweep_section,  # only with several traces or --by
     _roofline.roofline_section,
+    _operators.operators_section,  # every trace with CPU operators; a CPU-only trace's only account of its time
     _power.power_section,
     _steps.steps_section,
     _modules.modules_section,  # only for traces recorded with with_modules
