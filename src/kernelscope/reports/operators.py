@@ -43,11 +43,9 @@ def _bandwidth_by_name(sig: pd.DataFrame) -> pd.DataFrame:
 
 
 def operator_table(store, trace_id: str, level: str = "leaf") -> tuple[pd.DataFrame, list[str]]:
-    """The operator table (module docstring) sorted by GPU time, and the analyses' warnings. Cached per
-    process and trace (a stored trace never changes; the analyses take seconds on 1M kernels)."""
-    info = td.trace_info(store, trace_id)
-    key = ("operators", str(getattr(store, "path", "")), trace_id, info and info["ingested_ns"], level)
-    df, warnings = td.cached(key, lambda: _operator_table(store, trace_id, level))
+    """The operator table (module docstring) sorted by GPU time, and the analyses' warnings. Through the process's
+    cache (analysis/cache.py: keyed by store, trace and level; the analyses take seconds on 1M kernels)."""
+    df, warnings = cache.call(store, trace_id, "operators", _operator_table, level=level)
     return df.copy(), list(warnings)
 
 
