@@ -105,6 +105,11 @@ def span_text(ns) -> str:
     return ms_text(ns)
 
 
+def clip_text(text: str, n: int) -> str:
+    """``text`` cut to ``n`` characters, its last one '…' when cut."""
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
 #: A tensor-list input longer than this is written by its count and its first and last shapes.
 SHAPES_LIST_SHOWN = 3
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pandas as pd
 
-from ..units import BYTES_PER_GIB, NS_PER_US, ns_to_ms
+from ..units import BYTES_PER_GIB, NS_PER_US, clip_text, ns_to_ms
 from .bound import SLOW_CALL_NS
 from .result import Result, py_scalar
 from .steps import is_dataloader
@@ -415,7 +415,7 @@ def rule_low_tensor_core(res: dict[str, Result]) -> list[dict]:
         names = ""
         if top is not None and {"name", "category", "tensor_core", "share"} <= set(top.columns):
             top = top[(top["category"] == "gemm") & ~top["tensor_core"].fillna(True).astype(bool)].head(2)
-            names = "; ".join(f"{_short(r.name)} ({_num(r.share):.0%})" for r in top.itertuples(index=False))
+            names = "; ".join(f"{clip_text(r.name, 60)} ({_num(r.share):.0%})" for r in top.itertuples(index=False))
         msg += (f"; they already run in {dtype} ({share:.0%} of the GEMM/convolution/attention operators' GPU time, "
                 f"bandwidth), so precision is not what keeps them off: depthwise and grouped convolutions run on "
                 f"CUDA cores in any precision, and cuDNN picks tensor-core kernels for 16-bit convolutions in "
@@ -450,10 +450,6 @@ def _low_precision(bw: Result | None) -> tuple[str, float] | None:
     dtype = by.idxmax()
     share = float(by.max() / total)
     return (dtype, share) if dtype in ("bf16", "fp16", "fp8") and share >= 0.5 else None
-
-
-def _short(name: str, n: int = 60) -> str:
-    return name if len(name) <= n else name[: n - 1] + "…"
 
 
 def rule_memory_at_limit(res: dict[str, Result]) -> list[dict]:

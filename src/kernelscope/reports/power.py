@@ -136,11 +136,15 @@ def window_reason(result, window_ns: int | None) -> str:
     if mw is None:
         return "the telemetry has too few changes to measure a counter step"
     if window_ns is not None and window_ns < mw:
-        step = tr.get("counter_step_ns")
-        steps = f"10 × {step / NS_PER_MS:,.1f} ms = " if step else ""
-        return (f"the window ({window_ns / NS_PER_MS:,.1f} ms) is shorter than 10 counter steps "
-                f"({steps}{mw / NS_PER_MS:,.1f} ms)")
+        return f"the window ({window_ns / NS_PER_MS:,.1f} ms) is shorter than {_min_window_text(result)}"
     return "the window is not inside the telemetry's first..last counter change"
+
+
+def _min_window_text(result) -> str:
+    """'10 counter steps (10 × 100.0 ms = 1,000.0 ms)': the shortest window the power analysis reads energy over."""
+    step, mw = result.trust.get("counter_step_ns"), result.trust["min_window_ns"]
+    steps = f"10 × {step / NS_PER_MS:,.1f} ms = " if step else ""
+    return f"10 counter steps ({steps}{mw / NS_PER_MS:,.1f} ms)"
 
 
 def null_reasons(result) -> dict[str, str]:
@@ -260,12 +264,10 @@ def phase_na_text(result) -> str | None:
             other[why] = other.get(why, 0) + 1
     out = []
     if short:
-        step = result.trust.get("counter_step_ns")
-        steps = f"10 × {step / NS_PER_MS:,.1f} ms = " if step else ""
         span = (f"{min(short) / NS_PER_MS:,.1f} ms" if min(short) == max(short)
                 else f"{min(short) / NS_PER_MS:,.1f}-{max(short) / NS_PER_MS:,.1f} ms")
-        out.append(f"n/a: {len(short)} phase{'s' if len(short) > 1 else ''} of {span}, shorter than 10 counter "
-                   f"steps ({steps}{mw / NS_PER_MS:,.1f} ms), too short to read the energy counter over.")
+        out.append(f"n/a: {len(short)} phase{'s' if len(short) > 1 else ''} of {span}, shorter than "
+                   f"{_min_window_text(result)}, too short to read the energy counter over.")
     out += [f"n/a: {n} phase{'s' if n > 1 else ''}: {why}." for why, n in other.items()]
     return " ".join(out) or None
 
@@ -294,9 +296,7 @@ def power_section(store, trace_ids: list[str], ctx) -> Section | None:
         blocks.append(f"{name}: " + throttle_text(r))
         ph = phase_rows(r)
         if len(ph):
-            blocks.append(Table(ph, f"{name}: energy per phase"))
-            if phase_na_text(r):
-                blocks.append(phase_na_text(r))
+            blocks += [Table(ph, f"{name}: energy per phase"), *filter(None, [phase_na_text(r)])]
         pf = phase_energy_figure(r.tables.get("phases")) if ctx.figures else None
         if pf is not None:
             blocks.append(pf)

@@ -21,7 +21,7 @@ import json
 import numpy as np
 import pandas as pd
 
-from ..units import NS_PER_MS, NS_PER_US, shapes_text
+from ..units import NS_PER_MS, NS_PER_US, clip_text, shapes_text
 
 #: Plot-area width in px assumed when the browser has not said (the figure's first render).
 DEFAULT_PX = 1100
@@ -49,7 +49,7 @@ def at_ms(ns, origin: int) -> str:
 
 def _cut(text, n: int) -> str:
     text = "" if text is None or (not isinstance(text, str) and pd.isna(text)) else str(text)
-    return text if len(text) <= n else text[: n - 1] + "…"
+    return clip_text(text, n)
 
 
 def _esc(text, n: int) -> str:
@@ -174,7 +174,7 @@ def labels(ev: pd.DataFrame, a: int, b: int, origin: int, plot_px: float) -> pd.
     texts = []
     for name, n in zip(ev["name"].to_numpy()[ok], chars[ok]):
         t = short_name(name)
-        texts.append(t if len(t) <= n else t[: n - 1] + "…")
+        texts.append(clip_text(t, n))
     # left-aligned a few px into the visible part (WebGL text centres long strings off their anchor)
     left = (s[ok] - int(origin)) / NS_PER_MS + (PAD_PX / 2) * ((b - a) / float(plot_px)) / NS_PER_MS
     return pd.DataFrame({"x": left, "lane": ev["lane"].to_numpy()[ok], "text": texts,

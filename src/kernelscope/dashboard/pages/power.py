@@ -79,8 +79,9 @@ def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
         body.append(grid(shown, [("phase", "phase", "text"), ("kind", "kind", "text"),
                                  ("dur_ns", "duration (ms)", "ms"), ("energy", "energy (mJ)", "text")],
                          "power-phases"))
-        if phase_na_text(r):
-            body.append(html.P(phase_na_text(r), id="power-phases-na"))
+        na_text = phase_na_text(r)
+        if na_text:
+            body.append(html.P(na_text, id="power-phases-na"))
     else:
         body.append(message("The trace has no step or user annotations (phases).", "msg-power-no-phases"))
 
