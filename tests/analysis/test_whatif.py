@@ -198,3 +198,18 @@ def test_long_gpu_idle_stretches_are_counted_and_said(store, tmp_path):
     near = whatif(store, _ingest(store, tmp_path, "near", events(20)))
     assert near.scalars["long_idle_ns"] == 0
     assert not any("stretches of 1 ms" in w for w in near.warnings)
+
+
+def test_a_cpu_only_trace_gets_one_warning(tmp_path):
+    """torch.profiler's defaults on a CPU: 'nothing to predict', and not also how the residual gap would have been
+    chosen (the no-prior warning, which told a CPU-only trace to store a CUDA graph replay of its GPU)."""
+    import edge_traces
+
+    from kernelscope.storage.ingest import ingest_paths
+    from kernelscope.storage.store import open_store
+
+    with open_store(empty(tmp_path / "c.duckdb")) as store:
+        (res,) = ingest_paths(store, [edge_traces.cpu_only(tmp_path)])
+        assert res.status == "ingested", res.message
+        r = whatif(store, res.trace_id)
+    assert r.warnings == ["no GPU activity with a launch call in scope: nothing to predict."]

@@ -367,7 +367,7 @@ def whatif(store, trace_id: str, twin: Any = None) -> Result:
     if not len(acts):
         warnings.append("no GPU activity with a launch call in scope: nothing to predict.")
     gap, info, w = _residual(store, t, acts, twin_id)
-    warnings += w
+    warnings += w if len(acts) else []  # how the gap would be chosen says nothing when there is nothing to predict
     syncs = store.query(_SYNCS_SQL, {"t": t})
     pend = simulate(acts, syncs, gap)
     predicted = int(pend.max()) if len(pend) else None
