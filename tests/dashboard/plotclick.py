@@ -23,8 +23,30 @@ def _xy(pos) -> tuple[float, float]:
     return (pos["x"], pos["y"]) if isinstance(pos, dict) else (pos[0], pos[1])
 
 
-def click_drawn(page, graph: str, locate: str, arg=None, tries: int = 10):
-    """Click at ``locate(arg)`` once a hover is reported there and it stays put; returns what ``locate`` gave."""
+def click_drawn(page, graph: str, locate: str, arg=None, tries: int = 10, until: str | None = None,
+                until_arg=None, clicks: int = 3):
+    """Click at ``locate(arg)`` once a hover is reported there and it stays put; returns what ``locate`` gave.
+
+    ``until``: a JavaScript predicate (of ``until_arg``, or of what ``locate`` gave when that is None) that the
+    click must make true. When it is still false 20 s after a click, the figure is located and clicked again,
+    ``clicks`` times at most: a click that Plotly took for the end of a redraw (a full suite run on a loaded
+    2-core machine once waited 120 s for the URL after one) is retried as a user would, and a click that never
+    works still fails."""
+    for attempt in range(clicks if until else 1):
+        pos = _hover_then_click(page, graph, locate, arg, tries)
+        if until is None:
+            return pos
+        try:
+            page.wait_for_function(until, arg=pos if until_arg is None else until_arg,
+                                   timeout=20_000 if attempt < clicks - 1 else 60_000)
+            return pos
+        except PlaywrightTimeout:
+            if attempt == clicks - 1:
+                raise
+    return pos
+
+
+def _hover_then_click(page, graph: str, locate: str, arg, tries: int):
     pos = None
     for _ in range(tries):
         pos = page.evaluate(locate, arg)

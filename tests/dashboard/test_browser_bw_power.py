@@ -51,8 +51,7 @@ def test_bandwidth_select_point_and_row_then_restore(page, base_url, dash_store)
     assert float(page.locator("#bw-kpi-modelled_share").get_attribute("data-value")) == js["modelled_share"]
 
     # click a drawn point: the ring moves onto it and ?sig= names its signature
-    click_drawn(page, "#roofline-figure", _FIRST_POINT)
-    page.wait_for_function("location.search.includes('sig=')")
+    click_drawn(page, "#roofline-figure", _FIRST_POINT, until="() => location.search.includes('sig=')")
     sig = int(parse_qs(page.evaluate("location.search").lstrip("?"))["sig"][0])
     page.wait_for_function("document.querySelector('#roofline-figure .js-plotly-plot')._fullData[0].x.length == 1")
     ring_x = page.evaluate("document.querySelector('#roofline-figure .js-plotly-plot')._fullData[0].x[0]")

@@ -94,7 +94,7 @@ def test_sweep_click_selects_and_url_restores(page, base_url, dash_store):
     assert _points(page, "sweep-figure") >= 3 * 7  # 7 series over the 3 points
 
     # Click the TKLQT marker of batch=8 (the second point) where Plotly drew it.
-    click_drawn(page, "#sweep-figure", _TKLQT_POINT)
+    click_drawn(page, "#sweep-figure", _TKLQT_POINT, until="() => location.search.includes('point=')")
     page.wait_for_url("**/sweep?sweep=llama_prefill&by=batch&point=8")
     expect(page.locator("#sweep-selected-title")).to_contain_text("batch = 8 (llama_prefill_b8)")
     assert page.locator("#sweep-figure .scatterlayer .trace .points path").count() >= 3 * 7 + 4  # rings added

@@ -122,8 +122,8 @@ def test_heatmap_cell_opens_that_collective_and_the_url_restores(page, base_url,
     page.goto(f"{base_url}/ranks?run={run}")
     page.wait_for_selector("#ranks-skew .js-plotly-plot .nsewdrag")
     col = 2  # the third collective in time order, row of rank 0
-    click_drawn(page, "#ranks-skew", _CELL, (col + 0.5) / len(order))
-    page.wait_for_url("**view=timeline**")
+    click_drawn(page, "#ranks-skew", _CELL, (col + 0.5) / len(order),
+                until="() => location.search.includes('view=timeline')")
     _wait_drawn(page)
     assert _query(page.url)["coll"] == order[col]
     _both_ranks_drawn(page, order[col])
@@ -187,8 +187,8 @@ def test_real_click_on_a_collective_segment_opens_it(page, base_url, ranks_db):
     _wait_drawn(page)
     expect(page.locator("#ranks-tl-status")).to_have_attribute("data-mode", "events")
     assert page.evaluate(_COLLECTIVE_BAR) is not None, "no collective segment drawn wide enough to click"
-    bar = click_drawn(page, "#ranks-tl-graph", _COLLECTIVE_BAR)
-    page.wait_for_function("(i) => new URLSearchParams(location.search).get('coll') === i", arg=bar["inst"])
+    bar = click_drawn(page, "#ranks-tl-graph", _COLLECTIVE_BAR,
+                      until="(b) => new URLSearchParams(location.search).get('coll') === b.inst")
     _wait_drawn(page)
     _both_ranks_drawn(page, bar["inst"])
     assert page.console_errors == []

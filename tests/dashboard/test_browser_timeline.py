@@ -98,8 +98,7 @@ def test_zoom_goes_into_the_url_and_back(page, base_url, dash_store):
     # a real mouse click on that operator's bar, where Plotly drew it (issue 11: a synthetic plotly_click
     # that already carries the id passed while a real click sent no id, customdata being a typed array)
     assert page.evaluate(_BAR_AT, op) is not None, "the operator's bar is not drawn"
-    click_drawn(page, "#timeline-graph", _BAR_AT, op)
-    page.wait_for_function(f"() => location.search.includes('op={op}')")
+    click_drawn(page, "#timeline-graph", _BAR_AT, op, until=f"() => location.search.includes('op={op}')")
     expect(page.locator("#timeline-status")).to_contain_text(f"aten::mm (instance {op})")
     traces = page.evaluate(_TRACES)
     assert [t["segments"] for t in traces if t["name"] == "selected activities"][0] >= 1
@@ -173,8 +172,8 @@ def test_a_real_click_on_a_kernel_bar_selects_it(page, base_url, dash_store):
     expect(page.locator("#timeline-details-empty")).to_contain_text("Click a bar")
     cd = f"gpu:{int(k['activity_id'])}"
     assert page.evaluate(_BAR_MID, cd) is not None, "the kernel's bar is not drawn wide enough to click"
-    click_drawn(page, "#timeline-graph", _BAR_MID, cd)
-    page.wait_for_function(f"() => location.search.includes('sel=gpu%3A{int(k['activity_id'])}')")
+    click_drawn(page, "#timeline-graph", _BAR_MID, cd,
+                until=f"() => location.search.includes('sel=gpu%3A{int(k['activity_id'])}')")
     expect(page.locator("#detail-correlation")).to_have_text(str(int(k["correlation"])))
     expect(page.locator("#detail-name")).to_have_text(k["name"])
     expect(page.locator("#detail-grid")).to_have_text(f"[{k['grid_x']}, {k['grid_y']}, {k['grid_z']}]")

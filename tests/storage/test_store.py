@@ -35,6 +35,25 @@ def test_create_migrate_and_reopen(tmp_path):
             s.con.execute("DELETE FROM traces")
 
 
+def test_a_new_store_gets_every_migration_or_none(tmp_path, monkeypatch):
+    """A new store takes every migration in one transaction: when one of them fails, the file holds no table
+    of the earlier ones (a store with half a schema would open as a kernelscope store that lacks tables);
+    when none fails, every version is recorded."""
+    from kernelscope.storage import store as store_mod
+
+    shipped = store_mod.migrations()
+    monkeypatch.setattr(store_mod, "migrations", lambda: [*shipped, (999, "999_bad.sql", "CREATE TABLE (")])
+    p = tmp_path / "s.duckdb"
+    with pytest.raises(StoreError, match="cannot migrate store .* to schema 999_bad.sql"):
+        open_store(p)
+    con = duckdb.connect(str(p))
+    assert con.execute("SELECT count(*) FROM information_schema.tables").fetchall() == [(0,)]
+    con.close()
+    monkeypatch.setattr(store_mod, "migrations", lambda: shipped)
+    with open_store(p) as s:
+        assert sorted(s.query("SELECT version FROM schema_version")["version"]) == [v for v, _, _ in shipped]
+
+
 def test_not_a_store_and_newer_schema(tmp_path):
     junk = tmp_path / "junk.duckdb"
     junk.write_bytes(b"hello" * 1000)

@@ -287,21 +287,26 @@ def _migrate(con, path, applied: set[int] | None) -> None:
     store made between two releases may miss a lower number). A migration changes the schema; what it
     created is then filled for the traces already stored by the derivation steps ingest runs
     (``derivations.backfill``), in the same transaction."""
-    for version, fname, sql in migrations():
-        if applied is not None and version in applied:
+    todo = [m for m in migrations() if applied is None or m[0] not in applied]
+    # A new store (nothing applied, nothing to backfill) takes them all in one transaction: one commit
+    # instead of one per migration (a third of the time a new store took to open).
+    for batch in ([todo] if applied is None else [[m] for m in todo]):
+        if not batch:
             continue
         con.execute("BEGIN TRANSACTION")
         try:
-            if version == 1:
-                con.execute(
-                    "CREATE TABLE IF NOT EXISTS schema_version "
-                    "(version INTEGER NOT NULL, name VARCHAR, applied_ns BIGINT)"
-                )
-            con.execute(sql)
-            derivations.backfill(con, version)
-            con.execute(
-                "INSERT INTO schema_version VALUES (?, ?, ?)", [version, fname, time.time_ns()]
-            )
+            for version, name, sql in batch:
+                fname = name  # the one the error names
+                if version == 1:
+                    con.execute(
+                        "CREATE TABLE IF NOT EXISTS schema_version "
+                        "(version INTEGER NOT NULL, name VARCHAR, applied_ns BIGINT)"
+                    )
+                con.execute(sql)
+                if applied is not None:
+                    derivations.backfill(con, version)
+            now = time.time_ns()
+            con.executemany("INSERT INTO schema_version VALUES (?, ?, ?)", [[v, f, now] for v, f, _ in batch])
             con.execute("COMMIT")
         except Exception as exc:
             con.execute("ROLLBACK")
