@@ -14,7 +14,7 @@ import pandas as pd
 
 from ..analysis import cache
 from ..storage import catalog
-from ..units import FLOP_PER_GFLOP, NS_PER_MS
+from ..units import FLOP_PER_GFLOP, NS_PER_MS, ns_to_ms
 from . import timeline_data as td
 from .blocks import Section, Table
 
@@ -81,7 +81,7 @@ def _operator_table(store, trace_id: str, level: str) -> tuple[pd.DataFrame, lis
 
 
 def _ms(ns: pd.Series) -> pd.Series:
-    return (ns.astype("float64") / NS_PER_MS).round(3)
+    return ns_to_ms(ns.astype("float64")).round(3)
 
 
 def operators_section(store, trace_ids: list[str], ctx) -> Section | None:
@@ -97,9 +97,10 @@ def operators_section(store, trace_ids: list[str], ctx) -> Section | None:
                               "GPU time (ms)": _ms(top["gpu_union_ns"]), "kernels": top["kernels"],
                               "TKLQT (ms)": _ms(top["tklqt_ns"]), "GFLOP": top["gflop"], "GB/s": top["gbps"],
                               "% of peak": top["pct_peak"]})
-        if top["kernels"].sum() == 0:  # no GPU work: the GPU columns would be n/a throughout
+        gpu = bool(df["kernels"].sum())  # the table opens with the operators of most GPU time
+        if not gpu:  # no GPU work: the GPU columns would be n/a throughout
             shown = shown[["operator", "calls", "CPU time (ms)"]]
-        order = "GPU time, then CPU time" if df["kernels"].sum() else "CPU time (no GPU work in this trace)"
+        order = "GPU time, then CPU time" if gpu else "CPU time (no GPU work in this trace)"
         blocks.append(Table(shown.reset_index(drop=True),
                             f"{name}: top {len(top)} of {len(df)} operators by {order}; CPU time is the calls' "
                             "durations, the operators they call included (the Operators page lists them all)"))
