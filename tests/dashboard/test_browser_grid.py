@@ -81,6 +81,10 @@ def test_traces_table_cells_and_numeric_sort(page, base_url, dash_store):
     header.click()
     expect(header).to_have_attribute("aria-sort", "descending")
     assert [tid for tid, _ in shown()][:len(with_span)] == list(with_span.index[::-1])
+    # the sort arrow takes room from the header: its text wraps, it is not clipped to "GPU span (…"
+    clipped = page.eval_on_selector_all("#traces-table .ag-header-cell-text",
+                                        "els => els.filter(e => e.scrollWidth > e.clientWidth + 1).map(e => e.textContent)")
+    assert clipped == []
     assert page.console_errors == []
 
 

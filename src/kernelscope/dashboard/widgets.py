@@ -157,7 +157,9 @@ def grid(df, columns: list[tuple[str, str, str]], grid_id: str, *, page_size: in
         columnDefs=[column(f, h, k, tooltip=f in tooltips, filters=filters) for f, h, k in columns],
         defaultColDef={"sortable": True, "floatingFilter": filters, "resizable": True,
                        "suppressHeaderMenuButton": True, "suppressFloatingFilterButton": True,
-                       "maxWidth": MAX_COLUMN_PX, "cellDataType": False},
+                       "maxWidth": MAX_COLUMN_PX, "cellDataType": False,
+                       # a header wraps rather than clips when its sort arrow appears ("CPU time (…" after a click)
+                       "wrapHeaderText": True, "autoHeaderHeight": True},
         dashGridOptions=options,
         columnSize="autoSize",
         className="ks-grid" + (" ks-clickable" if clickable else ""),
