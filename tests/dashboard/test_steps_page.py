@@ -95,3 +95,39 @@ def test_clicking_a_step_bar_opens_the_timeline_on_that_step(client, dash_store)
     assert abs((q["t1"] - q["t0"]) - step["dur_ns"] / 1e6) < 1e-5  # exactly the step's span
     timeline = page_json(client, parts.path, "?" + parts.query)
     assert f"between {q['t0']:,.3f} and {q['t1']:,.3f} ms" in json.dumps(timeline)
+
+
+def _steps_df(durations_ms, warmup=(), partial=()):
+    """A ``steps`` table (the analysis' columns the figures read): all of each step's time in CPU Exec."""
+    import pandas as pd
+
+    from kernelscope.reports.steps import CATEGORIES
+
+    ns = [round(ms * 1e6) for ms in durations_ms]
+    df = pd.DataFrame({"step": range(len(ns)), "dur_ns": ns,
+                       "warmup": [i in warmup for i in range(len(ns))],
+                       "partial": [i in partial for i in range(len(ns))]})
+    for key, _, _ in CATEGORIES:
+        df[f"{key}_ns"] = ns if key == "cpu_op" else [0] * len(ns)
+    return df
+
+
+def test_a_long_warm_up_step_does_not_flatten_the_steady_ones():
+    """A BERT training run profiled from its start (AMP, a DataLoader with workers): its warm-up step took
+    6,419.772 ms, the 11 steady ones 40.207-53.755 ms, and at the warm-up's scale they were flat lines at the
+    bottom of both charts. Now both axes end at 1.3 x the longest steady step and the warm-up's time is written
+    at the top; a marked step within 2 x of the steady ones (a short last step) changes nothing."""
+    from kernelscope.reports.steps import breakdown_figure, step_time_figure
+
+    steady = [40.716, 40.207, 43.678, 47.255, 44.523, 43.354, 49.668, 53.755, 45.264, 42.640, 43.957]
+    df = _steps_df([6419.772, *steady, 20.376], warmup={0}, partial={0, 12})
+    for fig in (breakdown_figure(df), step_time_figure(df, {"step_time_median_ns": 43_956_745})):
+        assert fig.layout.yaxis.range == (0, 1.3 * 53.755)
+        notes = [a.text for a in fig.layout.annotations if a.text.startswith("↑")]
+        assert notes == ["↑ 6,419.772 ms"]
+        assert "the axis fits the steady steps" in fig.layout.title.text
+    for df in (_steps_df([100.0, *steady], warmup={0}),   # under 2 x the longest steady step: autoscaled
+               _steps_df([6419.772, 50.0], warmup={0}, partial={1}),  # no steady step to fit
+               _steps_df(steady)):                          # nothing marked
+        fig = breakdown_figure(df)
+        assert fig.layout.yaxis.range is None and not fig.layout.annotations

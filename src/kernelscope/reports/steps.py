@@ -27,6 +27,11 @@ CATEGORIES = (
 )
 #: Bar patterns of marked steps.
 PATTERNS = {"warmup": "/", "partial": "x"}
+#: A warm-up or partial step longer than this many times the longest steady step would flatten the steady steps
+#: against a chart scaled to it (a BERT training run: a 6,420 ms warm-up step over steady steps of 40-54 ms):
+#: the charts' y axis then fits the steady steps and each step above it has its time written at the top
+#: (plotly's autoscale button still shows everything).
+FIT_OVER = 2.0
 
 
 def step_labels(df: pd.DataFrame) -> list[str]:
@@ -40,6 +45,27 @@ def step_labels(df: pd.DataFrame) -> list[str]:
 
 def _pattern(df: pd.DataFrame) -> list[str]:
     return [PATTERNS["partial"] if p else PATTERNS["warmup"] if w else "" for w, p in zip(df["warmup"], df["partial"])]
+
+
+def fit_steady(fig: go.Figure, df: pd.DataFrame) -> bool:
+    """Fit ``fig``'s y axis (ms) to the steady steps when a marked step is over ``FIT_OVER`` times the longest of
+    them: the range ends at 1.3 times that step and every step above it gets "↑ its time" at the top. True when
+    it did; nothing changes when no step is steady or none is marked."""
+    ms = (df["dur_ns"].astype("int64") / NS_PER_MS).to_numpy()
+    marked = (df["warmup"].astype(bool) | df["partial"].astype(bool)).to_numpy()
+    if marked.all() or not marked.any():
+        return False
+    top = float(ms[~marked].max())
+    if top <= 0 or float(ms[marked].max()) <= FIT_OVER * top:
+        return False
+    ceiling = 1.3 * top
+    fig.update_yaxes(range=[0, ceiling])
+    for label, value in zip(step_labels(df), ms):
+        if value > ceiling:
+            fig.add_annotation(x=label, y=ceiling, yanchor="top", showarrow=False, text=f"↑ {value:,.3f} ms",
+                               font={"size": 11, "color": "#374151"}, bgcolor="rgba(255,255,255,0.8)")
+    fig.update_layout(title_text=fig.layout.title.text + "; the axis fits the steady steps, ↑ a step above it")
+    return True
 
 
 def breakdown_figure(df: pd.DataFrame) -> go.Figure:
@@ -57,6 +83,7 @@ def breakdown_figure(df: pd.DataFrame) -> go.Figure:
         xaxis={"title": "step", "type": "category"}, yaxis_title="time (ms)", height=380,
         margin={"l": 60, "r": 20, "t": 40, "b": 50},
         legend={"orientation": "h", "y": 1.02, "x": 1, "xanchor": "right", "yanchor": "bottom", "traceorder": "normal"})
+    fit_steady(fig, df)
     return fig
 
 
@@ -78,6 +105,7 @@ def step_time_figure(df: pd.DataFrame, scalars: dict) -> go.Figure:
                 xaxis={"title": "step", "type": "category"}, yaxis={"title": "time (ms)", "rangemode": "tozero"},
                 height=300, margin={"l": 60, "r": 20, "t": 40, "b": 50},
                 showlegend=False)
+    fit_steady(fig, df)
     return fig
 
 
