@@ -45,7 +45,7 @@ def click_drawn(page, graph: str, locate: str, arg=None, tries: int = 10, until:
                 raise
             if page.evaluate(until, done_arg):  # it came just after the wait: no second click
                 return pos
-    return pos
+    raise ValueError(f"clicks={clicks}: give at least one click")  # the last click returns or raises
 
 
 def _hover_then_click(page, graph: str, locate: str, arg, tries: int):

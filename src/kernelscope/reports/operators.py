@@ -14,7 +14,7 @@ import pandas as pd
 
 from ..analysis import cache
 from ..storage import catalog
-from ..units import FLOP_PER_GFLOP, NS_PER_MS, ns_to_ms
+from ..units import FLOP_PER_GFLOP, ns_to_ms
 from . import timeline_data as td
 from .blocks import Section, Table
 
@@ -75,7 +75,7 @@ def _operator_table(store, trace_id: str, level: str) -> tuple[pd.DataFrame, lis
         "pct_peak": df["pct_peak"].astype("float64").round(1),
     })
     # the order the table opens in: GPU time, then CPU time as shown (ms, 3 decimals; ties keep their order)
-    out["cpu_shown"] = (out["cpu_ns"] / NS_PER_MS).round(3)
+    out["cpu_shown"] = _ms(out["cpu_ns"])
     out = out.sort_values(["gpu_union_ns", "cpu_shown"], ascending=False, na_position="last")
     return out.drop(columns="cpu_shown").reset_index(drop=True), warnings
 

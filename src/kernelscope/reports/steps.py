@@ -47,17 +47,25 @@ def _pattern(df: pd.DataFrame) -> list[str]:
     return [PATTERNS["partial"] if p else PATTERNS["warmup"] if w else "" for w, p in zip(df["warmup"], df["partial"])]
 
 
-def fit_steady(fig: go.Figure, df: pd.DataFrame) -> bool:
+def _marked(df: pd.DataFrame) -> np.ndarray:
+    """Per step: warm-up or partial (not one of the steady steps)."""
+    return (df["warmup"].astype(bool) | df["partial"].astype(bool)).to_numpy()
+
+
+def _step_ms(df: pd.DataFrame) -> np.ndarray:
+    return (df["dur_ns"].astype("int64") / NS_PER_MS).to_numpy()
+
+
+def fit_steady(fig: go.Figure, df: pd.DataFrame) -> None:
     """Fit ``fig``'s y axis (ms) to the steady steps when a marked step is over ``FIT_OVER`` times the longest of
-    them: the range ends at 1.3 times that step and every step above it gets "↑ its time" at the top. True when
-    it did; nothing changes when no step is steady or none is marked."""
-    ms = (df["dur_ns"].astype("int64") / NS_PER_MS).to_numpy()
-    marked = (df["warmup"].astype(bool) | df["partial"].astype(bool)).to_numpy()
+    them: the range ends at 1.3 times that step and every step above it gets "↑ its time" at the top; nothing
+    changes when no step is steady or none is marked."""
+    ms, marked = _step_ms(df), _marked(df)
     if marked.all() or not marked.any():
-        return False
+        return
     top = float(ms[~marked].max())
     if top <= 0 or float(ms[marked].max()) <= FIT_OVER * top:
-        return False
+        return
     ceiling = 1.3 * top
     fig.update_yaxes(range=[0, ceiling])
     for label, value in zip(step_labels(df), ms):
@@ -65,7 +73,6 @@ def fit_steady(fig: go.Figure, df: pd.DataFrame) -> bool:
             fig.add_annotation(x=label, y=ceiling, yanchor="top", showarrow=False, text=f"↑ {value:,.3f} ms",
                                font={"size": 11, "color": "#374151"}, bgcolor="rgba(255,255,255,0.8)")
     fig.update_layout(title_text=fig.layout.title.text + "; the axis fits the steady steps, ↑ a step above it")
-    return True
 
 
 def breakdown_figure(df: pd.DataFrame) -> go.Figure:
@@ -91,11 +98,10 @@ def step_time_figure(df: pd.DataFrame, scalars: dict) -> go.Figure:
     """Step time (``dur_ns``, ms) per step as a line with markers (warm-up and partial steps drawn hollow and
     named in the hover), and the steady steps' median as a dashed line."""
     labels = np.array(step_labels(df), dtype=object)
-    ms = (df["dur_ns"].astype("int64") / NS_PER_MS).to_numpy()
-    marked = [bool(w or p) for w, p in zip(df["warmup"], df["partial"])]
+    ms = _step_ms(df)
     fig = go.Figure(go.Scatter(
         x=labels, y=ms, mode="lines+markers", name="step time", line={"color": "#4e79a7"},
-        marker={"size": 8, "symbol": np.array(["circle-open" if m else "circle" for m in marked], dtype=object)},
+        marker={"size": 8, "symbol": np.where(_marked(df), "circle-open", "circle").astype(object)},
         hovertemplate="step %{x}: %{y:.3f} ms<extra></extra>"))
     med = scalars.get("step_time_median_ns")
     if med is not None:
