@@ -128,6 +128,17 @@ def test_a_trace_without_telemetry_says_how_to_record_it(session_store):
     assert r.trust["telemetry_samples"] == 0
     assert any("no GPU telemetry is stored with this trace" in w and "kernelscope profile" in w for w in r.warnings)
     assert not any("clock-sync marker" in w for w in r.warnings)
+    # the text form says why before its tables (they were 120 lines of nulls with the reason after them)
+    from click.testing import CliRunner
+
+    from kernelscope.cli import cli
+
+    res = CliRunner().invoke(cli, ["analyze", "power", tid, "--db", str(session_store.db)])
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    assert lines[0] == "power" and lines[1].startswith("warning: no GPU telemetry is stored with this trace")
+    assert len([x for x in lines if x.startswith("warning: ")]) == len(r.warnings)
+    assert all(x.startswith("warning: ") for x in lines[1:1 + len(r.warnings)])
 
 
 def test_phase_energies_too_short_are_said_once_under_the_table():

@@ -158,6 +158,8 @@ def emit_result(result, fmt: str, table: str | None) -> None:
         return
     width = max((len(k) for k, _ in scalars), default=0)
     click.echo(f"{result.name}")
+    for w in result.warnings:  # the reason first: a trace without telemetry gave 127 lines of empty power tables
+        click.echo(f"warning: {w}", err=True)  # with why at the bottom
     notes = {}
     if result.name == "launch":  # TKLQT is a sum over kernels: the per-kernel mean and q lead (issue 11)
         from ..reports.launch import tklqt_lead, tklqt_sum_label
@@ -174,8 +176,6 @@ def emit_result(result, fmt: str, table: str | None) -> None:
         if len(df) > TEXT_TABLE_ROWS:  # a trace of 2,000 annotations printed 2,000 phase rows to the terminal
             click.echo(f"... {len(df) - TEXT_TABLE_ROWS:,} more rows of {len(df):,}: --table {name} prints them "
                        "all (with --format csv or json for a file)")
-    for w in result.warnings:
-        click.echo(f"warning: {w}", err=True)
 
 
 # ------------------------------------------------------------------------------------ streamed SQL rows
