@@ -140,17 +140,14 @@ ev AS (
     UNION ALL
     SELECT pid, tid, end_ns, 0, -start_ns, CASE WHEN up IS NULL THEN 'none' ELSE 'op' END, up FROM kept
 ),
-st AS (  -- per instant, the event that decides the state: greatest (is_start, k) (ordering above); a window
-         -- (sorts spill to disk) rather than a grouped arg_max over millions of instants (its states do not)
-    SELECT pid, tid, t, kind, ref FROM ev
-    QUALIFY row_number() OVER (PARTITION BY pid, tid, t ORDER BY is_start DESC, k DESC, kind, ref) = 1
-),
 tl AS (  -- the thread's state changes and the gap starts in one ordered stream per (device, thread)
-    SELECT d.device, s.pid, s.tid, s.t, 0 AS is_gap, s.kind, s.ref, NULL::BIGINT AS g1
-    FROM st s JOIN (SELECT DISTINCT device, pid, tid FROM hw WHERE pid IS NOT NULL) d USING (pid, tid)
+    SELECT d.device, e.pid, e.tid, e.t, 0 AS is_gap, e.is_start, e.k, e.kind, e.ref, NULL::BIGINT AS g1
+    FROM ev e JOIN (SELECT DISTINCT device, pid, tid FROM hw WHERE pid IS NOT NULL) d USING (pid, tid)
     UNION ALL
-    SELECT device, pid, tid, g0, 1, NULL, NULL, g1 FROM hw WHERE pid IS NOT NULL
+    SELECT device, pid, tid, g0, 1, NULL, NULL, NULL, NULL, g1 FROM hw WHERE pid IS NOT NULL
 ),
+-- At one instant the state events are ordered so that the one deciding the state (greatest (is_start, k),
+-- the ordering above) comes last: the rows before it at that instant end where they start (ns 0, dropped).
 seg AS (  -- each row: the state in force from t (last change at or before t) and the gap open at t
     SELECT device, pid, tid, t,
            lead(t) OVER w AS t1,
@@ -158,8 +155,9 @@ seg AS (  -- each row: the state in force from t (last change at or before t) an
            last_value(CASE WHEN is_gap = 1 THEN t END IGNORE NULLS) OVER w0 AS g0,
            last_value(g1 IGNORE NULLS) OVER w0 AS g1
     FROM tl
-    WINDOW w AS (PARTITION BY device, pid, tid ORDER BY t, is_gap),
-           w0 AS (PARTITION BY device, pid, tid ORDER BY t, is_gap ROWS UNBOUNDED PRECEDING)
+    WINDOW w AS (PARTITION BY device, pid, tid
+                 ORDER BY t, is_gap, is_start, k, kind DESC NULLS FIRST, ref DESC NULLS FIRST),
+           w0 AS (w ROWS UNBOUNDED PRECEDING)
 ),
 pieces AS (
     SELECT device, g0, pid, tid, coalesce(state.kind, 'none') AS kind, state.ref AS ref,
