@@ -381,12 +381,21 @@ def _pid_tid(pid_l: list, tid_l: list) -> tuple[pa.Array, pa.Array, pa.Array]:
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
         pid_text = pa.array([None if type(p) is int and -(2**63) <= p < 2**63 else _text_pid(p)
                              for p in pid_l], s)  # an integer past int64 is kept as text
-        pid = pa.array([_int_or_none(p) for p in pid_l], i64)
+        pid = _ints(pid_l)
     try:
         tid = pa.array(tid_l, i64)
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
-        tid = pa.array([_int_or_none(t) for t in tid_l], i64)
+        tid = _ints(tid_l)
     return pid, tid, pid_text
+
+
+def _ints(vals: list) -> pa.Array:
+    """int64 of a column that is not all integers (Kineto's few "Spans"/"Traces" pids put every batch holding
+    them here): integers as they are, the rest through ``_int_or_none`` (an integer past int64 too)."""
+    try:
+        return pa.array([v if type(v) is int else _int_or_none(v) for v in vals], pa.int64())
+    except (pa.ArrowInvalid, OverflowError):
+        return pa.array([_int_or_none(v) for v in vals], pa.int64())
 
 
 def _text(kind: pa.Array, args: list, arg_values: dict[str, tuple]) -> pa.Array:
