@@ -372,3 +372,38 @@ def test_runner_ingests_in_the_parent(tmp_path):
                            "WHERE l.key = 'batch'").fetchall()
         assert rows == [("t", 4.0)]
         assert con.execute("SELECT count(*) FROM cpu_ops WHERE name = 'aten::mm'").fetchone()[0] == 1
+
+
+def test_kill_of_profile_stops_the_script_too(tmp_path):
+    """`kill PID` of `kernelscope profile` (a scheduler, a container stop) used to end it at once and leave the
+    script running, orphaned (on a GPU, holding its memory). Now the script's process is stopped with it, one
+    line says so, the exit code is 143 and nothing is ingested."""
+    import os
+    import signal
+    import subprocess
+
+    script, pid_file, db = tmp_path / "long.py", tmp_path / "pid", tmp_path / "s.duckdb"
+    script.write_text("import os, sys, time, torch\n"
+                      "open(sys.argv[1], 'w').write(str(os.getpid()))\n"
+                      "time.sleep(120)\n")
+    proc = subprocess.Popen([sys.executable, "-m", "kernelscope", "profile", "--no-baseline", "--no-telemetry",
+                             "--run-dir", str(tmp_path / "run"), "--db", str(db), "--", "python", str(script),
+                             str(pid_file)], stderr=subprocess.PIPE, text=True)
+    try:
+        end = time.monotonic() + 120
+        while not pid_file.exists() or not pid_file.read_text():
+            assert proc.poll() is None and time.monotonic() < end, "the script never started"
+            time.sleep(0.05)
+        script_pid = int(pid_file.read_text())
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143
+    assert err.splitlines()[-1] == (f"kernelscope: stopped during the profiled run of the script; its process "
+                                    f"({script_pid}) was stopped too and nothing was ingested; {tmp_path / 'run'} "
+                                    "keeps what it wrote")
+    with pytest.raises(ProcessLookupError):
+        os.kill(script_pid, 0)
+    assert not db.exists()

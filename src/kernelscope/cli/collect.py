@@ -9,7 +9,7 @@ import sys
 import click
 
 from ..errors import UsageError
-from .app import cli, db_option, db_path, label_pairs, number_or_text, open_db
+from .app import cli, db_option, db_path, label_pairs, number_or_text, open_db, stop_within
 from .render import emit_result
 
 _CMD = {"ignore_unknown_options": True, "allow_interspersed_args": False}
@@ -101,9 +101,14 @@ def profile(name, labels, run_dir, memory, stack, modules, no_shapes, schedule, 
         raise UsageError("give the command to profile after `--`, e.g. `kernelscope profile -- python s.py`.")
     if (stack or modules) and not schedule and not steps:
         click.echo(PYTHON_TRACER_NOTE, err=True)
+    stop_within(STOP_S, sigterm=True)  # `kill` stops the script's run too (collectors/child.py)
     res = run_passes(argv, name=name, labels=label_pairs(labels), db=db_path(db), run_dir=run_dir, options=opts)
     sys.exit(res.rc)
 
+
+#: Seconds `profile` and `sweep` may take to end after Ctrl-C or SIGTERM (the script's process gets
+#: collectors/child.py's STOP_GRACE_S of them) before they exit anyway.
+STOP_S = 15
 
 #: Said before a whole-script profile with the Python tracer on (--stack, --modules): its size surprises.
 PYTHON_TRACER_NOTE = ("kernelscope: --stack/--modules record every Python call of the whole run (a GPT-2 generate() "
@@ -162,6 +167,7 @@ def sweep(grids, name, by, run_root, memory, stack, modules, no_shapes, schedule
     by = by or ("batch" if "batch" in grid else next(iter(grid)))
     if by not in grid:
         raise UsageError(f"--by {by}: not a --grid key ({', '.join(grid)})")
+    stop_within(STOP_S, sigterm=True)  # `kill` stops the running point's script too (collectors/child.py)
     results, sweep_name = run_grid(grid, argv, name=name, db=db_path(db), run_root=run_root, options=opts,
                                    log=lambda line: click.echo(f"kernelscope: {line}", err=True))
     ok = [r for r in results if r["failed"] is None]

@@ -78,6 +78,8 @@ from pathlib import Path
 
 from kernelscope.errors import KernelscopeError, UsageError
 
+from .child import run_child
+
 # ---------------------------------------------------------------- finding the tools
 
 #: Where each tool is looked for after PATH, in order; within one pattern the newest version comes first.
@@ -404,11 +406,7 @@ def nsys_pass(nsys, run_dir, name: str, child_argv: list[str], *, env=None, capt
     info = {"argv": nsys_prefix(nsys, final.base, capture_range) + list(child_argv), "capture_range": capture_range,
             "version": tool_version(nsys)}
     try:
-        try:
-            p = subprocess.run(argv, env=env, timeout=timeout)
-            rc = p.returncode
-        except subprocess.TimeoutExpired:
-            rc = None
+        rc = run_child(argv, env=env, timeout=timeout)  # None: timed out (stopped)
         if not tmp.rep.is_file():
             why = ("nsys wrote no report" + (f" (exit code {rc})" if rc is not None else " (timed out)")
                    + ("; with a capture range nothing is recorded unless the script reaches the schedule's active "

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
 import time
 from collections.abc import Iterable
@@ -22,6 +21,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kernelscope.errors import KernelscopeError, UsageError
+
+from .child import run_child
 
 if TYPE_CHECKING:
     from .nsight import PassResult
@@ -213,10 +214,8 @@ def ncu_pass(ncu, run_dir, name: str, child_argv: list[str], targets: NcuTargets
             "settings_note": settings_note(clock_control, cache_control), "version": tool_version(ncu)}
     rc = None
     try:
-        try:  # the script's own output passes through; ncu's (the CSV, ==PROF==/==ERROR== lines) goes to tmp
-            rc = subprocess.run(argv, env=env, timeout=timeout).returncode
-        except subprocess.TimeoutExpired:
-            pass
+        # the script's own output passes through; ncu's (the CSV, ==PROF==/==ERROR== lines) goes to tmp
+        rc = run_child(argv, env=env, timeout=timeout)  # None: timed out (stopped)
         log = tmp.read_text(encoding="utf-8", errors="replace") if tmp.is_file() else ""
         try:
             rows = len(read_ncu_csv(tmp).kernels) if tmp.is_file() else 0

@@ -21,7 +21,6 @@ import dataclasses
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -121,9 +120,18 @@ def _child_env() -> dict:
 
 
 def _run(cmd: list[str]) -> tuple[int, int]:
-    """(exit code, wall ns) of a child."""
+    """(exit code, wall ns) of a child; stopped with kernelscope (collectors/child.py)."""
+    from .child import run_child
+
+    mode, run_dir = cmd[cmd.index("--mode") + 1], cmd[cmd.index("--run-dir") + 1]
+
+    def said(pid: int) -> None:
+        what = "un-profiled" if mode == "time" else "profiled"
+        print(f"kernelscope: stopped during the {what} run of the script; its process ({pid}) was stopped too and "
+              f"nothing was ingested; {run_dir} keeps what it wrote", file=sys.stderr, flush=True)
+
     t0 = time.perf_counter_ns()
-    rc = subprocess.run(cmd, env=_child_env()).returncode
+    rc = run_child(cmd, env=_child_env(), on_stop=said)
     return rc, time.perf_counter_ns() - t0
 
 
