@@ -424,6 +424,7 @@ def fake_sources(monkeypatch, **given):
     assert set(fakes) == set(rec._sources())  # every analysis recommend reads
     monkeypatch.setattr(rec, "_sources", lambda: dict(fakes))
     monkeypatch.setattr(rec, "_captured", lambda s, t: 0)  # no stream capture (the store is None here)
+    monkeypatch.setattr(rec, "_measured_inflation", lambda s, t: None)  # no collector run
 
 
 def test_recommend_with_fake_analyses(monkeypatch):
@@ -441,6 +442,21 @@ def test_recommend_with_fake_analyses(monkeypatch):
     ev = r.tables["evidence"]
     assert len(ev) == sum(len(e) for e in r.tables["findings"]["evidence"])
     json.loads(r.to_json())
+
+
+def test_slow_host_calls_of_a_slowed_profile_carry_the_warning(monkeypatch):
+    """A torch.compile'd ViT step recorded with --modules --memory (5.95x slower than un-profiled) fired only
+    slow_host_calls, host work inside CompiledFunction calls, and the warning was not given: it is host time too."""
+    bound = slow_bound()
+    bound.tables["idle_causes"] = fake_bound().tables["idle_causes"]
+    fake_sources(monkeypatch, bound=lambda s, t: bound)
+    monkeypatch.setattr(rec, "_slowing_options", lambda s, t: ["with_stack", "with_modules"])
+    r = rec.recommend(None, "t1")
+    assert "slow_host_calls" in r.scalars["rules_fired"] and "host_bound_launch" not in r.scalars["rules_fired"]
+    assert [w for w in r.warnings if "profiler's own" in w] == [
+        "the trace was recorded with with_stack and with_modules, which slow the host side (Python tracing, module "
+        "records): the host-side findings (slow_host_calls) may be the profiler's own; profile again without them "
+        "(kernelscope profile without --stack and --modules) before acting on them."]
 
 
 @pytest.mark.parametrize("depth, both", [(2.0, True), (0.2, False)])
@@ -524,6 +540,23 @@ def test_host_findings_warn_when_stacks_or_memory_were_recorded(sample_store, tm
             "--stack and --memory)" in w
         assert "(host_bound_launch) may be the profiler's own" in w
         assert not [w for w in rec.recommend(s, ids["b128"]).warnings if "slow the host" in w]
+        # what kernelscope profile measured is said too (a torch.compile'd ViT step with --modules --memory on an
+        # H100: +494.9% per step, and slow_host_calls fired without this warning), and alone when the options are off
+        s.con.execute("UPDATE traces SET provenance = json_merge_patch(provenance, '{\"profiler_overhead\": "
+                      "{\"basis\": \"step\", \"n\": 3, \"pct\": 494.9}}')")
+        (w,) = [w for w in rec.recommend(s, ids["b1"]).warnings if "profiler's own" in w]
+        assert ("(Python tracing, allocation records); kernelscope profile measured its recorded steps at 5.95x their "
+                "un-profiled time (median of 3): the host-side findings (host_bound_launch) may be") in w
+        s.con.execute("UPDATE traces SET provenance = json_merge_patch(provenance, '{\"profiler_options\": "
+                      "{\"with_stack\": false, \"profile_memory\": false}}')")
+        for pct, said in ((83.0, True), (49.0, False)):
+            s.con.execute("UPDATE traces SET provenance = json_merge_patch(provenance, "
+                          f"'{{\"profiler_overhead\": {{\"pct\": {pct}}}}}')")
+            ws = [w for w in rec.recommend(s, ids["b1"]).warnings if "profiler's own" in w]
+            assert ws == ([f"kernelscope profile measured its recorded steps at {1 + pct / 100:.2f}x their un-profiled "
+                           "time (median of 3): the host-side findings (host_bound_launch) may be the profiler's own; "
+                           "compare them with the un-profiled run (the Overview's profiler inflation) before acting "
+                           "on them."] if said else []), pct
 
 
 def test_whatif_runs_only_for_a_host_bound_finding(sample_store):

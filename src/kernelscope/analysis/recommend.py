@@ -73,7 +73,7 @@ from ..errors import KernelscopeError
 from . import cache
 from .result import Result
 from .rules import API_SHARE_MAX, NEEDS, QUEUE_DEPTH_MIN, RULES, _api_share, _num, evaluate
-from .summary import launches_without_kernel, trace_profiler_options
+from .summary import launches_without_kernel, trace_profiler_options, trace_profiler_overhead
 
 DESCRIPTION = ("Rules over bound/launch/whatif/kernels/bandwidth/steps/memory/comm: findings with cited evidence "
                "and savings.")
@@ -149,13 +149,22 @@ class _Results(dict):
         return self[name] if name in self else default
 
 
-#: Rules whose findings read host-side time (host wait, launch and sync calls), which a profiler recording Python
-#: stacks or allocations inflates.
-HOST_RULES = frozenset({"host_bound_launch", "host_overhead", "sync_stalls"})
+#: Rules whose findings read host-side time (host wait, launch and sync calls, host work inside slow calls), which
+#: a profiler recording Python stacks or allocations inflates.
+HOST_RULES = frozenset({"host_bound_launch", "host_overhead", "sync_stalls", "slow_host_calls"})
+#: Profiled steps this many times their un-profiled time (as ``kernelscope profile`` measured them): a third of the
+#: host-side time or more is the profiler's, whatever its options.
+INFLATION_WARN = 1.5
 
 
 #: The torch.profiler options that slow the host: what they add, and the ``kernelscope profile`` flag that sets them.
-_SLOWING = {"with_stack": ("Python tracing", "--stack"), "profile_memory": ("allocation records", "--memory")}
+_SLOWING = {"with_stack": ("Python tracing", "--stack"), "with_modules": ("module records", "--modules"),
+            "profile_memory": ("allocation records", "--memory")}
+
+
+def _and(items: list[str]) -> str:
+    """'a', 'a and b', 'a, b and c'."""
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
 def _slowing_options(store, trace_id: str) -> list[str]:
@@ -163,6 +172,18 @@ def _slowing_options(store, trace_id: str) -> list[str]:
     profile_memory), from its provenance; [] when off or not recorded (not a kernelscope collector run)."""
     opts = trace_profiler_options(store, trace_id)
     return [k for k in _SLOWING if opts.get(k) is True]
+
+
+def _measured_inflation(store, trace_id: str) -> tuple[float, str] | None:
+    """(profiled / un-profiled time, how it was measured) per step or kernelscope.range region, as
+    ``kernelscope profile`` measured it when it recorded the trace (provenance ``profiler_overhead``); else None."""
+    o = trace_profiler_overhead(store, trace_id)
+    if o.get("basis") not in ("step", "range") or o.get("pct") is None:
+        return None
+    ratio = 1 + float(o["pct"]) / 100
+    what = "steps" if o["basis"] == "step" else "kernelscope.range regions"
+    return ratio, (f"kernelscope profile measured its recorded {what} at {ratio:.2f}x their un-profiled time "
+                   f"(median of {o.get('n')})")
 
 
 def _captured(store, trace_id: str) -> int:
@@ -181,15 +202,20 @@ def recommend(store, trace_id: str, results: dict[str, Result] | None = None) ->
     res = _Results(store, trace_id, dict(results or {}), warnings)
     res.prefetch(sorted({n for rule in RULES for n in NEEDS[rule]}))  # whatif stays lazy
     findings, skipped = evaluate(res)
-    slow = _slowing_options(store, trace_id) if any(f["rule"] in HOST_RULES for f in findings) else []
-    if slow:
+    host = sorted({f["rule"] for f in findings if f["rule"] in HOST_RULES})
+    slow = _slowing_options(store, trace_id) if host else []
+    measured = _measured_inflation(store, trace_id) if host else None
+    measured = measured if measured is not None and measured[0] >= INFLATION_WARN else None
+    if slow or measured:  # (a torch.compile'd ViT step with --modules --memory: 5.95x, slow_host_calls fired)
         one = len(slow) == 1
-        warnings.append(
-            f"the trace was recorded with {' and '.join(slow)}, which {'slows' if one else 'slow'} the host side ("
-            + ", ".join(_SLOWING[k][0] for k in slow) + "): the host-side findings ("
-            + ", ".join(sorted({f["rule"] for f in findings if f["rule"] in HOST_RULES}))
-            + f") may be the profiler's own; profile again without {'it' if one else 'them'} (kernelscope profile "
-            + "without " + " and ".join(_SLOWING[k][1] for k in slow) + ") before acting on them.")
+        why = [f"the trace was recorded with {_and(slow)}, which {'slows' if one else 'slow'} the host side ("
+               + ", ".join(_SLOWING[k][0] for k in slow) + ")"] if slow else []
+        why += [measured[1]] if measured else []
+        advice = (f"profile again without {'it' if one else 'them'} (kernelscope profile without "
+                  + _and([_SLOWING[k][1] for k in slow]) + ")" if slow else
+                  "compare them with the un-profiled run (the Overview's profiler inflation)")
+        warnings.append("; ".join(why) + f": the host-side findings ({', '.join(host)}) may be the profiler's own; "
+                        f"{advice} before acting on them.")
     b = dict.get(res, "bound")
     fired = {f["rule"] for f in findings}
     lch = dict.get(res, "launch")
