@@ -134,3 +134,32 @@ def test_the_reports_source_lines_show_self_gpu_time(computed, session_store):
     assert any(src.endswith("<module>") for src in trunk) and not trunk & set(df.index)
     (said,) = [b for b in section.blocks if isinstance(b, str) and "left out of the table" in b]
     assert said.startswith(f"{len(trunk):,} lines ") and "left out of the table, from capture_wild.py:252 <module> to " in said
+
+
+def test_a_compiled_model_says_why_it_has_no_inner_modules(computed):
+    """torch.compile'd ViT-B/16 on an H100 (--modules): the tree held OptimizedModule_0 over
+    ViTForImageClassification_0 and nothing below it, with no word why. The wrapped module's self GPU time is named;
+    an eager trace (every sample) says nothing; a compiled layer inside an eager model is named too."""
+    import pandas as pd
+
+    from kernelscope.analysis.modules import compiled_note
+
+    def tree(rows):
+        return pd.DataFrame(rows, columns=["path", "parent_path", "module", "class", "gpu_self_ns"])
+
+    vit = tree([("OptimizedModule_0", None, "OptimizedModule_0", "OptimizedModule", 0),
+                ("OptimizedModule_0/ViTForImageClassification_0", "OptimizedModule_0", "ViTForImageClassification_0",
+                 "ViTForImageClassification", 96_124_406)])
+    assert compiled_note(vit) == (
+        "torch.compile ran ViTForImageClassification_0: the modules inside a compiled module run as its compiled "
+        "graphs and record no module ranges (only what runs outside them, at graph breaks, does), so 96.124 ms of GPU "
+        "time is the compiled module's self time; profile the model without torch.compile for time per inner module.")
+    layers = tree([("M_0", None, "M_0", "M", 5),
+                   *[(f"M_0/OptimizedModule_{i}", "M_0", f"OptimizedModule_{i}", "OptimizedModule", 0) for i in range(4)],
+                   *[(f"M_0/OptimizedModule_{i}/Block_{i}", f"M_0/OptimizedModule_{i}", f"Block_{i}", "Block",
+                      1_000_000) for i in range(4)]])
+    assert compiled_note(layers).startswith("torch.compile ran Block_0, Block_1, Block_2 and 1 more: ")
+    assert "so 4.000 ms of GPU time" in compiled_note(layers)
+    for path, _layers in CASES:
+        (m, _s), _ref = computed[path]
+        assert len(m.tables["tree"]) > 2 and not [w for w in m.warnings if "torch.compile" in w]

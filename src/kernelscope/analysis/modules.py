@@ -39,6 +39,7 @@ from typing import Any
 import pandas as pd
 
 from ..storage import modules as sm
+from ..units import ns_to_ms
 from .result import Result
 
 DESCRIPTION = ("nn.Module tree (with_modules): calls, CPU time and forward/backward GPU kernel time per module "
@@ -48,6 +49,9 @@ NO_MODULES = ("this trace has no nn.Module ranges: record it with torch.profiler
               "with_modules=True) (an eager model's module ranges come from the Python tracer that with_stack=True "
               "turns on; with_modules=True alone does not record them) or kernelscope.profile(with_modules=True), "
               "which turns both on, to see time per module.")
+
+#: torch.compile's wrapper (torch._dynamo's OptimizedModule): the model it wraps runs as compiled graphs.
+COMPILED_CLASS = "OptimizedModule"
 
 _SUMS = ["cpu_ns", "cpu_self_ns", "cpu_bwd_ns", "gpu_fwd_ns", "gpu_bwd_ns", "gpu_ns", "gpu_self_ns", "kernels",
          "launches"]
@@ -103,6 +107,21 @@ def class_table(calls: pd.DataFrame) -> pd.DataFrame:
     return _ints(out[CLASS_COLUMNS].reset_index(drop=True), ["instances", "calls", *_SUMS])
 
 
+def compiled_note(tree: pd.DataFrame) -> str | None:
+    """A sentence when torch.compile ran some module (a child of an OptimizedModule): the modules inside it run as
+    its compiled graphs and record no ranges, so their GPU time is its self time (a torch.compile'd ViT-B/16 on an
+    H100 showed two modules, OptimizedModule_0 over ViTForImageClassification_0, and no word why)."""
+    wrapped = tree[tree["parent_path"].isin(tree.loc[tree["class"] == COMPILED_CLASS, "path"])]
+    if not len(wrapped):
+        return None
+    ms = ns_to_ms(sum(int(v) for v in wrapped["gpu_self_ns"]))
+    names = list(dict.fromkeys(wrapped["module"]))
+    named = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    return (f"torch.compile ran {named}: the modules inside a compiled module run as its compiled graphs and record "
+            f"no module ranges (only what runs outside them, at graph breaks, does), so {ms:,.3f} ms of GPU time is "
+            "the compiled module's self time; profile the model without torch.compile for time per inner module.")
+
+
 def modules(store, trace_id: str) -> Result:
     """Module tree, instances and classes of one trace (definitions in the module docstring)."""
     totals = sm.module_totals(store, trace_id)
@@ -129,6 +148,9 @@ def modules(store, trace_id: str) -> Result:
     if int(totals["no_launch_kernel_ns"]):
         warnings.append(f"{totals['no_launch_kernel_ns']} ns of kernels have no launch call in the trace (launched "
                         "before the profiler started): they are in no module and not in kernel_time_ns.")
+    note = compiled_note(tree)
+    if note:
+        warnings.append(note)
     return Result(
         name="modules", definition=__doc__.strip(),
         scalars={"module_calls": len(calls), "module_instances": int(calls["module"].nunique()),
