@@ -114,8 +114,8 @@ def modules_section(store, trace_ids: list[str], ctx) -> Section | None:
         name = name if name is not None else tid
         r = cache.analysis(store, "modules", tid)
         blocks.append(f"{name}: " + summary_sentence(r))
+        blocks += [f"{name}: warning: {shown(w)}" for w in r.warnings]  # before the figure they qualify
         if ctx.figures:
             blocks.append(module_icicle(r.tables["tree"], title=f"{name}: modules by GPU kernel time"))
         blocks.append(Table(class_rows(r.tables["classes"]), f"{name}: time per module class"))
-        blocks += [f"{name}: warning: {shown(w)}" for w in r.warnings]
     return Section("Modules", "modules", blocks) if blocks else None

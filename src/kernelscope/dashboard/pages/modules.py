@@ -57,6 +57,7 @@ def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
     metric = _metric(params)
     t = r.tables
     body += [_kpis(r.scalars), html.P(rm.summary_sentence(r), className="ks-hint", id="modules-sentence"),
+             *warning_lines(r.warnings, shown),  # they qualify the figure below (a compiled model's one module)
              html.Div(["size by: ", dcc.RadioItems(id="modules-metric", value=metric, inline=True,
                                                    options=[{"label": v, "value": k} for k, v in rm.METRICS.items()])],
                       className="ks-row"),
@@ -75,7 +76,6 @@ def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
                  grid(out, [("top_op", "top-level operator", "text"), ("backward", "backward", "text"),
                             ("kernels", "kernels", "numeric"), ("gpu_ns", "GPU (ms)", "ms")], "modules-outside",
                       tooltips=("top_op",))]
-    body += warning_lines(r.warnings, shown)
     return html.Div(body, id="modules-page")
 
 
