@@ -434,7 +434,7 @@ def test_recommend_with_fake_analyses(monkeypatch):
     monkeypatch.setattr(rec, "_slowing_options", lambda s, t: ["with_stack"])
     r = rec.recommend(None, "t1")
     assert r.scalars["rules_fired"] == ["host_bound_launch", "short_kernels"]
-    assert r.trust["rules_skipped"] == ["low_bandwidth"] and "bandwidth" in r.warnings[0]
+    assert r.trust["rules_skipped"] == ["low_bandwidth", "unaligned_gemm"] and "bandwidth" in r.warnings[0]
     assert r.warnings[1] == ("the trace was recorded with with_stack, which slows the host side (Python tracing): "
                              "the host-side findings (host_bound_launch) may be the profiler's own; profile again "
                              "without it (kernelscope profile without --stack) before acting on them.")
@@ -442,6 +442,54 @@ def test_recommend_with_fake_analyses(monkeypatch):
     ev = r.tables["evidence"]
     assert len(ev) == sum(len(e) for e in r.tables["findings"]["evidence"])
     json.loads(r.to_json())
+
+
+def gemm_bandwidth(extra=()):
+    """GPT-2 small's fp16 training step on an H100 (bandwidth per_signature, its numbers): the 50,257-token LM head
+    (N = 50,257 and K = 50,257 as row lengths; its weight-gradient GEMM has them only as M), aligned GEMMs, a
+    memory-bound decode GEMV and an fp32 GEMM, both unaligned and both not this rule's."""
+    def row(name, dims, dtype, gpu_ns, pct, bound="compute"):
+        return {"name": name, "input_dims": dims, "input_types": "[]", "gpu_ns": gpu_ns, "dtype": dtype,
+                "pct_peak_flops": pct, "bound": bound}
+    rows = [row("aten::mm", "[[8192, 768], [768, 50257]]", "fp16", 74_401_036, 8.589),
+            row("aten::mm", "[[8192, 50257], [50257, 768]]", "fp16", 45_380_347, 14.08),
+            row("aten::mm", "[[50257, 8192], [8192, 768]]", "fp16", 43_091_721, 14.83),
+            row("aten::mm", "[[8192, 768], [768, 3072]]", "fp16", 7_052_684, 66.46),
+            row("aten::mm", "[[3072, 8192], [8192, 768]]", "fp16", 6_859_040, 68.34),
+            row("aten::addmm", "[[768], [8192, 3072], [3072, 768], [], []]", "fp16", 6_351_227, 73.22),
+            row("aten::mm", "[[1, 2048], [2048, 8193]]", "bf16", 5_406_000, 0.2, bound="memory"),
+            row("aten::mm", "[[512, 1000], [1000, 1001]]", "fp32", 30_000_000, 20.0),
+            *extra]
+    return R("bandwidth", {"gpu_ns": 739_082_941}, {"per_signature": rows})
+
+
+def test_unaligned_gemm_names_the_lm_head_and_its_padding():
+    """Only the LM head's two GEMMs with 50,257 as a row length are named (16.2% of GPU time: low); the saving is
+    each at the median of the other fp16 GEMMs (14.83, 66.46, 68.34, 73.22: 67.4%): 74,401,036 x (1 - 8.589/67.4)
+    + 45,380,347 x (1 - 14.08/67.4) = 64,919,871 + 35,900,298 ns."""
+    [f] = rules.rule_unaligned_gemm({"bandwidth": gemm_bandwidth()})
+    assert f["rule"] == "unaligned_gemm" and f["severity"] == "low" and f["saving_ns"] == 100_820_169
+    assert f["message"].startswith("2 compute-bound 16-bit GEMM signature(s) with a row length (K or N) off the "
+                                   "tensor cores' alignment (a multiple of 8 elements, fp8 16) take 16% of GPU time")
+    assert ("aten::mm [[8192, 768], [768, 50257]] (fp16, 9% of peak FLOP/s, 74.40 ms; 50,257 -> 50,304); aten::mm "
+            "[[8192, 50257], [50257, 768]] (fp16, 14% of peak FLOP/s, 45.38 ms; 50,257 -> 50,304).") in f["message"]
+    assert f["message"].endswith("reach a median of fp16 67% of peak, at which these would take 100.82 ms less.")
+    assert values(f)[("bandwidth", "per_signature.pct_peak_flops", json.dumps(
+        {"name": "aten::mm", "input_dims": "[[8192, 768], [768, 50257]]", "input_types": "[]"}))] == 8.589
+
+
+def test_unaligned_gemm_silent_or_not():
+    sig = gemm_bandwidth().tables["per_signature"]
+
+    def fired(rows):
+        return rules.rule_unaligned_gemm({"bandwidth": R("bandwidth", {"gpu_ns": 739_082_941},
+                                                         {"per_signature": rows})})
+    assert fired(sig[sig["gpu_ns"] < 40_000_000]) == []  # without the LM head: no aligned GEMM is named
+    [one] = fired(sig[sig["gpu_ns"] != 74_401_036])  # one LM-head GEMM alone: 6.1% of GPU time, still named
+    assert one["message"].startswith("1 compute-bound") and "[[8192, 50257], [50257, 768]]" in one["message"]
+    assert fired(sig.assign(pct_peak_flops=55.0)) == []  # unaligned but at half the peak or more
+    assert fired(sig.assign(gpu_ns=sig["gpu_ns"] // 10)) == []  # 1.6% of GPU time
+    assert fired(sig.assign(bound="memory")) == []  # FLOP/s is not what holds a memory-bound GEMM back
 
 
 def test_slow_host_calls_of_a_slowed_profile_carry_the_warning(monkeypatch):

@@ -1,6 +1,6 @@
 """Recommendations: rules over the other analyses' results, each finding citing the numbers it rests on.
 
-recommend reads bound, launch, kernels, bandwidth, steps, memory, whatif and comm on one trace and checks eleven
+recommend reads bound, launch, kernels, bandwidth, steps, memory, whatif and comm on one trace and checks thirteen
 rules. A finding
 has a ``rule`` id, a ``severity`` (from the rule's main share: >= 0.5 high, >= 0.2 medium, else low), a
 ``message`` with the numbers, ``evidence`` (a list of ``{"analysis", "key", "value"}`` plus ``"row"`` for
@@ -57,6 +57,11 @@ Rules (thresholds below):
    (summed ``dur_ns``): first calls that autotune, build plans or compile, so every whole-trace number mostly
    describes them; names the steady steps' median and the schedule that records after a warm-up. It frames the
    others, so it is listed first. No saving: a one-time cost.
+
+13. ``unaligned_gemm`` (rule_gemm.py): bandwidth ``per_signature`` compute-bound GEMM rows in fp16/bf16 (fp8) with
+   an operand's row length (K or N) not a multiple of 8 (16), at ``pct_peak_flops`` < UNALIGNED_PCT_MAX, together
+   >= UNALIGNED_SHARE_MIN of GPU time; advises padding to a multiple of 64. Saving: each one's time at the median
+   ``pct_peak_flops`` of the trace's other GEMMs of its dtype.
 
 Rule 2 adds, when bound's ``host_wait_share`` >= GPU_BOUND_HOST_NOTE, that the GPU also waits on the host for that
 share of its span: the mean queue depth averages the bursts in which kernels queue deep and the waits between.

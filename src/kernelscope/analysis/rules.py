@@ -4,13 +4,13 @@ and ``evaluate``. A rule reads only those Results and cites every number it uses
 
 from __future__ import annotations
 
-from typing import Any
-
 import pandas as pd
 
 from ..units import BYTES_PER_GIB, NS_PER_US, clip_text, ns_to_ms
 from .bound import SLOW_CALL_NS
-from .result import Result, py_scalar
+from .findings import _ev, _finding, _ms, _num
+from .result import Result
+from .rule_gemm import rule_unaligned_gemm
 from .steps import is_dataloader
 
 # 1. host-bound launches
@@ -54,38 +54,16 @@ WARMUP_SHARE_MIN = 0.5  # the warm-up steps hold half the recorded steps' time: 
 GPU_BOUND_HOST_NOTE = 0.2  # a fifth of the span waiting on the host: the mean depth hides it, say so
 
 RULES = ("warmup_dominates", "host_bound_launch", "host_overhead", "slow_host_calls", "input_pipeline", "gpu_bound",
-         "low_bandwidth", "short_kernels", "sync_stalls", "low_tensor_core", "memory_at_limit", "exposed_communication")
+         "low_bandwidth", "unaligned_gemm", "short_kernels", "sync_stalls", "low_tensor_core", "memory_at_limit",
+         "exposed_communication")
 NEEDS = {"host_bound_launch": ("bound", "launch"), "host_overhead": ("bound", "launch"), "slow_host_calls": ("bound",),
          "input_pipeline": ("steps",), "warmup_dominates": ("steps",), "memory_at_limit": ("memory",),
          "exposed_communication": ("bound",),
          "gpu_bound": ("launch", "kernels"),
-         "low_bandwidth": ("bandwidth",), "short_kernels": ("kernels",), "sync_stalls": ("bound",),
+         "low_bandwidth": ("bandwidth",), "unaligned_gemm": ("bandwidth",), "short_kernels": ("kernels",),
+         "sync_stalls": ("bound",),
          "low_tensor_core": ("kernels",)}
 
-
-
-def severity(share: float) -> str:
-    return "high" if share >= 0.5 else "medium" if share >= 0.2 else "low"
-
-
-def _ev(analysis: str, key: str, value: Any, row: dict[str, Any] | None = None) -> dict[str, Any]:
-    e: dict[str, Any] = {"analysis": analysis, "key": key, "value": py_scalar(value)}  # np.float64 printed as such
-    if row is not None:
-        e["row"] = row
-    return e
-
-
-def _num(v: Any) -> float | None:
-    return None if v is None or pd.isna(v) else float(v)
-
-
-def _ms(ns: float) -> str:
-    return f"{ns_to_ms(ns):.2f} ms"
-
-
-def _finding(rule: str, share: float, message: str, evidence: list, saving_ns: int | None = None) -> dict:
-    return {"rule": rule, "severity": severity(share), "message": message, "saving_ns": saving_ns,
-            "evidence": evidence}
 
 
 def _top_idle_ops(bound: Result, n: int) -> pd.DataFrame:
@@ -527,7 +505,8 @@ _RULE_FNS = {"warmup_dominates": rule_warmup_dominates,
              "host_bound_launch": rule_host_bound_launch, "host_overhead": rule_host_overhead,
              "slow_host_calls": rule_slow_host_calls, "input_pipeline": rule_input_pipeline,
              "gpu_bound": rule_gpu_bound,
-             "low_bandwidth": rule_low_bandwidth, "short_kernels": rule_short_kernels,
+             "low_bandwidth": rule_low_bandwidth, "unaligned_gemm": rule_unaligned_gemm,
+             "short_kernels": rule_short_kernels,
              "sync_stalls": rule_sync_stalls, "low_tensor_core": rule_low_tensor_core,
              "memory_at_limit": rule_memory_at_limit, "exposed_communication": rule_exposed_communication}
 

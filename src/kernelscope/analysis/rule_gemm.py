@@ -1,0 +1,73 @@
+"""Rule 13 of recommend, ``unaligned_gemm`` (recommend.py's docstring): 16-bit GEMMs with a dimension off the
+tensor cores' alignment, far below the FLOP/s the trace's aligned GEMMs reach."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from typing import Any
+
+from .findings import _ev, _finding, _ms, _num
+from .result import Result
+
+GEMM_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::addbmm", "aten::matmul",
+                      "aten::linear"})
+#: Elements in 16 bytes: cuBLAS's fastest tensor-core kernels want every GEMM dimension a multiple of it.
+GEMM_ALIGN = {"fp16": 8, "bf16": 8, "fp8": 16}
+UNALIGNED_SHARE_MIN = 0.05  # the unaligned GEMMs' share of GPU time worth a finding
+UNALIGNED_PCT_MAX = 50.0  # an unaligned GEMM at half its peak FLOP/s or more is not what is held back
+PAD_TO = 64  # the padding advised: a multiple of 64 suits every tile shape
+
+
+def row_lengths(text: Any) -> list[int]:
+    """The row length (last dimension) of each matrix operand (2-D or more) of an ``input_dims`` text: K and N of
+    ``[[M, K], [K, N]]``, the leading dimensions whose alignment the tensor-core kernels need (M is not one)."""
+    try:
+        shapes = json.loads(text)
+    except (TypeError, ValueError):
+        return []
+    return [sh[-1] for sh in shapes if isinstance(sh, list) and len(sh) >= 2 and isinstance(sh[-1], int)]
+
+
+def rule_unaligned_gemm(res: dict[str, Result]) -> list[dict]:
+    """bandwidth ``per_signature`` compute-bound GEMM rows in fp16/bf16 (fp8) with an operand's row length (K or N)
+    not a multiple of 8 (16) and ``pct_peak_flops`` < UNALIGNED_PCT_MAX, together >= UNALIGNED_SHARE_MIN of GPU
+    time: one finding. Saving: each
+    one's time at the median ``pct_peak_flops`` of the trace's aligned GEMMs of its dtype (null when none). GPT-2's
+    50,257-token LM head in fp16 on an H100 ran at 9-15% of peak beside the model's aligned GEMMs at 40-74%."""
+    bw = res["bandwidth"]
+    total, sig = _num(bw.scalars.get("gpu_ns")), bw.tables["per_signature"]
+    if not total or sig.empty or not {"dtype", "pct_peak_flops"} <= set(sig.columns):
+        return []
+    hits, aligned = [], {}
+    for r in sig.sort_values("gpu_ns", ascending=False, kind="stable").itertuples(index=False):
+        align, pct = GEMM_ALIGN.get(r.dtype), _num(r.pct_peak_flops)
+        if r.name not in GEMM_OPS or align is None or pct is None or r.bound != "compute":
+            continue  # (a memory-bound GEMV of a decode step, M = 1, is not held back by FLOP/s)
+        off = sorted({d for d in row_lengths(r.input_dims) if d % align})
+        if not off:
+            aligned.setdefault(r.dtype, []).append(pct)
+        elif pct < UNALIGNED_PCT_MAX:
+            hits.append((r, off, pct))
+    share = sum(r.gpu_ns for r, _, _ in hits) / total
+    if share < UNALIGNED_SHARE_MIN:
+        return []
+    ev, parts, saving = [_ev("bandwidth", "gpu_ns", bw.scalars["gpu_ns"])], [], 0
+    for r, off, pct in hits:
+        row = {"name": r.name, "input_dims": r.input_dims, "input_types": r.input_types}
+        ev += [_ev("bandwidth", "per_signature.gpu_ns", r.gpu_ns, row),
+               _ev("bandwidth", "per_signature.pct_peak_flops", r.pct_peak_flops, row)]
+        ref = statistics.median(aligned[r.dtype]) if r.dtype in aligned else None
+        saving = None if saving is None or ref is None or ref <= pct else saving + int(r.gpu_ns * (1 - pct / ref))
+        pad = ", ".join(f"{d:,} -> {-(-d // PAD_TO) * PAD_TO:,}" for d in off)
+        parts.append(f"{r.name} {r.input_dims} ({r.dtype}, {pct:.0f}% of peak FLOP/s, {_ms(r.gpu_ns)}; {pad})")
+    dtypes = sorted({r.dtype for r, _, _ in hits})
+    medians = "; ".join(f"{d} {statistics.median(aligned[d]):.0f}%" for d in dtypes if d in aligned)
+    msg = (f"{len(hits)} compute-bound 16-bit GEMM signature(s) with a row length (K or N) off the tensor cores' "
+           f"alignment (a multiple of 8 elements, fp8 16) take {share:.0%} of GPU time at low FLOP/s (bandwidth): "
+           + "; ".join(parts[:3]) + (f"; and {len(parts) - 3} more" if len(parts) > 3 else "")
+           + f". cuBLAS's fastest tensor-core kernels need those aligned: pad them, to a multiple of {PAD_TO} as shown "
+           "(a vocabulary of 50,257 padded to 50,304, say)"
+           + (f"; the trace's other GEMMs of that precision reach a median of {medians} of peak, at which these "
+              f"would take {_ms(saving)} less." if medians and saving else "."))
+    return [_finding("unaligned_gemm", share, msg, ev, saving or None)]
