@@ -445,9 +445,9 @@ def test_recommend_with_fake_analyses(monkeypatch):
 
 
 def gemm_bandwidth(extra=()):
-    """GPT-2 small's fp16 training step on an H100 (bandwidth per_signature, its numbers): the 50,257-token LM head
-    (N = 50,257 and K = 50,257 as row lengths; its weight-gradient GEMM has them only as M), aligned GEMMs, a
-    memory-bound decode GEMV and an fp32 GEMM, both unaligned and both not this rule's."""
+    """GPT-2 small's fp16 training step on an H100 (bandwidth per_signature, its numbers): the 50,257-token LM head's
+    three GEMMs, aligned GEMMs, a memory-bound decode GEMV and an fp32 GEMM, both unaligned and both not this
+    rule's."""
     def row(name, dims, dtype, gpu_ns, pct, bound="compute"):
         return {"name": name, "input_dims": dims, "input_types": "[]", "gpu_ns": gpu_ns, "dtype": dtype,
                 "pct_peak_flops": pct, "bound": bound}
@@ -464,16 +464,18 @@ def gemm_bandwidth(extra=()):
 
 
 def test_unaligned_gemm_names_the_lm_head_and_its_padding():
-    """Only the LM head's two GEMMs with 50,257 as a row length are named (16.2% of GPU time: low); the saving is
-    each at the median of the other fp16 GEMMs (14.83, 66.46, 68.34, 73.22: 67.4%): 74,401,036 x (1 - 8.589/67.4)
-    + 45,380,347 x (1 - 14.08/67.4) = 64,919,871 + 35,900,298 ns."""
+    """The LM head's three GEMMs (50,257 as N, K and M) are named, 22.0% of GPU time (medium); the saving is each at
+    the median of the other fp16 GEMMs (66.46, 68.34, 73.22: 68.34%): 74,401,036 x (1 - 8.589/68.34) + 45,380,347 x
+    (1 - 14.08/68.34) + 43,091,721 x (1 - 14.83/68.34) = 65,050,282 + 36,030,694 + 33,740,678 ns. (Padded to 50,304
+    on the same H100 the three took 137.36 ms less.)"""
     [f] = rules.rule_unaligned_gemm({"bandwidth": gemm_bandwidth()})
-    assert f["rule"] == "unaligned_gemm" and f["severity"] == "low" and f["saving_ns"] == 100_820_169
-    assert f["message"].startswith("2 compute-bound 16-bit GEMM signature(s) with a row length (K or N) off the "
-                                   "tensor cores' alignment (a multiple of 8 elements, fp8 16) take 16% of GPU time")
+    assert f["rule"] == "unaligned_gemm" and f["severity"] == "medium" and f["saving_ns"] == 134_821_654
+    assert f["message"].startswith("3 compute-bound 16-bit GEMM signature(s) with a dimension (M, K or N) off the "
+                                   "tensor cores' alignment (a multiple of 8 elements, fp8 16) take 22% of GPU time")
     assert ("aten::mm [[8192, 768], [768, 50257]] (fp16, 9% of peak FLOP/s, 74.40 ms; 50,257 -> 50,304); aten::mm "
-            "[[8192, 50257], [50257, 768]] (fp16, 14% of peak FLOP/s, 45.38 ms; 50,257 -> 50,304).") in f["message"]
-    assert f["message"].endswith("reach a median of fp16 67% of peak, at which these would take 100.82 ms less.")
+            "[[8192, 50257], [50257, 768]] (fp16, 14% of peak FLOP/s, 45.38 ms; 50,257 -> 50,304); aten::mm "
+            "[[50257, 8192], [8192, 768]] (fp16, 15% of peak FLOP/s, 43.09 ms; 50,257 -> 50,304).") in f["message"]
+    assert f["message"].endswith("reach a median of fp16 68% of peak, at which these would take 134.82 ms less.")
     assert values(f)[("bandwidth", "per_signature.pct_peak_flops", json.dumps(
         {"name": "aten::mm", "input_dims": "[[8192, 768], [768, 50257]]", "input_types": "[]"}))] == 8.589
 
@@ -485,7 +487,7 @@ def test_unaligned_gemm_silent_or_not():
         return rules.rule_unaligned_gemm({"bandwidth": R("bandwidth", {"gpu_ns": 739_082_941},
                                                          {"per_signature": rows})})
     assert fired(sig[sig["gpu_ns"] < 40_000_000]) == []  # without the LM head: no aligned GEMM is named
-    [one] = fired(sig[sig["gpu_ns"] != 74_401_036])  # one LM-head GEMM alone: 6.1% of GPU time, still named
+    [one] = fired(sig[(sig["gpu_ns"] < 40_000_000) | (sig["gpu_ns"] == 45_380_347)])  # one of them: 6.1%, named
     assert one["message"].startswith("1 compute-bound") and "[[8192, 50257], [50257, 768]]" in one["message"]
     assert fired(sig.assign(pct_peak_flops=55.0)) == []  # unaligned but at half the peak or more
     assert fired(sig.assign(gpu_ns=sig["gpu_ns"] // 10)) == []  # 1.6% of GPU time
