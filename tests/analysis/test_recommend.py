@@ -445,33 +445,53 @@ def test_recommend_with_fake_analyses(monkeypatch):
 
 
 def gemm_bandwidth(extra=()):
-    """GPT-2 small's fp16 training step on an H100 (bandwidth per_signature, its numbers): the 50,257-token LM head's
-    three GEMMs, aligned GEMMs, a memory-bound decode GEMV and an fp32 GEMM, both unaligned and both not this
-    rule's."""
-    def row(name, dims, dtype, gpu_ns, pct, bound="compute"):
-        return {"name": name, "input_dims": dims, "input_types": "[]", "gpu_ns": gpu_ns, "dtype": dtype,
-                "pct_peak_flops": pct, "bound": bound}
-    rows = [row("aten::mm", "[[8192, 768], [768, 50257]]", "fp16", 74_401_036, 8.589),
-            row("aten::mm", "[[8192, 50257], [50257, 768]]", "fp16", 45_380_347, 14.08),
-            row("aten::mm", "[[50257, 8192], [8192, 768]]", "fp16", 43_091_721, 14.83),
-            row("aten::mm", "[[8192, 768], [768, 3072]]", "fp16", 7_052_684, 66.46),
-            row("aten::mm", "[[3072, 8192], [8192, 768]]", "fp16", 6_859_040, 68.34),
-            row("aten::addmm", "[[768], [8192, 3072], [3072, 768], [], []]", "fp16", 6_351_227, 73.22),
-            row("aten::mm", "[[1, 2048], [2048, 8193]]", "bf16", 5_406_000, 0.2, bound="memory"),
-            row("aten::mm", "[[512, 1000], [1000, 1001]]", "fp32", 30_000_000, 20.0),
+    """GPT-2 small's fp16 training step on an H100 (bandwidth per_signature, its numbers and recorded strides): the
+    50,257-token LM head's three GEMMs, aligned GEMMs, a memory-bound decode GEMV and an fp32 GEMM, both unaligned
+    and both not this rule's."""
+    def row(name, dims, strides, dtype, gpu_ns, pct, bound="compute"):
+        return {"name": name, "input_dims": dims, "input_types": "[]", "input_strides": strides, "gpu_ns": gpu_ns,
+                "dtype": dtype, "pct_peak_flops": pct, "bound": bound}
+    rows = [row("aten::mm", "[[8192, 768], [768, 50257]]", "[[768, 1], [1, 768]]", "fp16", 74_401_036, 8.589),
+            row("aten::mm", "[[8192, 50257], [50257, 768]]", "[[50257, 1], [768, 1]]", "fp16", 45_380_347, 14.08),
+            row("aten::mm", "[[50257, 8192], [8192, 768]]", "[[1, 50257], [768, 1]]", "fp16", 43_091_721, 14.83),
+            row("aten::mm", "[[8192, 768], [768, 3072]]", "[[768, 1], [1, 768]]", "fp16", 7_052_684, 66.46),
+            row("aten::mm", "[[3072, 8192], [8192, 768]]", "[[1, 3072], [768, 1]]", "fp16", 6_859_040, 68.34),
+            row("aten::addmm", "[[768], [8192, 3072], [3072, 768], [], []]", "[[1], [3072, 1], [1, 3072], [], []]",
+                "fp16", 6_351_227, 73.22),
+            row("aten::mm", "[[1, 2048], [2048, 8193]]", "[[2048, 1], [1, 2048]]", "bf16", 5_406_000, 0.2,
+                bound="memory"),
+            row("aten::mm", "[[512, 1000], [1000, 1001]]", "[[1000, 1], [1001, 1]]", "fp32", 30_000_000, 20.0),
             *extra]
     return R("bandwidth", {"gpu_ns": 739_082_941}, {"per_signature": rows})
 
 
+def test_leading_dims_from_strides():
+    """The GEMM's operands' row lengths in memory and the output's N: a transposed operand's comes from its
+    strides (the LM head's weight gradient: M = 50,257 is the leading dimension of grad_out^T); a row-major one's M
+    is none (ViT-B/16's 788 = 4 x 197 tokens, at 27% of peak on an H100 public trace, is not one)."""
+    from kernelscope.analysis.rule_gemm import leading_dims
+
+    assert leading_dims("aten::mm", "[[8192, 768], [768, 50257]]", "[[768, 1], [1, 768]]") == [768, 768, 50257]
+    assert leading_dims("aten::mm", "[[50257, 8192], [8192, 768]]", "[[1, 50257], [768, 1]]") == [50257, 768, 768]
+    assert leading_dims("aten::addmm", "[[3072], [788, 768], [768, 3072], [], []]",
+                        "[[1], [768, 1], [1, 768], [], []]") == [768, 768, 3072]
+    assert leading_dims("aten::bmm", "[[96, 3137, 64], [96, 64, 3137]]",
+                        "[[200768, 64, 1], [200768, 3137, 1]]") == [64, 3137, 3137]
+    assert leading_dims("aten::mm", "[[788, 768], [768, 3072]]", None) == [768, 3072, 3072]  # no strides: rows
+    assert leading_dims("aten::linear", "[[788, 768], [3072, 768], [3072]]",
+                        "[[768, 1], [768, 1], [1]]") == [768, 768, 3072]
+    assert leading_dims("aten::mm", "[[8, 8], [8, 8]]", "[[2, 2], [8, 1]]") == [8, 8]  # not a plain matrix: skipped
+
+
 def test_unaligned_gemm_names_the_lm_head_and_its_padding():
-    """The LM head's three GEMMs (50,257 as N, K and M) are named, 22.0% of GPU time (medium); the saving is each at
+    """The LM head's three GEMMs (50,257 a leading dimension of each) are named, 22.0% of GPU time (medium); the saving is each at
     the median of the other fp16 GEMMs (66.46, 68.34, 73.22: 68.34%): 74,401,036 x (1 - 8.589/68.34) + 45,380,347 x
     (1 - 14.08/68.34) + 43,091,721 x (1 - 14.83/68.34) = 65,050,282 + 36,030,694 + 33,740,678 ns. (Padded to 50,304
     on the same H100 the three took 137.36 ms less.)"""
     [f] = rules.rule_unaligned_gemm({"bandwidth": gemm_bandwidth()})
     assert f["rule"] == "unaligned_gemm" and f["severity"] == "medium" and f["saving_ns"] == 134_821_654
-    assert f["message"].startswith("3 compute-bound 16-bit GEMM signature(s) with a dimension (M, K or N) off the "
-                                   "tensor cores' alignment (a multiple of 8 elements, fp8 16) take 22% of GPU time")
+    assert f["message"].startswith("3 compute-bound 16-bit GEMM signature(s) with a leading dimension off the tensor "
+                                   "cores' alignment (a multiple of 8 elements, fp8 16) take 22% of GPU time")
     assert ("aten::mm [[8192, 768], [768, 50257]] (fp16, 9% of peak FLOP/s, 74.40 ms; 50,257 -> 50,304); aten::mm "
             "[[8192, 50257], [50257, 768]] (fp16, 14% of peak FLOP/s, 45.38 ms; 50,257 -> 50,304); aten::mm "
             "[[50257, 8192], [8192, 768]] (fp16, 15% of peak FLOP/s, 43.09 ms; 50,257 -> 50,304).") in f["message"]
@@ -492,6 +512,10 @@ def test_unaligned_gemm_silent_or_not():
     assert fired(sig.assign(pct_peak_flops=55.0)) == []  # unaligned but at half the peak or more
     assert fired(sig.assign(gpu_ns=sig["gpu_ns"] // 10)) == []  # 1.6% of GPU time
     assert fired(sig.assign(bound="memory")) == []  # FLOP/s is not what holds a memory-bound GEMM back
+    vit = pd.DataFrame([{"name": "aten::addmm", "input_dims": "[[3072], [788, 768], [768, 3072], [], []]",
+                         "input_types": "[]", "input_strides": "[[1], [768, 1], [1, 768], [], []]", "gpu_ns": 170_000,
+                         "dtype": "bf16", "pct_peak_flops": 27.0, "bound": "compute"}])
+    assert fired(vit.assign(gpu_ns=739_082_941)) == []  # 788 rows of a row-major operand: not a leading dimension
 
 
 def test_slow_host_calls_of_a_slowed_profile_carry_the_warning(monkeypatch):

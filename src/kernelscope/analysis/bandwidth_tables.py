@@ -125,12 +125,13 @@ def signatures_table(g: pd.DataFrame, group_of: np.ndarray, gpu_ns: np.ndarray, 
     and ``modelled_over_measured`` (their modelled bytes / measured bytes). Sorted by GPU time; ``g`` gets a
     ``signature`` column: its row number in this table."""
     key = ["name", "input_dims", "input_types"]
-    cols = key + SIGNATURE_COLUMNS + (MEASURED_COLUMNS if measured is not None else [])
+    cols = key + ["input_strides"] + SIGNATURE_COLUMNS + (MEASURED_COLUMNS if measured is not None else [])
     if not len(g):
         g["signature"] = pd.Series(dtype="int64")
         return pd.DataFrame(columns=cols)
     x = g.assign(_flops=g["flops"] * g["calls"], _bytes=g["bytes"] * g["calls"], _unmodelled=g["bytes"].isna())
-    agg = dict(calls=("calls", "sum"), activities=("activities", "sum"), gpu_ns=("gpu_ns", "sum"),
+    agg = dict(input_strides=("input_strides", "first"),  # its first group's: a signature's calls rarely differ
+               calls=("calls", "sum"), activities=("activities", "sum"), gpu_ns=("gpu_ns", "sum"),
                flops=("_flops", "sum"), bytes=("_bytes", "sum"), _unmodelled=("_unmodelled", "any"),
                dtype=("dtype", "first"), tensor_core=("tensor_core", "first"), rule=("rule", "first"),
                dtype_source=("dtype_source", "first"), shapes_source=("shapes_source", "first"),

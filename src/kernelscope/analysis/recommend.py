@@ -59,7 +59,8 @@ Rules (thresholds below):
    others, so it is listed first. No saving: a one-time cost.
 
 13. ``unaligned_gemm`` (rule_gemm.py): bandwidth ``per_signature`` compute-bound GEMM rows in fp16/bf16 (fp8) with
-   M, K or N not a multiple of 8 (16), at ``pct_peak_flops`` < UNALIGNED_PCT_MAX, together
+   a leading dimension (rule_gemm.leading_dims, from ``input_strides``) not a multiple of 8 (16), at
+   ``pct_peak_flops`` < UNALIGNED_PCT_MAX, together
    >= UNALIGNED_SHARE_MIN of GPU time; advises padding to a multiple of 64. Saving: each one's time at the median
    ``pct_peak_flops`` of the trace's other GEMMs of its dtype.
 

@@ -19,24 +19,45 @@ UNALIGNED_PCT_MAX = 50.0  # an unaligned GEMM at half its peak FLOP/s or more is
 PAD_TO = 64  # the padding advised: a multiple of 64 suits every tile shape
 
 
-def gemm_dims(text: Any) -> list[int]:
-    """M, K and N of a GEMM's ``input_dims`` text: the last two dimensions of each matrix operand (2-D or more)."""
+def _json(text: Any) -> list:
     try:
-        shapes = json.loads(text)
+        v = json.loads(text)
     except (TypeError, ValueError):
         return []
-    return [d for sh in shapes if isinstance(sh, list) and len(sh) >= 2 for d in sh[-2:] if isinstance(d, int)]
+    return v if isinstance(v, list) else []
+
+
+def leading_dims(name: str, dims_text: Any, strides_text: Any) -> list[int]:
+    """The leading dimensions of a GEMM's operands and output (the row lengths in memory that the tensor-core kernels
+    load along): each matrix input's from its strides (a row-major one's ``strides[-2]``, a transposed one's
+    ``strides[-1]``), else, without strides, its last dimension; and the output's, N. GPT-2's LM head on an H100:
+    ``[[8192, 768], [768, 50257]]`` (N = 50,257), ``[[8192, 50257], [50257, 768]]`` (K) and ``[[50257, 8192],
+    [8192, 768]]`` of strides ``[[1, 50257], [768, 1]]`` (a transposed operand: M) all ran at 9-15% of peak."""
+    shapes, strides = _json(dims_text), _json(strides_text)
+    mats = [(i, sh) for i, sh in enumerate(shapes) if isinstance(sh, list) and len(sh) >= 2
+            and all(isinstance(d, int) for d in sh[-2:])]
+    out = []
+    for i, sh in mats:
+        st = strides[i] if i < len(strides) and isinstance(strides[i], list) and len(strides[i]) == len(sh) else None
+        if st is None or not all(isinstance(x, int) for x in st[-2:]):
+            out.append(sh[-1])  # no strides recorded: the row length of a row-major operand
+        elif st[-1] == 1 or st[-2] == 1:
+            out.append(st[-2] if st[-1] == 1 else st[-1])
+    if mats:  # the output [M, N] is written row-major: N (linear's weight is [N, K])
+        out.append(mats[1][1][-2] if name == "aten::linear" and len(mats) > 1 else mats[-1][1][-1])
+    return out
 
 
 def rule_unaligned_gemm(res: dict[str, Result]) -> list[dict]:
-    """bandwidth ``per_signature`` compute-bound GEMM rows in fp16/bf16 (fp8) with M, K or N not a multiple of 8 (16)
-    and ``pct_peak_flops`` < UNALIGNED_PCT_MAX, together >= UNALIGNED_SHARE_MIN of GPU time: one finding. Saving:
-    each one's time at the median ``pct_peak_flops`` of the trace's other GEMMs of its dtype (null when none).
+    """bandwidth ``per_signature`` compute-bound GEMM rows in fp16/bf16 (fp8) with a leading dimension
+    (``leading_dims``) not a multiple of 8 (16) and ``pct_peak_flops`` < UNALIGNED_PCT_MAX, together >=
+    UNALIGNED_SHARE_MIN of GPU time: one finding. Saving: each one's time at the median ``pct_peak_flops`` of the
+    trace's other GEMMs of its dtype (null when none).
 
-    GPT-2 small's fp16 step on an H100 (10 steps): its three LM-head GEMMs (50,257 as N, K and M) at 9-15% of peak,
-    23% of GPU time, the other fp16 GEMMs at a median of 68%: predicted saving 133.40 ms. Padded to 50,304 on the
-    same card they took 25.11 ms instead of 162.47 (137.36 ms saved), the median step 57.86 ms instead of 71.43,
-    and the rule was silent."""
+    GPT-2 small's fp16 step on an H100 (10 steps): its three LM-head GEMMs (50,257 a leading dimension of each) at
+    9-15% of peak, 23% of GPU time, the other fp16 GEMMs at a median of 68%: predicted saving 133.40 ms. Padded to
+    50,304 on the same card they took 25.11 ms instead of 162.47 (137.36 ms saved), the median step 57.86 ms instead
+    of 71.43, and the rule was silent."""
     bw = res["bandwidth"]
     total, sig = _num(bw.scalars.get("gpu_ns")), bw.tables["per_signature"]
     if not total or sig.empty or not {"dtype", "pct_peak_flops"} <= set(sig.columns):
@@ -46,7 +67,8 @@ def rule_unaligned_gemm(res: dict[str, Result]) -> list[dict]:
         align, pct = GEMM_ALIGN.get(r.dtype), _num(r.pct_peak_flops)
         if r.name not in GEMM_OPS or align is None or pct is None or r.bound != "compute":
             continue  # (a memory-bound GEMV of a decode step, M = 1, is not held back by FLOP/s)
-        off = sorted({d for d in gemm_dims(r.input_dims) if d % align})
+        lds = leading_dims(r.name, r.input_dims, getattr(r, "input_strides", None))
+        off = sorted({d for d in lds if d % align})
         if not off:
             aligned.setdefault(r.dtype, []).append(pct)
         elif pct < UNALIGNED_PCT_MAX:
@@ -65,12 +87,12 @@ def rule_unaligned_gemm(res: dict[str, Result]) -> list[dict]:
         parts.append(f"{r.name} {r.input_dims} ({r.dtype}, {pct:.0f}% of peak FLOP/s, {_ms(r.gpu_ns)}; {pad})")
     dtypes = sorted({r.dtype for r, _, _ in hits})
     medians = "; ".join(f"{d} {statistics.median(aligned[d]):.0f}%" for d in dtypes if d in aligned)
-    msg = (f"{len(hits)} compute-bound 16-bit GEMM signature(s) with a dimension (M, K or N) off the tensor cores' "
+    msg = (f"{len(hits)} compute-bound 16-bit GEMM signature(s) with a leading dimension off the tensor cores' "
            f"alignment (a multiple of 8 elements, fp8 16) take {share:.0%} of GPU time at low FLOP/s (bandwidth): "
            + "; ".join(parts[:3]) + (f"; and {len(parts) - 3} more" if len(parts) > 3 else "")
-           + ". The GEMM libraries' fastest tensor-core kernels (cuBLAS; hipBLASLt's matrix cores alike) want every "
-           f"dimension aligned: pad them, to a multiple of {PAD_TO} as shown (a vocabulary of 50,257 to 50,304; rows "
-           "that are tokens x batch by padding the sequence or the batch)"
+           + ". The GEMM libraries' fastest tensor-core kernels (cuBLAS; hipBLASLt's matrix cores alike) load along "
+           f"the leading dimensions and want them aligned: pad that dimension to a multiple of {PAD_TO} as shown (a "
+           "vocabulary of 50,257 to 50,304, say)"
            + (f"; the trace's other GEMMs of that precision reach a median of {medians} of peak, at which these "
               f"would take {_ms(saving)} less." if medians and saving else "."))
     return [_finding("unaligned_gemm", share, msg, ev, saving or None)]
