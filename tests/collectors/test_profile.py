@@ -374,10 +374,12 @@ def test_runner_ingests_in_the_parent(tmp_path):
         assert con.execute("SELECT count(*) FROM cpu_ops WHERE name = 'aten::mm'").fetchone()[0] == 1
 
 
-def test_kill_of_profile_stops_the_script_too(tmp_path):
+@pytest.mark.parametrize("group, code", [(False, 143), (True, 130)], ids=["kill", "ctrl-c"])
+def test_kill_of_profile_stops_the_script_too(tmp_path, group, code):
     """`kill PID` of `kernelscope profile` (a scheduler, a container stop) used to end it at once and leave the
     script running, orphaned (on a GPU, holding its memory). Now the script's process is stopped with it, one
-    line says so, the exit code is 143 and nothing is ingested."""
+    line says so, the exit code is 143 and nothing is ingested. Ctrl-C (SIGINT to the whole foreground group):
+    the same line and 130, the shell's code, not click's "Aborted!" and 1."""
     import os
     import signal
     import subprocess
@@ -388,19 +390,22 @@ def test_kill_of_profile_stops_the_script_too(tmp_path):
                       "time.sleep(120)\n")
     proc = subprocess.Popen([sys.executable, "-m", "kernelscope", "profile", "--no-baseline", "--no-telemetry",
                              "--run-dir", str(tmp_path / "run"), "--db", str(db), "--", "python", str(script),
-                             str(pid_file)], stderr=subprocess.PIPE, text=True)
+                             str(pid_file)], stderr=subprocess.PIPE, text=True, start_new_session=group)
     try:
         end = time.monotonic() + 120
         while not pid_file.exists() or not pid_file.read_text():
             assert proc.poll() is None and time.monotonic() < end, "the script never started"
             time.sleep(0.05)
         script_pid = int(pid_file.read_text())
-        proc.send_signal(signal.SIGTERM)
+        if group:
+            os.killpg(proc.pid, signal.SIGINT)
+        else:
+            proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 143
+    assert proc.returncode == code and "Aborted!" not in err
     assert err.splitlines()[-1] == (f"kernelscope: stopped during the profiled run of the script; its process "
                                     f"({script_pid}) was stopped too and nothing was ingested; {tmp_path / 'run'} "
                                     "keeps what it wrote")

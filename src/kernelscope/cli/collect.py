@@ -102,7 +102,10 @@ def profile(name, labels, run_dir, memory, stack, modules, no_shapes, schedule, 
     if (stack or modules) and not schedule and not steps:
         click.echo(PYTHON_TRACER_NOTE, err=True)
     stop_within(STOP_S, sigterm=True)  # `kill` stops the script's run too (collectors/child.py)
-    res = run_passes(argv, name=name, labels=label_pairs(labels), db=db_path(db), run_dir=run_dir, options=opts)
+    try:
+        res = run_passes(argv, name=name, labels=label_pairs(labels), db=db_path(db), run_dir=run_dir, options=opts)
+    except KeyboardInterrupt:  # said by collectors/child.py; the shell's code for Ctrl-C, not click's "Aborted!"
+        sys.exit(130)
     sys.exit(res.rc)
 
 
@@ -168,8 +171,11 @@ def sweep(grids, name, by, run_root, memory, stack, modules, no_shapes, schedule
     if by not in grid:
         raise UsageError(f"--by {by}: not a --grid key ({', '.join(grid)})")
     stop_within(STOP_S, sigterm=True)  # `kill` stops the running point's script too (collectors/child.py)
-    results, sweep_name = run_grid(grid, argv, name=name, db=db_path(db), run_root=run_root, options=opts,
-                                   log=lambda line: click.echo(f"kernelscope: {line}", err=True))
+    try:
+        results, sweep_name = run_grid(grid, argv, name=name, db=db_path(db), run_root=run_root, options=opts,
+                                       log=lambda line: click.echo(f"kernelscope: {line}", err=True))
+    except KeyboardInterrupt:  # said by collectors/child.py when a point's script was running
+        sys.exit(130)
     ok = [r for r in results if r["failed"] is None]
     click.echo(f"kernelscope: sweep {sweep_name}: {len(ok)} of {len(results)} points profiled", err=True)
     if not ok:
