@@ -450,7 +450,7 @@ def gemm_bandwidth(extra=()):
     and both not this rule's."""
     def row(name, dims, strides, dtype, gpu_ns, pct, bound="compute"):
         return {"name": name, "input_dims": dims, "input_types": "[]", "input_strides": strides, "gpu_ns": gpu_ns,
-                "dtype": dtype, "pct_peak_flops": pct, "bound": bound}
+                "dtype": dtype, "pct_peak_flops": pct, "bound": bound, "rule": "gemm"}
     rows = [row("aten::mm", "[[8192, 768], [768, 50257]]", "[[768, 1], [1, 768]]", "fp16", 74_401_036, 8.589),
             row("aten::mm", "[[8192, 50257], [50257, 768]]", "[[50257, 1], [768, 1]]", "fp16", 45_380_347, 14.08),
             row("aten::mm", "[[50257, 8192], [8192, 768]]", "[[1, 50257], [768, 1]]", "fp16", 43_091_721, 14.83),
@@ -514,7 +514,7 @@ def test_unaligned_gemm_silent_or_not():
     assert fired(sig.assign(bound="memory")) == []  # FLOP/s is not what holds a memory-bound GEMM back
     vit = pd.DataFrame([{"name": "aten::addmm", "input_dims": "[[3072], [788, 768], [768, 3072], [], []]",
                          "input_types": "[]", "input_strides": "[[1], [768, 1], [1, 768], [], []]", "gpu_ns": 170_000,
-                         "dtype": "bf16", "pct_peak_flops": 27.0, "bound": "compute"}])
+                         "dtype": "bf16", "pct_peak_flops": 27.0, "bound": "compute", "rule": "gemm"}])
     assert fired(vit.assign(gpu_ns=739_082_941)) == []  # 788 rows of a row-major operand: not a leading dimension
 
 

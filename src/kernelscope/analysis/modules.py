@@ -114,7 +114,7 @@ def compiled_note(tree: pd.DataFrame) -> str | None:
     wrapped = tree[tree["parent_path"].isin(tree.loc[tree["class"] == COMPILED_CLASS, "path"])]
     if not len(wrapped):
         return None
-    ms = ns_to_ms(sum(int(v) for v in wrapped["gpu_self_ns"]))
+    ms = ns_to_ms(int(wrapped["gpu_self_ns"].sum()))
     names = list(dict.fromkeys(wrapped["module"]))
     named = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
     return (f"torch.compile ran {named}: the modules inside a compiled module run as its compiled graphs and record "

@@ -79,7 +79,7 @@ from ..errors import KernelscopeError
 from . import cache
 from .result import Result
 from .rules import API_SHARE_MAX, NEEDS, QUEUE_DEPTH_MIN, RULES, _api_share, _num, evaluate
-from .summary import launches_without_kernel, trace_profiler_options, trace_profiler_overhead
+from .summary import launches_without_kernel, trace_profiler_inflation, trace_profiler_options
 
 DESCRIPTION = ("Rules over bound/launch/whatif/kernels/bandwidth/steps/memory/comm: findings with cited evidence "
                "and savings.")
@@ -183,10 +183,10 @@ def _slowing_options(store, trace_id: str) -> list[str]:
 def _measured_inflation(store, trace_id: str) -> tuple[float, str] | None:
     """(profiled / un-profiled time, how it was measured) per step or kernelscope.range region, as
     ``kernelscope profile`` measured it when it recorded the trace (provenance ``profiler_overhead``); else None."""
-    o = trace_profiler_overhead(store, trace_id)
-    if o.get("basis") not in ("step", "range") or o.get("pct") is None:
+    measured = trace_profiler_inflation(store, trace_id)
+    if measured is None:
         return None
-    ratio = 1 + float(o["pct"]) / 100
+    ratio, o = measured
     what = "steps" if o["basis"] == "step" else "kernelscope.range regions"
     return ratio, (f"kernelscope profile measured its recorded {what} at {ratio:.2f}x their un-profiled time "
                    f"(median of {o.get('n')})")

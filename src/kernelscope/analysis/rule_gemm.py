@@ -3,15 +3,13 @@ tensor cores' alignment, far below the FLOP/s the trace's aligned GEMMs reach.""
 
 from __future__ import annotations
 
-import json
 import statistics
 from typing import Any
 
 from .findings import _ev, _finding, _ms, _num
+from .opmodel_inputs import json_value
 from .result import Result
 
-GEMM_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::addbmm", "aten::matmul",
-                      "aten::linear"})
 #: Elements in 16 bytes: cuBLAS's fastest tensor-core kernels want every GEMM dimension a multiple of it.
 GEMM_ALIGN = {"fp16": 8, "bf16": 8, "fp8": 16}
 UNALIGNED_SHARE_MIN = 0.05  # the unaligned GEMMs' share of GPU time worth a finding
@@ -19,11 +17,8 @@ UNALIGNED_PCT_MAX = 50.0  # an unaligned GEMM at half its peak FLOP/s or more is
 PAD_TO = 64  # the padding advised: a multiple of 64 suits every tile shape
 
 
-def _json(text: Any) -> list:
-    try:
-        v = json.loads(text)
-    except (TypeError, ValueError):
-        return []
+def _list(text: Any) -> list:
+    v = json_value(text)
     return v if isinstance(v, list) else []
 
 
@@ -33,7 +28,7 @@ def leading_dims(name: str, dims_text: Any, strides_text: Any) -> list[int]:
     ``strides[-1]``), else, without strides, its last dimension; and the output's, N. GPT-2's LM head on an H100:
     ``[[8192, 768], [768, 50257]]`` (N = 50,257), ``[[8192, 50257], [50257, 768]]`` (K) and ``[[50257, 8192],
     [8192, 768]]`` of strides ``[[1, 50257], [768, 1]]`` (a transposed operand: M) all ran at 9-15% of peak."""
-    shapes, strides = _json(dims_text), _json(strides_text)
+    shapes, strides = _list(dims_text), _list(strides_text)
     mats = [(i, sh) for i, sh in enumerate(shapes) if isinstance(sh, list) and len(sh) >= 2
             and all(isinstance(d, int) for d in sh[-2:])]
     out = []
@@ -41,7 +36,7 @@ def leading_dims(name: str, dims_text: Any, strides_text: Any) -> list[int]:
         st = strides[i] if i < len(strides) and isinstance(strides[i], list) and len(strides[i]) == len(sh) else None
         if st is None or not all(isinstance(x, int) for x in st[-2:]):
             out.append(sh[-1])  # no strides recorded: the row length of a row-major operand
-        elif st[-1] == 1 or st[-2] == 1:
+        elif (st[-1] == 1 or st[-2] == 1) and sh[-1] > 1 and sh[-2] > 1:  # (an [M, 1] scale is no matrix)
             out.append(st[-2] if st[-1] == 1 else st[-1])
     if mats:  # the output [M, N] is written row-major: N (linear's weight is [N, K])
         out.append(mats[1][1][-2] if name == "aten::linear" and len(mats) > 1 else mats[-1][1][-1])
@@ -60,12 +55,12 @@ def rule_unaligned_gemm(res: dict[str, Result]) -> list[dict]:
     of 71.43, and the rule was silent."""
     bw = res["bandwidth"]
     total, sig = _num(bw.scalars.get("gpu_ns")), bw.tables["per_signature"]
-    if not total or sig.empty or not {"dtype", "pct_peak_flops"} <= set(sig.columns):
+    if not total or sig.empty or not {"rule", "dtype", "pct_peak_flops"} <= set(sig.columns):
         return []
     hits, aligned = [], {}
     for r in sig.sort_values("gpu_ns", ascending=False, kind="stable").itertuples(index=False):
         align, pct = GEMM_ALIGN.get(r.dtype), _num(r.pct_peak_flops)
-        if r.name not in GEMM_OPS or align is None or pct is None or r.bound != "compute":
+        if r.rule != "gemm" or align is None or pct is None or r.bound != "compute":  # the bandwidth model's GEMMs
             continue  # (a memory-bound GEMV of a decode step, M = 1, is not held back by FLOP/s)
         lds = leading_dims(r.name, r.input_dims, getattr(r, "input_strides", None))
         off = sorted({d for d in lds if d % align})

@@ -231,6 +231,15 @@ def trace_profiler_overhead(store, trace_id: str) -> dict:
     return o if isinstance(o, dict) else {}
 
 
+def trace_profiler_inflation(store, trace_id: str) -> tuple[float, dict] | None:
+    """(profiled / un-profiled time, the overhead record) per step or kernelscope.range region, as ``kernelscope
+    profile`` measured it when it recorded the trace (``trace_profiler_overhead``); None when it did not."""
+    o = trace_profiler_overhead(store, trace_id)
+    if o.get("basis") not in ("step", "range") or o.get("pct") is None:
+        return None
+    return 1 + float(o["pct"]) / 100, o
+
+
 def trace_device_properties(store, trace_id: str) -> list[dict]:
     """A stored trace's deviceProperties entries (dicts); [] when it has none. Kineto's 2021 spelling of the
     compute capability (``major``/``minor``) is given as today's ``computeMajor``/``computeMinor`` too."""

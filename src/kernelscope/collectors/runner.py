@@ -119,11 +119,10 @@ def _child_env() -> dict:
     return env
 
 
-def _run(cmd: list[str]) -> tuple[int, int]:
-    """(exit code, wall ns) of a child; stopped with kernelscope (collectors/child.py)."""
+def _run(mode: str, run_dir: Path, *child) -> tuple[int, int]:
+    """(exit code, wall ns) of the ``mode`` pass's child (``_child_cmd(mode, run_dir, *child)``); stopped with
+    kernelscope (collectors/child.py)."""
     from .child import run_child
-
-    mode, run_dir = cmd[cmd.index("--mode") + 1], cmd[cmd.index("--run-dir") + 1]
 
     def said(pid: int) -> None:
         what = "un-profiled" if mode == "time" else "profiled"
@@ -131,7 +130,7 @@ def _run(cmd: list[str]) -> tuple[int, int]:
               f"nothing was ingested; {run_dir} keeps what it wrote", file=sys.stderr, flush=True)
 
     t0 = time.perf_counter_ns()
-    rc = run_child(cmd, env=_child_env(), on_stop=said)
+    rc = run_child(_child_cmd(mode, run_dir, *child), env=_child_env(), on_stop=said)
     return rc, time.perf_counter_ns() - t0
 
 
@@ -152,7 +151,7 @@ def run_passes(argv: list[str], *, name=None, labels=None, db=None, run_dir=None
     res = RunResult(rc=0, run_dir=run_dir)
     base = None
     if opts.baseline:
-        rc, wall = _run(_child_cmd("time", run_dir, script, how, name, labels, opts))
+        rc, wall = _run("time", run_dir, script, how, name, labels, opts)
         base = _read_timing(run_dir, wall)
         if rc != 0:
             res.failed = f"exit {rc} (un-profiled run)"
@@ -160,7 +159,7 @@ def run_passes(argv: list[str], *, name=None, labels=None, db=None, run_dir=None
             if not ingest_failed:
                 res.rc = rc
                 return res
-    rc, wall = _run(_child_cmd("profile", run_dir, script, how, name, labels, opts))
+    rc, wall = _run("profile", run_dir, script, how, name, labels, opts)
     res.rc = rc
     if rc != 0 and res.failed is None:
         res.failed = f"exit {rc}" if not opts.baseline else f"exit {rc} (profiled run)"

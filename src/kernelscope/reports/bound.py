@@ -17,7 +17,7 @@ import plotly.graph_objects as go
 from ..analysis import bound as analysis_bound
 from ..analysis import cache
 from ..analysis.recommend import BOUND_TABLES, LAUNCH_TABLES
-from ..analysis.summary import no_gpu_reason, trace_profiler_overhead
+from ..analysis.summary import no_gpu_reason, trace_profiler_inflation
 from ..errors import KernelscopeError
 from ..storage import catalog
 from ..units import NS_PER_MS, mj_to_j, ms_text, span_text
@@ -290,10 +290,10 @@ def inflation(store, tid: str) -> tuple[float | None, str, str]:
 def _collector_inflation(store, tid: str) -> tuple[float, str, str] | None:
     """The profiler inflation ``kernelscope profile`` measured per step or per kernelscope.range region when it
     recorded the trace (docs/metrics.md, Collector overhead; the number its overhead line printed), else None."""
-    o = trace_profiler_overhead(store, tid)
-    if o.get("basis") not in ("step", "range") or o.get("pct") is None:
+    measured = trace_profiler_inflation(store, tid)
+    if measured is None:
         return None
-    ratio = 1 + o["pct"] / 100
+    ratio, o = measured
     what, theirs = ("steps", "same steps") if o["basis"] == "step" else ("kernelscope.range regions", "regions")
     return ratio, (f"Profiler inflation {ratio:.2f}× per step, as kernelscope profile measured it: the median of "
                    f"{o['n']} recorded {what} ({ms_text(o['profiled_median_ns'])}) against the un-profiled run's "
