@@ -500,6 +500,23 @@ def test_unaligned_gemm_names_the_lm_head_and_its_padding():
         {"name": "aten::mm", "input_dims": "[[8192, 768], [768, 50257]]", "input_types": "[]"}))] == 8.589
 
 
+def test_host_bound_saving_is_at_most_the_host_wait():
+    """HTA's public df_index_resolver trace (torch.profiler defaults, 2 streams): whatif predicted 701.73 ms against
+    1,737.62 ms observed, 1,035.89 ms, more than the 713.46 ms the GPU waited on the host (its streams modelled as
+    independent overlap more than they did); free launches remove that wait and no more."""
+    b = fake_bound()
+    b.scalars["host_wait_ns"] = 713_464_000
+    w = R("whatif", {"predicted_ns": 701_727_000, "observed_ns": 1_737_620_000})
+    [f] = rules.rule_host_bound_launch({"bound": b, "launch": fake_launch(), "whatif": w})
+    assert f["saving_ns"] == 713_464_000
+    assert f["message"].endswith("would remove up to 713.46 ms (whatif: predicted 701.73 ms vs observed 1737.62 ms; "
+                                 "at most the host wait, bound).")
+    assert values(f)[("bound", "host_wait_ns", "null")] == 713_464_000
+    w.scalars["predicted_ns"] = 1_137_620_000  # 600 ms: under the host wait, as on every sample
+    [g] = rules.rule_host_bound_launch({"bound": b, "launch": fake_launch(), "whatif": w})
+    assert g["saving_ns"] == 600_000_000 and "at most" not in g["message"]
+
+
 def test_unaligned_gemm_silent_or_not():
     sig = gemm_bandwidth().tables["per_signature"]
 

@@ -119,8 +119,13 @@ def rule_host_bound_launch(res: dict[str, Result]) -> list[dict]:
         if pred is not None and obs is not None:
             ev += [_ev("whatif", "predicted_ns", pred), _ev("whatif", "observed_ns", obs)]
             saving = max(int(obs) - int(pred), 0)
+            cap = b.scalars.get("host_wait_ns")  # free launches end the GPU's wait on the host, no more: a larger
+            capped = cap is not None and saving > int(cap)  # gap is streams whatif took as independent overlapping
+            if capped:
+                saving = int(cap)
+                ev.append(_ev("bound", "host_wait_ns", cap))
             msg += (f" CUDA graphs (or fusion) would remove up to {_ms(saving)} (whatif: predicted {_ms(pred)} "
-                    f"vs observed {_ms(obs)}).")
+                    f"vs observed {_ms(obs)}" + ("; at most the host wait, bound)." if capped else ")."))
     else:
         msg += " CUDA graphs (or fusion) would remove most of it."
     return [_finding("host_bound_launch", hw, msg, ev, saving)]
