@@ -366,6 +366,11 @@ def test_compare_ignores_a_dropdown_that_repeats_the_url(dash_store):
     url = "?sweep_a=llama_prefill&sweep_b=llama_prefill&by=batch"
     assert not compare.changed("compare-a", None, url)  # empty trace dropdown in sweeps mode
     assert not compare.changed("compare-by", "batch", "?a=x&b=y")  # absent by reads as batch
+    # Dash empties the by dropdown when no trace has a numeric 'batch' label (GPT-2 at two vocabulary sizes):
+    # that mount used to switch to sweeps mode, show "Pick two traces" and drop a and b from the URL
+    assert not compare.changed("compare-by", None, "?a=x&b=y")
+    assert compare.update(dash_store.db, "compare-by", "x", "y", None, None, None, "?a=x&b=y") == (dash.no_update,) * 2
+    assert compare.changed("compare-by", "seq", "?a=x&b=y")
     assert not compare.changed("compare-sweep-a", "llama_prefill", url)
     assert compare.changed("compare-sweep-b", "other", url) and compare.changed("compare-a", "x", url)
     assert compare.update(dash_store.db, "compare-a", None, None, "llama_prefill", "llama_prefill", "batch",
@@ -377,6 +382,7 @@ def test_compare_choice():
     assert compare.choice("compare-sweep-b", "x", "y", "s1", "s2", None) == {"sweep_a": "s1", "sweep_b": "s2",
                                                                              "by": "batch"}
     assert compare.choice("compare-a", "x", None, "s1", "s2", "seq") == {"a": "x"}
+    assert compare.choice("compare-by", "x", "y", None, None, "seq") == {"a": "x", "b": "y"}  # no sweep chosen
     assert compare.search_of({"sweep_a": "s 1", "by": "batch"}) == "?sweep_a=s+1&by=batch"
 
 

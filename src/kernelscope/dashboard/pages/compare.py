@@ -39,9 +39,9 @@ def options(store) -> dict:
 
 def choice(trigger: str | None, a, b, sweep_a, sweep_b, by) -> dict:
     """The URL parameters for the dropdowns' values: a trace dropdown that fired picks traces mode
-    (``a``, ``b``), a sweep or ``by`` dropdown sweeps mode (``sweep_a``, ``sweep_b``, ``by``); empty
-    values are left out."""
-    if trigger in SWEEP_INPUTS:
+    (``a``, ``b``), a sweep or ``by`` dropdown sweeps mode (``sweep_a``, ``sweep_b``, ``by``) once a sweep
+    is chosen (``by`` alone pairs nothing: the traces stay); empty values are left out."""
+    if trigger in SWEEP_INPUTS and (sweep_a or sweep_b):
         p = {"sweep_a": sweep_a, "sweep_b": sweep_b, "by": by or "batch"}
     else:
         p = {"a": a, "b": b}
@@ -98,7 +98,8 @@ def _result(r, title: str) -> list:
         ("level", "matched by", "text"), ("key", "group", "text"), ("status", "status", "text"),
         ("count_a", "count A", "numeric"), ("count_b", "count B", "numeric"), ("time_a_ms", "time A (ms)", "numeric"),
         ("time_b_ms", "time B (ms)", "numeric"), ("delta_ms", "B − A (ms)", "numeric"),
-        ("delta_pct", "change (%)", "numeric")]
+        ("delta_pct", "change (%)", "numeric"), ("largest_a", "largest in A", "text"),
+        ("largest_b", "largest in B", "text")]
     matched = group_rows(groups, "matched", TOP_GROUPS)
     n_matched = int((groups["status"] == "matched").sum())
     out.append(html.H3(f"Matched groups ({n_matched:,}" + (f", the {TOP_GROUPS} largest changes shown)"
@@ -163,14 +164,16 @@ PARAM_OF = {"compare-a": "a", "compare-b": "b", "compare-sweep-a": "sweep_a", "c
 
 def changed(trigger: str | None, value, search: str | None) -> bool:
     """Whether the dropdown that fired holds something other than the URL already says (a dropdown may
-    report its value when it mounts; that must not replace the comparison the URL opened). An absent
-    ``by`` reads as ``batch``; empty and absent are the same."""
+    report its value when it mounts; that must not replace the comparison the URL opened). An absent or
+    empty ``by`` reads as ``batch`` (Dash empties a dropdown whose value is none of its options: ``batch``
+    in a store without that label); empty and absent are the same."""
     key = PARAM_OF.get(trigger or "")
     if key is None:
         return False
     params = urls.query(search)
-    current = params.get(key) or ("batch" if key == "by" else None)
-    return (value or None) != current
+    if key == "by":
+        return (value or "batch") != (params.get(key) or "batch")
+    return (value or None) != params.get(key)
 
 
 def update(db_path, trigger: str | None, a, b, sweep_a, sweep_b, by, search: str | None = None):
