@@ -53,7 +53,7 @@ def events_a() -> list[dict]:
 
 def events_b() -> list[dict]:
     """B: mm (same signature) [5,12] 7 us; add with other dims launches two kernels [25,26] [27,29] (3 us);
-    triton [35,40] 5 us; sum with other dims [45,47] 2 us (another reduce kernel); flash [55,63] 8 us.
+    triton [35,40] 5 us; a mean (another operator) [45,47] 2 us (another reduce kernel); flash [55,63] 8 us.
     kernels 6, kernel time = busy = 25 us, span 63 - 5 = 58 us, idle 33 us, latency 63 us."""
     return [
         dop("aten::mm", 0, 20, 1, MM_DIMS), rt("cudaLaunchKernel", 1, 2, 1, 1),
@@ -64,7 +64,7 @@ def events_b() -> list[dict]:
         kern("void at::native::vectorized_elementwise_kernel<4, Add<float> >(int, Add<float>)", 27, 2, 3, 2),
         rt("cudaLaunchKernel", 31, 1, 4, 0),
         kern("triton_poi_fused_relu_1", 35, 5, 4, 0),
-        dop("aten::sum", 40, 10, 5, [[8]]), rt("cudaLaunchKernel", 41, 1, 5, 5),
+        dop("aten::mean", 40, 10, 5, [[8]]), rt("cudaLaunchKernel", 41, 1, 5, 5),
         kern("void block_reduce_kernel<1>(float*)", 45, 2, 5, 5),
         rt("cudaLaunchKernel", 52, 1, 6, 0),
         kern("flash_fwd_kernel<Flash_fwd_kernel_traits<128, 64> >(Flash_fwd_params)", 55, 8, 6, 0),
@@ -101,29 +101,37 @@ def test_hand_built_groups_and_headline(pair_db):
     mm = g.loc[("signature", MM_SIG)]
     assert (mm.count_a, mm.count_b, mm.time_a_ns, mm.time_b_ns, mm.delta_ns) == (1, 1, 10 * US, 7 * US, -3 * US)
     assert mm.delta_pct == pytest.approx(-30.0)
-    # pass 2: add's signature differs; normalised names match: 1 -> 2 kernels, 4 -> 1 + 2 = 3 us (-25%)
-    ew = g.loc[("kernel", "at::native::vectorized_elementwise_kernel")]
+    assert pd.isna(mm.largest_a) and pd.isna(mm.largest_b)  # a signature group names itself
+    # pass 2: add's shapes differ, its operator and dtypes do not: 1 -> 2 kernels, 4 -> 1 + 2 = 3 us (-25%);
+    # the shapes on each side are named (largest_a / largest_b)
+    ew = g.loc[("operator", 'aten::add ["float", "float"]')]
     assert (ew.count_a, ew.count_b, ew.time_a_ns, ew.time_b_ns) == (1, 2, 4 * US, 3 * US)
     assert ew.delta_pct == pytest.approx(-25.0)
-    # Triton index dropped: triton_poi_fused_relu_0 / _1 -> 3 -> 5 us (+2/3)
+    assert (ew.largest_a, ew.largest_b) == ('aten::add [[4, 16], [4, 16]] ["float", "float"]',
+                                            'aten::add [[8, 16], [8, 16]] ["float", "float"]')
+    # pass 3, normalised names, the Triton index dropped: triton_poi_fused_relu_0 / _1 -> 3 -> 5 us (+2/3)
     tr = g.loc[("kernel", "triton_poi_fused_relu")]
     assert (tr.time_a_ns, tr.time_b_ns, tr.delta_ns) == (3 * US, 5 * US, 2 * US)
     assert tr.delta_pct == pytest.approx(200 / 3)
-    # pass 3: reduce_kernel vs block_reduce_kernel, both reductions: 6 -> 2 us
+    assert (tr.largest_a, tr.largest_b) == ("triton_poi_fused_relu", "triton_poi_fused_relu")
+    # pass 4: sum's reduce_kernel vs mean's block_reduce_kernel, both reductions: 6 -> 2 us
     red = g.loc[("category", "reduction")]
     assert (red.count_a, red.count_b, red.delta_ns, red.status) == (1, 1, -4 * US, "matched")
+    assert (red.largest_a, red.largest_b) == ('aten::sum [[4]] ["float"]', 'aten::mean [[8]] ["float"]')
     # left over: nccl only in A (removed), flash only in B (added)
     rm = g.loc[("kernel", "ncclDevKernel_AllReduce_Sum_f32_RING_LL")]
     assert (rm.status, rm.count_a, rm.count_b, rm.time_a_ns, rm.delta_ns, rm.delta_pct) == \
         ("removed", 1, 0, 5 * US, -5 * US, -100.0)
     add = g.loc[("kernel", "flash_fwd_kernel")]
     assert (add.status, add.time_b_ns, add.delta_ns) == ("added", 8 * US, 8 * US) and pd.isna(add.delta_pct)
+    assert pd.isna(add.largest_a) and add.largest_b == "flash_fwd_kernel"
     assert len(g) == 6
     assert (r.scalars["matched_groups"], r.scalars["added_groups"], r.scalars["removed_groups"]) == (4, 1, 1)
     # sorted by |delta_ns|: flash 8, nccl 5, reduction 4, mm 3, triton 2, elementwise 1 (us)
     assert list(r.tables["groups"]["delta_ns"]) == [8000, -5000, -4000, -3000, 2000, -1000]
     assert r.trust["kernels_matched_by_category"] == {"a": 1, "b": 1}
-    assert r.trust["kernels_matched_by_kernel"] == {"a": 2, "b": 3}
+    assert r.trust["kernels_matched_by_operator"] == {"a": 1, "b": 2}
+    assert r.trust["kernels_matched_by_kernel"] == {"a": 1, "b": 1}
 
     h = r.tables["headline"].set_index("metric")
     expect = {"kernels": (5, 6), "kernel_time_ns": (28 * US, 25 * US), "busy_ns": (28 * US, 25 * US),

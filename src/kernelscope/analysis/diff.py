@@ -3,19 +3,23 @@
 Definitions (docs/metrics.md, "Diff", is the canonical text; times are int ns; delta = B - A,
 ``delta_pct`` = 100 (B - A) / A, null when A is 0 or either side is null):
 
-- Only ``kind = 'kernel'`` activities count. Kernels are matched in three passes, all in SQL:
+- Only ``kind = 'kernel'`` activities count. Kernels are matched in four passes, all in SQL:
   1. **signature**: leaf operator name + ``input_dims`` + ``input_types`` (kernels with a leaf operator);
      a signature present in both traces is one group.
-  2. **kernel**: the remaining kernels by normalised kernel name: template arguments ``<...>`` and argument
+  2. **operator**: the remaining kernels by leaf operator name + ``input_types`` (the shapes changed, the
+     operator and dtypes did not: a padded vocabulary, another batch size); one group per such key in both.
+  3. **kernel**: the remaining kernels by normalised kernel name: template arguments ``<...>`` and argument
      lists ``(...)`` removed (innermost first, nested up to 12 deep), a leading ``void`` dropped, and for
      Triton kernels (``triton_...``) the trailing ``_N`` index / hash removed (``triton_poi_fused_add_0`` ->
      ``triton_poi_fused_add``); a name present in both is one group.
-  3. **category**: the kernels still left, by kernel category (the kernels analysis' rules); a category
+  4. **category**: the kernels still left, by kernel category (the kernels analysis' rules); a category
      present in both is one group.
-  Kernels left after the three passes are grouped by normalised name with ``status`` ``removed`` (only in A)
+  Kernels left after the four passes are grouped by normalised name with ``status`` ``removed`` (only in A)
   or ``added`` (only in B); matched groups have ``status`` ``matched``.
-- ``groups`` table: ``level`` (signature|kernel|category), ``key``, ``status``, ``count_a``, ``count_b``,
-  ``time_a_ns``, ``time_b_ns``, ``delta_ns``, ``delta_pct``; sorted by |delta_ns|.
+- ``groups`` table: ``level`` (signature|operator|kernel|category), ``key``, ``status``, ``count_a``,
+  ``count_b``, ``time_a_ns``, ``time_b_ns``, ``delta_ns``, ``delta_pct``, and for groups not matched by
+  signature ``largest_a`` / ``largest_b``: the member (signature, else normalised kernel name) of most time on
+  each side (null on a side without kernels); sorted by |delta_ns|.
 - ``headline`` table: one row per metric (``kernels``, ``kernel_time_ns``, ``busy_ns``, ``gpu_span_ns``,
   ``idle_ns``, ``latency_ns`` from the summary analysis; ``tklqt_ns``, ``mean_queue_depth`` from the launch
   analysis when both traces have them) with ``a``, ``b``, ``delta``, ``delta_pct``.
@@ -80,26 +84,39 @@ def _groups_sql() -> tuple[str, dict]:
     WITH k00 AS ({one_side.format(side="'A'", tid="$a")} UNION ALL {one_side.format(side="'B'", tid="$b")}),
     k0 AS (SELECT side, n, t, name, op_name,
                   CASE WHEN op_name IS NULL THEN NULL
-                       ELSE op_name || ' ' || coalesce(input_dims, '') || ' ' || coalesce(input_types, '') END AS sig
+                       ELSE op_name || ' ' || coalesce(input_dims, '') || ' ' || coalesce(input_types, '') END AS sig,
+                  CASE WHEN op_name IS NULL THEN NULL ELSE op_name || ' ' || coalesce(input_types, '') END AS opk
            FROM k00),
     d AS (SELECT name, op_name, {norm} AS norm, {case} AS cat
           FROM (SELECT DISTINCT name, op_name FROM k0)),
-    k AS (SELECT k0.side, k0.n, k0.t, k0.sig, d.norm, d.cat FROM k0 JOIN d
+    k AS (SELECT k0.side, k0.n, k0.t, k0.sig, k0.opk, d.norm, d.cat FROM k0 JOIN d
           ON d.name IS NOT DISTINCT FROM k0.name AND d.op_name IS NOT DISTINCT FROM k0.op_name),
     l1 AS (SELECT sig FROM k WHERE sig IS NOT NULL GROUP BY sig HAVING count(DISTINCT side) = 2),
     k2 AS (SELECT * FROM k WHERE sig IS NULL OR sig NOT IN (SELECT sig FROM l1)),
-    l2 AS (SELECT norm FROM k2 GROUP BY norm HAVING count(DISTINCT side) = 2),
-    k3 AS (SELECT * FROM k2 WHERE norm NOT IN (SELECT norm FROM l2)),
-    l3 AS (SELECT cat FROM k3 GROUP BY cat HAVING count(DISTINCT side) = 2),
+    l2 AS (SELECT opk FROM k2 WHERE opk IS NOT NULL GROUP BY opk HAVING count(DISTINCT side) = 2),
+    k3 AS (SELECT * FROM k2 WHERE opk IS NULL OR opk NOT IN (SELECT opk FROM l2)),
+    l3 AS (SELECT norm FROM k3 GROUP BY norm HAVING count(DISTINCT side) = 2),
+    k4 AS (SELECT * FROM k3 WHERE norm NOT IN (SELECT norm FROM l3)),
+    l4 AS (SELECT cat FROM k4 GROUP BY cat HAVING count(DISTINCT side) = 2),
     keyed AS (
-      SELECT side, n, t,
+      SELECT side, n, t, coalesce(sig, norm) AS member,
         CASE WHEN sig IN (SELECT sig FROM l1) THEN 'signature'
-             WHEN norm IN (SELECT norm FROM l2) THEN 'kernel'
-             WHEN cat IN (SELECT cat FROM l3) THEN 'category' ELSE 'kernel' END AS level,
+             WHEN opk IN (SELECT opk FROM l2) THEN 'operator'
+             WHEN norm IN (SELECT norm FROM l3) THEN 'kernel'
+             WHEN cat IN (SELECT cat FROM l4) THEN 'category' ELSE 'kernel' END AS level,
         CASE WHEN sig IN (SELECT sig FROM l1) THEN sig
-             WHEN norm IN (SELECT norm FROM l2) THEN norm
-             WHEN cat IN (SELECT cat FROM l3) THEN cat ELSE norm END AS key
+             WHEN opk IN (SELECT opk FROM l2) THEN opk
+             WHEN norm IN (SELECT norm FROM l3) THEN norm
+             WHEN cat IN (SELECT cat FROM l4) THEN cat ELSE norm END AS key
       FROM k
+    ),
+    m AS (  -- per group and side, each member's (signature, else kernel name) time: the largest is named
+      SELECT level, key, side, member, sum(t) AS t FROM keyed GROUP BY ALL
+    ),
+    largest AS (
+      SELECT level, key, arg_max(member, t) FILTER (WHERE side = 'A') AS largest_a,
+             arg_max(member, t) FILTER (WHERE side = 'B') AS largest_b
+      FROM m GROUP BY level, key
     ),
     g AS (
       SELECT level, key,
@@ -112,8 +129,10 @@ def _groups_sql() -> tuple[str, dict]:
     SELECT level, key,
            CASE WHEN count_a = 0 THEN 'added' WHEN count_b = 0 THEN 'removed' ELSE 'matched' END AS status,
            count_a, count_b, time_a_ns, time_b_ns, time_b_ns - time_a_ns AS delta_ns,
-           CASE WHEN time_a_ns > 0 THEN 100.0 * (time_b_ns - time_a_ns) / time_a_ns END AS delta_pct
-    FROM g ORDER BY abs(time_b_ns - time_a_ns) DESC, level, key
+           CASE WHEN time_a_ns > 0 THEN 100.0 * (time_b_ns - time_a_ns) / time_a_ns END AS delta_pct,
+           CASE WHEN level <> 'signature' THEN largest_a END AS largest_a,
+           CASE WHEN level <> 'signature' THEN largest_b END AS largest_b
+    FROM g JOIN largest USING (level, key) ORDER BY abs(time_b_ns - time_a_ns) DESC, level, key
     """
     return sql, params
 
@@ -206,7 +225,8 @@ def diff(store, trace_ids: list[str] | None = None, by: str = "batch", sweep: st
     by_level = grp[grp["status"] == "matched"].groupby("level")[["count_a", "count_b"]].sum()
     trust = {f"kernels_matched_by_{lv}": {"a": int(r.count_a), "b": int(r.count_b)}
              for lv, r in by_level.iterrows()}
-    trust["matching"] = "signature, then normalised kernel name, then category; the rest added/removed"
+    trust["matching"] = ("signature, then operator and dtypes, then normalised kernel name, then category; "
+                         "the rest added/removed")
     if "tklqt_ns" not in set(head["metric"]):
         warnings.append("tklqt_ns and mean_queue_depth are left out: a trace has no matched launches.")
     return Result(name="diff", definition=DEFINITION, scalars=scalars,

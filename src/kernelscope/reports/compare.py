@@ -55,9 +55,11 @@ def headline_rows(head: pd.DataFrame) -> pd.DataFrame:
 
 def group_rows(groups: pd.DataFrame, status: str | None = None, top: int | None = None) -> pd.DataFrame:
     """``groups`` rows (optionally only ``status``; the first ``top``) as shown: times in ms (3 decimals),
-    delta % (1 decimal). The analysis' order (largest |delta_ns| first) is kept."""
+    delta % (1 decimal), the largest member on each side (groups not matched by signature). The analysis'
+    order (largest |delta_ns| first) is kept."""
     cols = (["label"] if "label" in groups.columns else []) + [
-        "level", "key", "status", "count_a", "count_b", "time_a_ms", "time_b_ms", "delta_ms", "delta_pct"]
+        "level", "key", "status", "count_a", "count_b", "time_a_ms", "time_b_ms", "delta_ms", "delta_pct",
+        "largest_a", "largest_b"]
     g = groups if status is None else groups[groups["status"] == status]
     if top is not None:
         g = g.head(top)
@@ -70,10 +72,26 @@ def group_rows(groups: pd.DataFrame, status: str | None = None, top: int | None 
         "time_b_ms": [round(int(v) / NS_PER_MS, 3) for v in g["time_b_ns"]],
         "delta_ms": [round(int(v) / NS_PER_MS, 3) for v in g["delta_ns"]],
         "delta_pct": [None if _f(v) is None else round(_f(v), 1) for v in g["delta_pct"]],
+        "largest_a": [_text(v) for v in g.get("largest_a", [None] * len(g))],
+        "largest_b": [_text(v) for v in g.get("largest_b", [None] * len(g))],
     }, dtype=object)
     if "label" in g.columns:
         out.insert(0, "label", g["label"].tolist())
     return out[cols]
+
+
+def _members(d: pd.DataFrame, i: int) -> str:
+    """Hover lines naming a group's largest member on each side (groups not matched by signature)."""
+    out = ""
+    for side in ("a", "b"):
+        v = _text(d[f"largest_{side}"].iloc[i]) if f"largest_{side}" in d.columns else None
+        if v:
+            out += f"<br>largest in {side.upper()}: " + (v if len(v) <= 90 else v[:87] + "...")
+    return out
+
+
+def _text(v) -> str | None:
+    return None if v is None or (isinstance(v, float) and v != v) else str(v)
 
 
 def headline_figure(head: pd.DataFrame, by: str | None = None) -> go.Figure:
@@ -117,9 +135,10 @@ def groups_figure(groups: pd.DataFrame, top: int = 20) -> go.Figure:
             fig.add_trace(go.Bar(
                 x=[int(v) / NS_PER_MS for v in d["delta_ns"]], y=[lab for lab, m in zip(labels, mask) if m],
                 orientation="h", name=status, marker={"color": colour},
-                customdata=list(zip(d["count_a"].tolist(), d["count_b"].tolist(), d["level"].tolist())),
+                customdata=list(zip(d["count_a"].tolist(), d["count_b"].tolist(), d["level"].tolist(),
+                                    [_members(d, i) for i in range(len(d))])),
                 hovertemplate="%{y}<br>%{x:+,.3f} ms · count %{customdata[0]} → %{customdata[1]} "
-                              "(%{customdata[2]})<extra>" + status + "</extra>"))
+                              "(%{customdata[2]})%{customdata[3]}<extra>" + status + "</extra>"))
         fig.update_yaxes(categoryorder="array", categoryarray=labels, autorange="reversed")
     styled(fig, title={"text": f"Kernel groups with the largest time change (top {len(g)}, ms, B − A)",
                        "font": {"size": 14}}, barmode="overlay",
