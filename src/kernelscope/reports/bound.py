@@ -295,6 +295,11 @@ def _collector_inflation(store, tid: str) -> tuple[float, str, str] | None:
         return None
     ratio, o = measured
     what, theirs = ("steps", "same steps") if o["basis"] == "step" else ("kernelscope.range regions", "regions")
+    if ratio < 1:  # a step is not faster for being profiled: the steps varied more than the profiler cost
+        return ratio, (f"Profiler inflation under the noise: kernelscope profile measured the median of {o['n']} "
+                       f"recorded {what} ({ms_text(o['profiled_median_ns'])}) below the un-profiled run's {theirs} "
+                       f"({ms_text(o['unprofiled_median_ns'])}), {ratio:.2f}×; a step is not faster for being "
+                       "profiled, so they vary more than the profiler costs."), ""
     return ratio, (f"Profiler inflation {ratio:.2f}× per step, as kernelscope profile measured it: the median of "
                    f"{o['n']} recorded {what} ({ms_text(o['profiled_median_ns'])}) against the un-profiled run's "
                    f"{theirs} ({ms_text(o['unprofiled_median_ns'])})."), ""
