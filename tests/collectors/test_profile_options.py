@@ -412,3 +412,38 @@ def test_steps_build_their_schedule_without_torchs_warmup_warning():
     assert [s(i) for i in range(5)] == [act.RECORD] * 3 + [act.RECORD_AND_SAVE, act.NONE]
     s1 = torch_schedule(torch, (1, 1, 2, 1))
     assert [s1(i) for i in range(5)] == [act.NONE, act.WARMUP, act.RECORD, act.RECORD_AND_SAVE, act.NONE]
+
+
+SETUP_THEN_INFER = """\
+import torch
+import json, decimal, fractions, statistics     # start-up: imports and Python work before the first step
+sum(statistics.mean([i, i + 1]) for i in range(2000))
+w = torch.arange(4096).float().reshape(64, 64)  # an operator of the start-up only
+m = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+x = torch.randn(8, 16)
+with torch.no_grad():
+    for _ in range(6):
+        m(x)
+"""
+
+
+def test_steps_n_records_n_steps_after_the_start_up(tmp_path):
+    """--steps N records the script's first N steps, not its start-up. torch's step 0 runs from the profiler's
+    start (before the script) to the first step boundary; --steps 4 recorded it as the first of its 4 steps: on
+    transformers' Mamba generate() under --modules that start-up (import transformers, building the model) held
+    2.77M of the trace's 2.78M Python calls (859 MB of JSON, the profiled run 25x slower) and left 3 real steps.
+    Now: ProfilerStep#1 and #2, two recorded steps in run.json, no start-up operator or Python call."""
+    script = tmp_path / "infer.py"
+    script.write_text(SETUP_THEN_INFER)
+    run_dir = tmp_path / "run"
+    r = _profile(tmp_path, "--run-dir", run_dir, "--steps", "2", "--stack", "--no-telemetry", "--no-baseline",
+                 "--", "python", script)
+    assert r.returncode == 0, r.stderr
+    ev = _events(run_dir)
+    assert _steps(ev) == ["ProfilerStep#1", "ProfilerStep#2"]
+    names = {e.get("name", "") for e in ev}
+    assert "aten::arange" not in names and not any("statistics.py" in n for n in names)
+    assert sum(e.get("name") == "aten::linear" for e in ev) == 4  # 2 forwards of 2 Linear layers
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["step_times"]["recorded"] == [True, True, False, False, False]
+    assert run["profiler_options"]["steps"] == 2 and run["profiler_options"]["schedule"]["wait"] == 1
