@@ -148,6 +148,10 @@ def test_module_forward_steps_overhead_and_a_fake_nsys_pass(tmp_path):
     r = _profile(tmp_path, "--run-dir", run_dir, "--nsys", nsys, "--schedule", "1,1,2", "--telemetry-period", "25",
                  "--label", "batch=8", "--", "python", script)
     assert r.returncode == 0, r.stderr
+    said = [ln for ln in r.stderr.splitlines() if ln.startswith("kernelscope: ")]
+    assert said[:2] == [f"kernelscope: un-profiled run: {script} (timing only; the profiled run follows)",
+                        "kernelscope: profiled run: recording torch.profiler.schedule(wait=1, warmup=1, active=2, "
+                        f"repeat=1) into {run_dir}"]
     # the Kineto pass: steps are the outermost module forwards (no optimizer, no "step" region)
     run = json.loads((run_dir / "run.json").read_text())
     assert run["step_rule"] == {"rule": "forward", "steps": 6, "seen": {"optimizer": 0, "forward": 6, "range": 0}}
@@ -439,6 +443,8 @@ def test_steps_n_records_n_steps_after_the_start_up(tmp_path):
     r = _profile(tmp_path, "--run-dir", run_dir, "--steps", "2", "--stack", "--no-telemetry", "--no-baseline",
                  "--", "python", script)
     assert r.returncode == 0, r.stderr
+    assert f"kernelscope: profiled run: recording the script's first 2 steps after its start-up into {run_dir}" \
+        in r.stderr  # said as the pass starts: a long profiled run says which pass it is in
     ev = _events(run_dir)
     assert _steps(ev) == ["ProfilerStep#1", "ProfilerStep#2"]
     names = {e.get("name", "") for e in ev}
@@ -447,3 +453,12 @@ def test_steps_n_records_n_steps_after_the_start_up(tmp_path):
     run = json.loads((run_dir / "run.json").read_text())
     assert run["step_times"]["recorded"] == [True, True, False, False, False]
     assert run["profiler_options"]["steps"] == 2 and run["profiler_options"]["schedule"]["wait"] == 1
+
+
+def test_recording_words():
+    from kernelscope.collectors.runner import Options, recording_words
+
+    assert recording_words(Options()) == "every step from the script's start"
+    assert recording_words(Options(steps=1)) == "the script's first 1 step after its start-up"
+    assert recording_words(Options(schedule=(1, 1, 3, 1), steps=4)) == (
+        "torch.profiler.schedule(wait=1, warmup=1, active=3, repeat=1), stopping after step 4")

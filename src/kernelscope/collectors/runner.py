@@ -101,6 +101,19 @@ def _schedule_for(opts: Options) -> tuple | None:
     return None
 
 
+def recording_words(opts: Options) -> str:
+    """What the profiled run records, in words (the line said as it starts: a long profiled run then says
+    which pass it is in)."""
+    sched = _schedule_for(opts)
+    if sched is None:
+        return "every step from the script's start"
+    if opts.schedule is None:
+        return f"the script's first {opts.steps} step{'s' if opts.steps != 1 else ''} after its start-up"
+    w, u, a, r = sched
+    return (f"torch.profiler.schedule(wait={w}, warmup={u}, active={a}, repeat={r})"
+            + (f", stopping after step {opts.steps}" if opts.steps is not None else ""))
+
+
 def _halt_after(opts: Options) -> int | None:
     """After how many step boundaries the profiler stops: ``--steps N`` with ``--schedule``, at torch's step N;
     alone, once its N steps after the start-up have ended (``_schedule_for``)."""
@@ -177,6 +190,7 @@ def run_passes(argv: list[str], *, name=None, labels=None, db=None, run_dir=None
     res = RunResult(rc=0, run_dir=run_dir)
     base = None
     if opts.baseline:
+        log(f"un-profiled run: {' '.join(map(str, script))} (timing only; the profiled run follows)")
         rc, wall = _run("time", run_dir, script, how, name, labels, opts)
         base = _read_timing(run_dir, wall)
         if rc != 0:
@@ -185,6 +199,7 @@ def run_passes(argv: list[str], *, name=None, labels=None, db=None, run_dir=None
             if not ingest_failed:
                 res.rc = rc
                 return res
+    log(f"profiled run: recording {recording_words(opts)} into {run_dir}")
     rc, wall = _run("profile", run_dir, script, how, name, labels, opts)
     res.rc = rc
     if rc != 0 and res.failed is None:
