@@ -445,6 +445,9 @@ def test_steps_n_records_n_steps_after_the_start_up(tmp_path):
     assert r.returncode == 0, r.stderr
     assert f"kernelscope: profiled run: recording the script's first 2 steps after its start-up into {run_dir}" \
         in r.stderr  # said as the pass starts: a long profiled run says which pass it is in
+    # kernelscope's own warning in the child is one line, not Python's "path:line: UserWarning" and source line
+    assert "\nkernelscope: no CUDA device: profiling CPU ops only, no GPU telemetry\n" in r.stderr
+    assert "UserWarning: kernelscope" not in r.stderr and "collectors/profile.py" not in r.stderr
     ev = _events(run_dir)
     assert _steps(ev) == ["ProfilerStep#1", "ProfilerStep#2"]
     names = {e.get("name", "") for e in ev}

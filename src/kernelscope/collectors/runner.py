@@ -504,7 +504,26 @@ def _profiled(prof, opts: Options, script: list[str], how: str) -> int:
     return code
 
 
+def _plain_own_warnings() -> None:
+    """In a pass's child, kernelscope's own warnings (text starting "kernelscope: ") print as that one line, as
+    the runner's lines do, not as Python shows a warning (a CPU-only run printed "/.../collectors/profile.py:450:
+    UserWarning: kernelscope: no CUDA device: ..." and the source line under it); the script's warnings are
+    shown as Python shows them."""
+    import warnings
+
+    shown = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if str(message).startswith("kernelscope: "):
+            print(str(message), file=sys.stderr if file is None else file)
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+
+
 def _child(args: list[str]) -> int:
+    _plain_own_warnings()
     opts = {}
     while args and args[0] != "--":
         opts[args[0]] = args[1]
