@@ -121,3 +121,46 @@ def test_stacks_of_a_cpu_only_trace_say_there_is_no_gpu_flame(tmp_path):
         (section,) = [s for s in build(store, [res.trace_id]) if s.anchor == "stacks"]
     assert any(isinstance(b, str) and "has no GPU kernels (a CPU-only run)" in b for b in section.blocks)
     assert len([b for b in section.blocks if type(b).__name__ == "Figure"]) == 1  # the CPU flame graph alone
+
+
+def test_modules_of_a_cpu_only_trace_are_sized_by_cpu_time(tmp_path):
+    """transformers' BERT trained on a CPU under `kernelscope profile --modules --steps 3`: the Modules page sized
+    the icicle by GPU kernel time (0 everywhere), drew an empty figure with axes from -1 to 6, and said "0.000 ms
+    of 0.000 ms kernel time ran in a module". A trace without kernels is now sized by the forward calls' CPU time
+    (the URL's metric still wins), the sentence says why, and the report's icicle is the CPU one."""
+    import stores
+    from edge_traces import HEAD, _base_tail, _trace, _write
+
+    from kernelscope.dashboard.app import route
+    from kernelscope.reports.report import build
+    from kernelscope.storage.ingest import ingest_paths
+    from kernelscope.storage.store import open_store
+
+    from .tree import find, texts
+
+    def py(name, ts, dur, pid_, parent):
+        return json.dumps({"ph": "X", "cat": "python_function", "name": name, "pid": 1, "tid": 1, "ts": ts,
+                           "dur": dur, "args": {"Python parent id": parent, "Python id": pid_}})
+    ev = [py("train.py(9): <module>", 1, 300, 1, None),
+          py("nn.Module: Sequential_0", 10, 200, 2, 1), py("nn.Module: Linear_0", 20, 120, 3, 2),
+          py("nn.Module: ReLU_0", 150, 30, 4, 2),
+          '{"ph": "X", "cat": "cpu_op", "name": "aten::linear", "pid": 1, "tid": 1, "ts": 25.0, "dur": 100.0, '
+          '"args": {"External id": 5}}']
+    db = stores.empty(tmp_path / "s.duckdb")
+    with open_store(db) as store:
+        (res,) = ingest_paths(store, [_write(tmp_path, "cpu_modules", _trace(ev, head=HEAD, tail=_base_tail()))],
+                              progress=False)
+    tid = res.trace_id
+    page = route(db, f"/trace/{tid}/modules", "")
+    (icicle,) = find(page, "modules-icicle").figure.data
+    values = dict(zip(icicle.ids, icicle.values))
+    assert values == {"Sequential_0": 200_000, "Sequential_0/Linear_0": 120_000, "Sequential_0/ReLU_0": 30_000}
+    assert find(page, "modules-metric").value == "cpu_ns"
+    assert "the trace has no GPU kernels (a CPU-only run): the modules are sized by the CPU time" in \
+        texts(find(page, "modules-sentence"))
+    gpu = find(route(db, f"/trace/{tid}/modules", "?metric=gpu_ns"), "modules-icicle").figure
+    assert not gpu.data and "No GPU kernel time" in gpu.layout.annotations[0].text  # asked for: GPU, said empty
+    with open_store(db, read_only=True) as store:
+        (section,) = [s for s in build(store, [tid]) if s.anchor == "modules"]
+    (figure,) = [b for b in section.blocks if type(b).__name__ == "Figure"]
+    assert figure.layout.title.text.lower().endswith("modules by cpu time of the forward calls")

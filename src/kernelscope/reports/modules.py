@@ -22,8 +22,17 @@ METRICS = {
     "cpu_ns": "CPU time of the forward calls",
 }
 DEFAULT_METRIC = "gpu_ns"
+#: Said for a trace without GPU kernels (a CPU-only run): its modules are drawn by CPU time instead.
+NO_KERNELS = ("the trace has no GPU kernels (a CPU-only run): the modules are sized by the CPU time of their "
+              "forward calls")
 #: Indentation of one tree level in the table's module column (non-breaking spaces survive HTML and the grid).
 _INDENT = "\u00a0\u00a0\u00a0"
+
+
+def default_metric(result) -> str:
+    """What the icicle sizes by when nothing is asked: GPU kernel time, or the forward calls' CPU time for a
+    trace with no kernel (a CPU-only run: every GPU box would be 0, an empty figure with axes from -1 to 6)."""
+    return DEFAULT_METRIC if (result.scalars.get("kernel_time_ns") or 0) > 0 else "cpu_ns"
 
 
 def has_modules(store, trace_id: str) -> bool:
@@ -97,10 +106,11 @@ def summary_sentence(result) -> str:
     s = result.scalars
     k = s.get("kernel_time_ns") or 0
     share = f" ({100.0 * s['module_kernel_ns'] / k:.1f}%)" if k else ""
+    where = (f"{_ms(s['module_kernel_ns'])} of {_ms(k)} kernel time ran in a module{share} (backward kernels rolled "
+             f"up to their forward module), {_ms(s['outside_kernel_ns'])} outside every module" if k else NO_KERNELS)
     return (f"{s['module_calls']:,} module calls of {s['module_instances']:,} instances and {s['module_classes']:,} "
-            f"classes; {_ms(s['module_kernel_ns'])} of {_ms(k)} kernel time ran in a module{share} (backward "
-            f"kernels rolled up to their forward module), {_ms(s['outside_kernel_ns'])} outside every module. "
-            "Modules are named by instance path (class + the profiler's index): the trace has no attribute names.")
+            f"classes; {where}. Modules are named by instance path (class + the profiler's index): the trace has no "
+            "attribute names.")
 
 
 def modules_section(store, trace_ids: list[str], ctx) -> Section | None:
@@ -116,6 +126,8 @@ def modules_section(store, trace_ids: list[str], ctx) -> Section | None:
         blocks.append(f"{name}: " + summary_sentence(r))
         blocks += [f"{name}: warning: {shown(w)}" for w in r.warnings]  # before the figure they qualify
         if ctx.figures:
-            blocks.append(module_icicle(r.tables["tree"], title=f"{name}: modules by GPU kernel time"))
+            metric = default_metric(r)
+            blocks.append(module_icicle(r.tables["tree"], metric, title=f"{name}: modules by " + (
+                "GPU kernel time" if metric == DEFAULT_METRIC else METRICS[metric])))
         blocks.append(Table(class_rows(r.tables["classes"]), f"{name}: time per module class"))
     return Section("Modules", "modules", blocks) if blocks else None

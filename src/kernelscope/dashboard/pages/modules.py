@@ -27,10 +27,11 @@ _SUMS = [("gpu_ns", "GPU (ms)", "ms"), ("gpu_fwd_ns", "forward GPU (ms)", "ms"),
          ("cpu_bwd_ns", "backward CPU (ms)", "ms"), ("kernels", "kernels", "numeric")]
 
 
-def _metric(params: dict | None) -> str:
-    """The ``metric`` URL parameter (checked by params.url_params against the choices), else GPU time."""
+def _metric(params: dict | None, result) -> str:
+    """The ``metric`` URL parameter (checked by params.url_params against the choices), else the trace's default
+    (GPU kernel time; CPU time for a trace without kernels)."""
     m = (params or {}).get("metric")
-    return m if m in rm.METRICS else rm.DEFAULT_METRIC
+    return m if m in rm.METRICS else rm.default_metric(result)
 
 
 def _kpis(s: dict) -> html.Div:
@@ -54,7 +55,7 @@ def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
         return html.Div(body + [message(NO_MODULES[0].upper() + NO_MODULES[1:], "msg-no-modules")],
                         id="modules-page")
     r = cache.analysis(store, "modules", trace_id)
-    metric = _metric(params)
+    metric = _metric(params, r)
     t = r.tables
     body += [_kpis(r.scalars), html.P(rm.summary_sentence(r), className="ks-hint", id="modules-sentence"),
              *warning_lines(r.warnings, shown),  # they qualify the figure below (a compiled model's one module)
@@ -81,9 +82,9 @@ def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
 
 def resize(db_path, trace_id: str, metric: str) -> tuple:
     """The metric radio callback as a plain function: (icicle figure, URL search)."""
-    metric = metric if metric in rm.METRICS else rm.DEFAULT_METRIC
     with open_store(db_path, read_only=True) as store:
         r = cache.analysis(store, "modules", trace_id)
+    metric = metric if metric in rm.METRICS else rm.default_metric(r)
     return rm.module_icicle(r.tables["tree"], metric), urls.search_of({"metric": metric})
 
 
