@@ -432,36 +432,39 @@ with torch.no_grad():
 
 
 def test_steps_n_records_n_steps_after_the_start_up(tmp_path):
-    """--steps N records the script's first N steps, not its start-up. torch's step 0 runs from the profiler's
+    """--steps N records N of the script's steps, not its start-up. torch's step 0 runs from the profiler's
     start (before the script) to the first step boundary; --steps 4 recorded it as the first of its 4 steps: on
     transformers' Mamba generate() under --modules that start-up (import transformers, building the model) held
     2.77M of the trace's 2.78M Python calls (859 MB of JSON, the profiled run 25x slower) and left 3 real steps.
-    Now: ProfilerStep#1 and #2, two recorded steps in run.json, no start-up operator or Python call."""
+    Now step 1 is the profiler's warm-up (its start-up cost lands there) and ProfilerStep#2 and #3 are recorded,
+    two recorded steps in run.json, no start-up operator or Python call."""
     script = tmp_path / "infer.py"
     script.write_text(SETUP_THEN_INFER)
     run_dir = tmp_path / "run"
     r = _profile(tmp_path, "--run-dir", run_dir, "--steps", "2", "--stack", "--no-telemetry", "--no-baseline",
                  "--", "python", script)
     assert r.returncode == 0, r.stderr
-    assert f"kernelscope: profiled run: recording the script's first 2 steps after its start-up into {run_dir}" \
+    assert f"kernelscope: profiled run: recording 2 steps of the script after its start-up and one warm-up step into " \
+        f"{run_dir}" \
         in r.stderr  # said as the pass starts: a long profiled run says which pass it is in
     # kernelscope's own warning in the child is one line, not Python's "path:line: UserWarning" and source line
     assert "\nkernelscope: no CUDA device: profiling CPU ops only, no GPU telemetry\n" in r.stderr
     assert "UserWarning: kernelscope" not in r.stderr and "collectors/profile.py" not in r.stderr
     ev = _events(run_dir)
-    assert _steps(ev) == ["ProfilerStep#1", "ProfilerStep#2"]
+    assert _steps(ev) == ["ProfilerStep#2", "ProfilerStep#3"]
     names = {e.get("name", "") for e in ev}
     assert "aten::arange" not in names and not any("statistics.py" in n for n in names)
     assert sum(e.get("name") == "aten::linear" for e in ev) == 4  # 2 forwards of 2 Linear layers
     run = json.loads((run_dir / "run.json").read_text())
-    assert run["step_times"]["recorded"] == [True, True, False, False, False]
-    assert run["profiler_options"]["steps"] == 2 and run["profiler_options"]["schedule"]["wait"] == 1
+    assert run["step_times"]["recorded"] == [False, True, True, False, False]
+    sched = run["profiler_options"]["schedule"]
+    assert run["profiler_options"]["steps"] == 2 and (sched["wait"], sched["warmup"], sched["active"]) == (1, 1, 2)
 
 
 def test_recording_words():
     from kernelscope.collectors.runner import Options, recording_words
 
     assert recording_words(Options()) == "every step from the script's start"
-    assert recording_words(Options(steps=1)) == "the script's first 1 step after its start-up"
+    assert recording_words(Options(steps=1)) == "1 step of the script after its start-up and one warm-up step"
     assert recording_words(Options(schedule=(1, 1, 3, 1), steps=4)) == (
         "torch.profiler.schedule(wait=1, warmup=1, active=3, repeat=1), stopping after step 4")

@@ -29,8 +29,8 @@ def profile_options(fn):
                           "optimizer.step(), else each kernelscope.range(\"step\"), else each outermost module "
                           "forward of the script (run.json step_rule)."),
         click.option("--steps", type=click.IntRange(min=1), default=None, metavar="N",
-                     help="Profile only the script's first N steps, after its start-up (with --schedule: stop "
-                          "after step N)."),
+                     help="Profile only N steps, after the script's start-up and one warm-up step (with "
+                          "--schedule: stop after step N)."),
         click.option("--no-telemetry", is_flag=True, help="Do not run the NVML sampler."),
         click.option("--telemetry-period", "telemetry_period", type=click.FloatRange(min=1), default=None,
                      metavar="MS", help="The NVML sampler's period in ms [default: 10]."),
