@@ -485,7 +485,38 @@ def _child_profile(o: dict, script: list[str], how: str) -> int:
         return 1
 
 
+GC_RANGE = "python gc: full collection"
+
+
+def _gc_ranges():
+    """A ``record_function`` range named ``GC_RANGE`` around each of Python's full garbage collections
+    (generation 2) while the profiler runs; returns the callback to remove. A full collection stops the Python
+    thread that triggered it: BERT trained on a CPU under the profiler had one of 130 ms (over 350k objects)
+    in a recorded step, 50% of that step, shown as time outside any operator; it now has a name in the trace.
+    The cheap young-generation collections are left out."""
+    import gc
+
+    import torch
+
+    open_: list = []
+
+    def on_gc(phase: str, info: dict) -> None:
+        if info.get("generation") != 2:
+            return
+        if phase == "start":
+            rf = torch.profiler.record_function(GC_RANGE)
+            rf.__enter__()
+            open_.append(rf)
+        elif open_:
+            open_.pop().__exit__(None, None, None)
+
+    gc.callbacks.append(on_gc)
+    return on_gc
+
+
 def _profiled(prof, opts: Options, script: list[str], how: str) -> int:
+    import gc
+
     from .stepping import RegionTimer, Stepper, StepTimes
 
     code = 0
@@ -494,9 +525,12 @@ def _profiled(prof, opts: Options, script: list[str], how: str) -> int:
         stepper = Stepper(clock).install()  # profile(steps=N) halts after step N
         timer = RegionTimer(prof.recording).install()
         undo = _guard_script_profiler(prof)
+        on_gc = _gc_ranges()
         try:
             code = _run_script(script, how)
         finally:
+            if on_gc in gc.callbacks:
+                gc.callbacks.remove(on_gc)
             for cls, meth, orig in undo:
                 setattr(cls, meth, orig)
             timer.remove()
