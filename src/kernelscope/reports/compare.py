@@ -10,8 +10,9 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from ..units import NS_PER_MS
+from ..units import NS_PER_MS, clip_text
 from .figures import styled
+from .missing import is_missing
 
 STATUS_COLOURS = {"matched": "#2563eb", "added": "#16a34a", "removed": "#dc2626"}
 
@@ -80,18 +81,15 @@ def group_rows(groups: pd.DataFrame, status: str | None = None, top: int | None 
     return out[cols]
 
 
-def _members(d: pd.DataFrame, i: int) -> str:
-    """Hover lines naming a group's largest member on each side (groups not matched by signature)."""
-    out = ""
-    for side in ("a", "b"):
-        v = _text(d[f"largest_{side}"].iloc[i]) if f"largest_{side}" in d.columns else None
-        if v:
-            out += f"<br>largest in {side.upper()}: " + (v if len(v) <= 90 else v[:87] + "...")
-    return out
+def _members(d: pd.DataFrame) -> list[str]:
+    """Per row, hover lines naming the group's largest member on each side (groups not matched by signature)."""
+    sides = [(s.upper(), d[f"largest_{s}"] if f"largest_{s}" in d.columns else [None] * len(d)) for s in ("a", "b")]
+    return ["".join(f"<br>largest in {side}: {clip_text(str(v), 90)}" for side, v in row if not is_missing(v))
+            for row in zip(*[[(side, v) for v in col] for side, col in sides])]
 
 
 def _text(v) -> str | None:
-    return None if v is None or (isinstance(v, float) and v != v) else str(v)
+    return None if is_missing(v) else str(v)
 
 
 def headline_figure(head: pd.DataFrame, by: str | None = None) -> go.Figure:
@@ -135,8 +133,7 @@ def groups_figure(groups: pd.DataFrame, top: int = 20) -> go.Figure:
             fig.add_trace(go.Bar(
                 x=[int(v) / NS_PER_MS for v in d["delta_ns"]], y=[lab for lab, m in zip(labels, mask) if m],
                 orientation="h", name=status, marker={"color": colour},
-                customdata=list(zip(d["count_a"].tolist(), d["count_b"].tolist(), d["level"].tolist(),
-                                    [_members(d, i) for i in range(len(d))])),
+                customdata=list(zip(d["count_a"].tolist(), d["count_b"].tolist(), d["level"].tolist(), _members(d))),
                 hovertemplate="%{y}<br>%{x:+,.3f} ms · count %{customdata[0]} → %{customdata[1]} "
                               "(%{customdata[2]})%{customdata[3]}<extra>" + status + "</extra>"))
         fig.update_yaxes(categoryorder="array", categoryarray=labels, autorange="reversed")
