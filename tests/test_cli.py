@@ -20,7 +20,7 @@ from click.testing import CliRunner
 
 from kernelscope import __version__
 from kernelscope.cli import cli
-from kernelscope.errors import TraceNotFound
+from kernelscope.errors import TraceNotFound, UsageError
 
 BASE_NS = 1_700_000_000_000_000_000
 
@@ -235,6 +235,27 @@ def test_rm_removes_every_row(store):
                                  "cpu_ops) + (SELECT count(*) FROM labels) AS n", "--json", db=db).stdout)
     assert n == [{"n": 0}]
     assert_one_line_error(run_cli("summary", trace_id, db=db), TraceNotFound.exit_code)
+
+
+def test_a_store_of_one_trace_needs_no_trace_argument(store, tmp_path):
+    """summary, analyze and report without TRACE take the store's one trace; with none or several they say in one
+    line what to give (click said 'Missing argument' before)."""
+    db, trace_id, path = store
+    res = invoke("summary", "--json", db=db)
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["trace_id"] == trace_id and json.loads(res.stdout)["kernels"] == 2
+    res = invoke("analyze", "launch", "--json", db=db)
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["trace_id"] == trace_id and json.loads(res.stdout)["kernels"] == 2
+    res = invoke("report", "--format", "md", db=db)
+    assert res.exit_code == 0 and trace_id in res.stdout
+    assert invoke("ingest", write_trace(tmp_path / "other.json", tiny_trace("b")), db=db).exit_code == 0
+    proc = run_cli("summary", db=db)
+    assert_one_line_error(proc, UsageError.exit_code)
+    assert "holds 2 traces" in proc.stderr and trace_id in proc.stderr
+    proc = run_cli("analyze", "launch", db=stores.empty(tmp_path / "empty.duckdb"))
+    assert_one_line_error(proc, UsageError.exit_code)
+    assert "holds no trace" in proc.stderr
 
 
 def test_bad_trace_reference(store):

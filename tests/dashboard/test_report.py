@@ -47,7 +47,8 @@ def test_headline_numbers_equal_the_summary(dash_store):
 
 @pytest.mark.parametrize("args, words", [
     (["llama_prefill_b1"], "needs a file"),
-    (["--sweep", "x", "llama_prefill_b1", "-o", "r.html"], "one of the two"),
+    (["--sweep", "x", "llama_prefill_b1", "-o", "r.html"], "not both"),
+    (["-o", "r.html"], "give one to `kernelscope report`"),  # no TRACE, and the store holds several
     (["--sweep", "no_such_sweep", "-o", "r.html"], "no trace carries"),
     (["no_such_trace", "-o", "r.html"], "no_such_trace"),
 ])

@@ -152,7 +152,7 @@ def traces(fmt, as_json, db):
 
 
 @cli.command()
-@click.argument("trace")
+@click.argument("trace", required=False)
 @format_options
 @click.option("--table", "table", default=None, metavar="NAME",
               help="Print only this table of the result (top_kernels, top_operators, ...).")
@@ -162,13 +162,14 @@ def summary(trace, fmt, as_json, table, db):
 
     Counts, kernel time, GPU busy/idle/span, latency, top kernels and operators by GPU time, and a
     trust section (matched launches, negative launch times, dropped records). Definitions:
-    docs/metrics.md.
+    docs/metrics.md. TRACE may be left out when the store holds one trace.
     """
     from ..analysis import get_analysis
+    from ..storage.queries import only_trace
 
     fmt = output_format(fmt, as_json)
     with open_db(db, read_only=True) as store:
-        (trace_id,) = resolve(store, [trace])
+        trace_id = resolve(store, [trace])[0] if trace else only_trace(store, "summary")
         result = get_analysis("summary").fn(store, trace_id)
     emit_result(result, fmt, table)
 
@@ -297,12 +298,14 @@ def analyze(name, traces_, list_, options, by, sweep, fmt, as_json, table, db):
     With several traces, JSON output is a list with one result per trace. A multi-trace analysis
     (transition) gives one result over all its traces: `kernelscope analyze transition --by batch
     [TRACE...|--sweep NAME]`; with no TRACE and no --sweep it takes every trace with the --by label.
+    Another analysis without TRACE runs on the store's one trace (an error names them when there are several).
     """
     import json
 
     import pandas as pd
 
     from ..analysis import ANALYSES, get_analysis
+    from ..storage.queries import only_trace
 
     fmt = output_format(fmt, as_json)
     if list_:
@@ -315,7 +318,8 @@ def analyze(name, traces_, list_, options, by, sweep, fmt, as_json, table, db):
             emit_frame(df, fmt)
         return
     if not name:
-        raise UsageError("give an analysis name and at least one TRACE, or --list to see the analyses.")
+        raise UsageError("give an analysis name (and TRACEs, unless the store holds one trace), or --list to see "
+                         "the analyses.")
     analysis = get_analysis(name)
     kwargs = {k: number_or_text(v) for k, v in (_split_option(o) for o in options)}
     if analysis.multi:
@@ -328,10 +332,8 @@ def analyze(name, traces_, list_, options, by, sweep, fmt, as_json, table, db):
         return
     if by is not None or sweep is not None:
         raise UsageError(f"--by and --sweep apply to multi-trace analyses only; '{name}' takes TRACEs.")
-    if not traces_:
-        raise UsageError("give an analysis name and at least one TRACE, or --list to see the analyses.")
     with open_db(db, read_only=True) as store:
-        ids = resolve(store, traces_)
+        ids = resolve(store, traces_) if traces_ else [only_trace(store, f"analyze {name}")]
         results = [analysis.fn(store, trace_id, **kwargs) for trace_id in ids]
     if fmt == "json" and table is None and len(results) > 1:
         click.echo(json.dumps([r.to_dict() for r in results], indent=2, allow_nan=False))
@@ -407,21 +409,27 @@ def report(traces_, by, sweep, output, fmt, db):
 
     Sections: overview and trust, launch overhead, bound-ness (and the sweep with several traces or
     --by), bandwidth and roofline, operators, power, steps, modules, call stacks and memory (each when
-    its data exists). The figures are the dashboard's.
+    its data exists). The figures are the dashboard's. Without TRACE or --sweep: the store's one trace.
     """
     import os
     import tempfile
 
     from ..analysis.transition import select_traces
     from ..reports.report import report as build_report
+    from ..storage.queries import only_trace
 
     fmt = fmt or ("md" if output and output.lower().endswith(".md") else "html")
     if fmt == "html" and not output:
         raise UsageError("an HTML report needs a file: add -o report.html (or --format md for stdout).")
-    if bool(traces_) == bool(sweep):
-        raise UsageError("give TRACEs or --sweep NAME to `kernelscope report` (one of the two).")
+    if traces_ and sweep:
+        raise UsageError("give TRACEs or --sweep NAME to `kernelscope report`, not both.")
     with open_db(db, read_only=True) as store:
-        ids = resolve(store, traces_) if traces_ else select_traces(store, by or "batch", sweep)
+        if traces_:
+            ids = resolve(store, traces_)
+        elif sweep:
+            ids = select_traces(store, by or "batch", sweep)
+        else:
+            ids = [only_trace(store, "report")]
         if not ids:
             raise UsageError(f"no trace carries the labels sweep={sweep} and {by or 'batch'}=<number>.")
         text = build_report(store, ids, by=by or ("batch" if sweep else None), fmt=fmt)

@@ -138,6 +138,19 @@ def resolve_trace(store, ref, *, exclude_format: str | None = None) -> str:
     )
 
 
+def only_trace(store, command: str) -> str:
+    """The id of the store's one trace, for a command given no TRACE (``kernelscope summary`` right after ingesting
+    one file); a UsageError that says what to give when the store holds none or several."""
+    rows = store.con.execute("SELECT trace_id, name FROM traces ORDER BY trace_id").fetchall()
+    if len(rows) == 1:
+        return rows[0][0]
+    if not rows:
+        raise UsageError(f"store {store.path} holds no trace; ingest one first (`kernelscope ingest FILE`)")
+    shown = ", ".join(f"{t} ({n})" for t, n in rows[:3]) + (f" and {len(rows) - 3} more" if len(rows) > 3 else "")
+    raise UsageError(f"store {store.path} holds {len(rows)} traces; give one to `kernelscope {command}`: {shown} "
+                     "(`kernelscope traces` lists them)")
+
+
 def _same_path(source: str, ref: str) -> bool:
     """Both name one file: the source is stored as given (a symlink keeps its name), so both are resolved."""
     try:
