@@ -106,3 +106,25 @@ def test_styled_gives_the_layout_update_layout_gives(layout):
     shaped = bar().add_shape(type="line", x0=0, x1=1, y0=0, y1=1)
     want = bar().add_shape(type="line", x0=0, x1=1, y0=0, y1=1).update_layout(template=TEMPLATE, **layout)
     assert json.loads(styled(shaped, **layout).to_json()) == json.loads(want.to_json())
+
+
+def test_compare_headline_bars_are_ratios_on_a_log_axis():
+    """Two traces' headline changes span orders of magnitude (+72,945% queue depth next to -98% idle): each bar
+    runs from x1 to B/A on a log axis, so both read; its change in % is written beside it; a metric without a
+    ratio (A = 0) or with B = 0 has no bar, only its words."""
+    import math
+
+    from kernelscope.reports.compare import headline_figure
+
+    head = pd.DataFrame({"metric": ["mean_queue_depth", "idle_ns", "kernels", "busy_ns", "latency_ns"],
+                         "a": [0.346, 1e6, 0, 2e6, 5e6], "b": [252.984, 1.8e4, 10, 0, 5e6],
+                         "delta_pct": [72945.3, -98.2, None, -100.0, 0.0]})
+    bar = headline_figure(head).data[0]
+    assert bar.base == 1 and list(bar.y) == list(head["metric"])
+    ends = [1 + x for x in bar.x]  # a bar spans [base, base + x]
+    assert ends == pytest.approx([730.453, 0.018, 1.0, 1.0, 1.0])
+    assert list(bar.text) == ["+72,945.3%", "-98.2%", "no ratio (A is 0 or missing)", "-100% (B is 0)", "+0.0%"]
+    axis = headline_figure(head).layout.xaxis
+    assert axis.type == "log"
+    lo, hi = axis.range
+    assert lo < math.log10(0.018) and hi > math.log10(730.453)  # every bar inside, with room for its words

@@ -7,6 +7,8 @@ only converts ns to ms for display and picks rows (largest |delta_ns| first, as 
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 import plotly.graph_objects as go
 
@@ -102,19 +104,37 @@ def headline_figure(head: pd.DataFrame, by: str | None = None) -> go.Figure:
                                      name=metric, hovertemplate=f"{by}=%{{x}}: %{{y:+.1f}}%<extra>{metric}</extra>"))
         fig.update_xaxes(title_text=by or "label", type="log")
     elif head is not None and len(head):
-        y = [_f(v) for v in head["delta_pct"]]
-        fig.add_trace(go.Bar(x=y, y=head["metric"].tolist(), orientation="h",
-                             marker={"color": ["#dc2626" if (v or 0) > 0 else "#2563eb" for v in y]},
-                             text=[metric_text(m, a) + " → " + metric_text(m, b)
-                                   for m, a, b in zip(head["metric"], head["a"], head["b"])],
-                             hovertemplate="%{y}: %{x:+.1f}% (%{text})<extra></extra>"))
-        fig.update_yaxes(autorange="reversed")
-        fig.update_xaxes(title_text="change B vs A (%)")
-    styled(fig, title={"text": "Headline metrics: change of B against A (%)", "font": {"size": 14}},
+        _ratio_bars(fig, head)
+    styled(fig, title={"text": "Headline metrics: B against A", "font": {"size": 14}},
            height=360, margin={"l": 140, "r": 20, "t": 40, "b": 50})
     if "label" in (head.columns if head is not None else []):
         fig.update_yaxes(title_text="change (%)")
     return fig
+
+
+def _ratio_bars(fig: go.Figure, head: pd.DataFrame) -> None:
+    """Two traces: each metric's B / A as a bar from x1 on a log axis, its change in % written at the bar's end.
+    Changes of +72,000% and -86% side by side (a queue depth against an idle time) both read on a log axis; on
+    a linear % axis the second was a bar of no width. A metric without a ratio (A = 0, or either side missing)
+    or with B = 0 gets no bar, only its words."""
+    pct = [_f(v) for v in head["delta_pct"]]
+    ratio = [None if p is None or p <= -100 else 1 + p / 100 for p in pct]
+    logs = [math.log10(r) for r in ratio if r is not None]
+    lo, hi = min(logs + [0.0]), max(logs + [0.0])
+    pad = 0.3 * (hi - lo) + 0.3  # room for the words beside the longest bars
+    words = ["no ratio (A is 0 or missing)" if p is None else ("-100% (B is 0)" if r is None else f"{p:+,.1f}%")
+             for p, r in zip(pct, ratio)]
+    fig.add_trace(go.Bar(
+        x=[r - 1 if r is not None else 0.0 for r in ratio], base=1, y=head["metric"].tolist(), orientation="h",
+        marker={"color": ["#dc2626" if (p or 0) > 0 else "#2563eb" for p in pct]},
+        text=words, textposition="outside", cliponaxis=False,
+        customdata=[metric_text(m, a) + " → " + metric_text(m, b)
+                    for m, a, b in zip(head["metric"], head["a"], head["b"])],
+        hovertemplate="%{y}: %{text} (%{customdata})<extra></extra>"))  # a bar spans [base, base + x]
+    ticks = [10.0 ** k for k in range(math.floor(lo - pad), math.ceil(hi + pad) + 1)]
+    fig.update_yaxes(autorange="reversed")
+    fig.update_xaxes(type="log", range=[lo - pad, hi + pad], tickvals=ticks,
+                     ticktext=[f"x{t:g}" for t in ticks], title_text="B / A (log scale; bars from x1)")
 
 
 def groups_figure(groups: pd.DataFrame, top: int = 20) -> go.Figure:
