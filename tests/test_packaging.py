@@ -64,7 +64,7 @@ def test_the_cli_starts_without_pandas(tmp_path):
     from stores import empty
 
     db = str(empty(tmp_path / "s.duckdb"))
-    for args, pandas in ((["--help"], False), (["analyze", "--help"], False), (["summary"], False),
+    for args, pandas in ((["--help"], False), (["analyze", "--help"], False), (["diff", "a"], False),
                          (["traces", "--db", db], True)):
         res = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=ROOT,
                              timeout=120)
