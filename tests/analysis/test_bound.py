@@ -293,3 +293,30 @@ def test_part_of_the_tables_is_the_same_numbers(session_store):
                 skipped = {k for name, keys in binned.items() if name not in part for k in keys}
                 assert r.scalars == {k: v for k, v in full.scalars.items() if k not in skipped}, (path, part)
                 assert r.warnings == full.warnings
+
+
+def test_python_garbage_collection_is_its_own_idle_cause(tmp_path):
+    """causes_events with Python's garbage collector on the launching thread: kernelscope profile's range
+    [12,16] and torch's own 'Python GC' event [14,17] inside the Python time [10,20] (counted once: 5 us), torch's
+    [52,54] inside aten::relu's operator time [50,55); a collection on another thread [30,40] changes nothing.
+    python 15 -> 10, operator 10 -> 8 (relu 8 -> 6), python_gc 7 in both gaps; the host wait still 49."""
+    from storage.kineto_build import x
+
+    events = causes_events() + [
+        x("user_annotation", "python gc: full collection", 12, 4),
+        x("python_function", "Python GC", 14, 3, **{"Python id": 1, "Python parent id": None}),
+        x("python_function", "Python GC", 52, 2, **{"Python id": 2, "Python parent id": None}),
+        x("user_annotation", "python gc: full collection", 30, 10, tid=999),
+    ]
+    db = empty(tmp_path / "gc.duckdb")
+    with open_store(db, read_only=False) as store:
+        (res,) = ingest_paths(store, [write_trace(tmp_path / "gc.json", events)])
+    with open_store(db, read_only=True) as store:
+        r = B.bound(store, res.trace_id, bins=1)
+    causes = dict(zip(r.tables["idle_causes"]["category"], r.tables["idle_causes"]["idle_ns"]))
+    assert causes == {"d2h_copy": 19 * US, "python": 10 * US, "python_gc": 7 * US, "operator": 8 * US,
+                      "allocator": 3 * US, "launch": 2 * US}
+    assert dict(zip(r.tables["idle_causes"]["category"], r.tables["idle_causes"]["gaps"]))["python_gc"] == 2
+    ops = dict(zip(r.tables["idle_operators"]["operator"], r.tables["idle_operators"]["idle_ns"]))
+    assert ops["aten::relu"] == 6 * US and ops["aten::_local_scalar_dense"] == 17 * US
+    assert r.scalars["host_wait_ns"] == 49 * US

@@ -348,6 +348,26 @@ def test_sync_stalls_silent():
     assert rules.rule_sync_stalls({"bound": fake_bound()}) == []
 
 
+# 14. garbage-collection pauses ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("share, fires", [(0.05, True), (0.049, False)])
+def test_gc_pauses_fire_from_five_percent_of_host_wait(share, fires):
+    causes = [{"category": "python_gc", "idle_ns": 125_600_000, "gaps": 1, "share_of_host_wait": share},
+              {"category": "python", "idle_ns": 8_000_000, "gaps": 9, "share_of_host_wait": 0.5}]
+    found = rules.rule_gc_pauses({"bound": fake_bound(causes=causes)})
+    if not fires:
+        assert found == []
+        return
+    [f] = found
+    assert f["saving_ns"] == 125_600_000 and "125.60 ms in 1 idle gap)" in f["message"]
+    assert "gc.freeze()" in f["message"] and f["severity"] == "low"
+    assert values(f)[("bound", "idle_causes.gaps", '{"category": "python_gc"}')] == 1
+
+
+def test_gc_pauses_silent_without_collections():
+    assert rules.rule_gc_pauses({"bound": fake_bound()}) == []
+
+
 # 6. tensor cores ----------------------------------------------------------------------------------------
 
 def test_low_tensor_core_fires_and_cites_tf32_from_provenance():

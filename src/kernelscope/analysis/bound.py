@@ -275,7 +275,7 @@ FROM top t LEFT JOIN slow s USING (operator) ORDER BY t.idle_ns DESC, t.operator
 
 DESCRIPTION = ("CPU- or GPU-bound within one trace: idle split (host/dependency wait), queue depth per stream, "
                "regime segments, idle causes ranked by operator.")
-CAUSES = ("sync", "d2h_copy", "allocator", "collective", "launch", "runtime_other", "operator", "python",
+CAUSES = ("sync", "d2h_copy", "allocator", "collective", "launch", "runtime_other", "operator", "python", "python_gc",
           "unknown")
 
 

@@ -1,6 +1,6 @@
 """Recommendations: rules over the other analyses' results, each finding citing the numbers it rests on.
 
-recommend reads bound, launch, kernels, bandwidth, steps, memory, whatif and comm on one trace and checks thirteen
+recommend reads bound, launch, kernels, bandwidth, steps, memory, whatif and comm on one trace and checks fourteen
 rules. A finding
 has a ``rule`` id, a ``severity`` (from the rule's main share: >= 0.5 high, >= 0.2 medium, else low), a
 ``message`` with the numbers, ``evidence`` (a list of ``{"analysis", "key", "value"}`` plus ``"row"`` for
@@ -63,6 +63,11 @@ Rules (thresholds below):
    ``pct_peak_flops`` < UNALIGNED_PCT_MAX, together
    >= UNALIGNED_SHARE_MIN of GPU time; advises padding to a multiple of 64. Saving: each one's time at the median
    ``pct_peak_flops`` of the trace's other GEMMs of its dtype.
+
+14. ``gc_pauses``: bound ``idle_causes`` row ``python_gc`` (Python's garbage collector on the launching thread):
+   ``share_of_host_wait`` >= GC_SHARE_MIN; advises gc.freeze() after set-up, or gc.disable() in the loop with
+   collections where a pause costs nothing. Saving: its ``idle_ns``. A host-side rule: the profiler's own objects
+   bring collections on, which the inflation warning below says.
 
 Rule 2 adds, when bound's ``host_wait_share`` >= GPU_BOUND_HOST_NOTE, that the GPU also waits on the host for that
 share of its span: the mean queue depth averages the bursts in which kernels queue deep and the waits between.
@@ -157,7 +162,7 @@ class _Results(dict):
 
 #: Rules whose findings read host-side time (host wait, launch and sync calls, host work inside slow calls), which
 #: a profiler recording Python stacks or allocations inflates.
-HOST_RULES = frozenset({"host_bound_launch", "host_overhead", "sync_stalls", "slow_host_calls"})
+HOST_RULES = frozenset({"host_bound_launch", "host_overhead", "sync_stalls", "slow_host_calls", "gc_pauses"})
 #: Profiled steps this many times their un-profiled time (as ``kernelscope profile`` measured them): a third of the
 #: host-side time or more is the profiler's, whatever its options.
 INFLATION_WARN = 1.5

@@ -50,18 +50,20 @@ COMM_ONLY_SHARE_MIN = 0.1  # TensorBoard's profiler plugin: communication above 
 STRAGGLER_WAIT_MIN = 0.5  # this rank's collectives waited at least half its comm-only time for a later rank
 # 12. a warm-up step that holds most of the trace
 WARMUP_SHARE_MIN = 0.5  # the warm-up steps hold half the recorded steps' time: whole-trace numbers describe them
+# 14. garbage-collection pauses
+GC_SHARE_MIN = 0.05  # a twentieth of host wait in Python's garbage collector: one line (gc.freeze) removes most of it
 # 2, qualified
 GPU_BOUND_HOST_NOTE = 0.2  # a fifth of the span waiting on the host: the mean depth hides it, say so
 
 RULES = ("warmup_dominates", "host_bound_launch", "host_overhead", "slow_host_calls", "input_pipeline", "gpu_bound",
-         "low_bandwidth", "unaligned_gemm", "short_kernels", "sync_stalls", "low_tensor_core", "memory_at_limit",
-         "exposed_communication")
+         "low_bandwidth", "unaligned_gemm", "short_kernels", "sync_stalls", "gc_pauses", "low_tensor_core",
+         "memory_at_limit", "exposed_communication")
 NEEDS = {"host_bound_launch": ("bound", "launch"), "host_overhead": ("bound", "launch"), "slow_host_calls": ("bound",),
          "input_pipeline": ("steps",), "warmup_dominates": ("steps",), "memory_at_limit": ("memory",),
          "exposed_communication": ("bound",),
          "gpu_bound": ("launch", "kernels"),
          "low_bandwidth": ("bandwidth",), "unaligned_gemm": ("bandwidth",), "short_kernels": ("kernels",),
-         "sync_stalls": ("bound",),
+         "sync_stalls": ("bound",), "gc_pauses": ("bound",),
          "low_tensor_core": ("kernels",)}
 
 
@@ -368,6 +370,23 @@ def rule_sync_stalls(res: dict[str, Result]) -> list[dict]:
     return [_finding("sync_stalls", share, msg, ev, ns)]
 
 
+def rule_gc_pauses(res: dict[str, Result]) -> list[dict]:
+    causes = res["bound"].tables["idle_causes"]
+    rows = causes[causes["category"] == "python_gc"]
+    if rows.empty or float(rows["share_of_host_wait"].iloc[0]) < GC_SHARE_MIN:
+        return []
+    r = rows.iloc[0]
+    share, ns, gaps = float(r["share_of_host_wait"]), int(r["idle_ns"]), int(r["gaps"])
+    ev = [_ev("bound", "idle_causes.share_of_host_wait", r["share_of_host_wait"], {"category": "python_gc"}),
+          _ev("bound", "idle_causes.idle_ns", r["idle_ns"], {"category": "python_gc"}),
+          _ev("bound", "idle_causes.gaps", r["gaps"], {"category": "python_gc"})]
+    msg = (f"{share:.0%} of host wait ({_ms(ns)} in {gaps} idle gap{'s' if gaps != 1 else ''}) is Python's garbage "
+           "collector running on the launching thread (bound): call gc.freeze() once the model, optimizer and data "
+           "are built (the collector then no longer scans them), or gc.disable() in the loop with a gc.collect() "
+           "where a pause costs nothing.")
+    return [_finding("gc_pauses", share, msg, ev, ns)]
+
+
 def rule_low_tensor_core(res: dict[str, Result]) -> list[dict]:
     k = res["kernels"]
     cats = k.tables["categories"]
@@ -512,7 +531,7 @@ _RULE_FNS = {"warmup_dominates": rule_warmup_dominates,
              "gpu_bound": rule_gpu_bound,
              "low_bandwidth": rule_low_bandwidth, "unaligned_gemm": rule_unaligned_gemm,
              "short_kernels": rule_short_kernels,
-             "sync_stalls": rule_sync_stalls, "low_tensor_core": rule_low_tensor_core,
+             "sync_stalls": rule_sync_stalls, "gc_pauses": rule_gc_pauses, "low_tensor_core": rule_low_tensor_core,
              "memory_at_limit": rule_memory_at_limit, "exposed_communication": rule_exposed_communication}
 
 

@@ -159,15 +159,47 @@ seg AS (  -- each row: the state in force from t (last change at or before t) an
                  ORDER BY t, is_gap, is_start, k, kind DESC NULLS FIRST, ref DESC NULLS FIRST),
            w0 AS (w ROWS UNBOUNDED PRECEDING)
 ),
-pieces AS (
+pieces AS (  -- t0: where the piece starts
     SELECT device, g0, pid, tid, coalesce(state.kind, 'none') AS kind, state.ref AS ref,
-           least(coalesce(t1, g1), g1) - t AS ns
+           least(coalesce(t1, g1), g1) - t AS ns, t AS t0
     FROM seg WHERE g0 IS NOT NULL AND t < g1
     UNION ALL
-    SELECT device, g0, NULL, NULL, 'unknown', NULL, g1 - g0 FROM hw WHERE pid IS NULL
+    SELECT device, g0, NULL, NULL, 'unknown', NULL, g1 - g0, g0 FROM hw WHERE pid IS NULL
 )
 SELECT * FROM pieces
 """
+
+#: Python's garbage collections as traces record them: kernelscope profile's range around each full collection
+#: (collectors/runner.py GC_RANGE, a user annotation) and torch.profiler's own events (``Python GC``, a
+#: python_function event, with ``with_stack`` and the experimental ``record_python_gc_info``).
+GC_ANNOTATION = "python gc: full collection"
+GC_PYTHON_EVENT = "Python GC"
+
+# The part of each Python-time or operator piece during which the thread was in a garbage collection is cut out as
+# a piece of its own (kind 'gc'): the collector, not the code around it, held the GPU waiting. A collection runs
+# inside Python code, so it only ever overlaps those two kinds; overlapping ranges (both recorders) count once.
+_GC_CUT_SQL = """raw AS (SELECT * FROM ({raw}) WHERE ns > 0),
+gc AS (
+    SELECT pid, tid, start_ns AS s, end_ns AS e FROM annotations
+    WHERE trace_id = $trace AND kind = 'user' AND name = '""" + GC_ANNOTATION + """' AND end_ns > start_ns
+    UNION ALL
+    SELECT pid, tid, start_ns, end_ns FROM python_calls
+    WHERE trace_id = $trace AND name = '""" + GC_PYTHON_EVENT + """' AND end_ns > start_ns
+),
+gcu AS (""" + union_sql("gc", by=("pid", "tid"), start="s", end="e") + """),
+cut AS (
+    SELECT r.device, r.g0, r.pid, r.tid, r.t0, sum(least(r.t0 + r.ns, g.e) - greatest(r.t0, g.s)) AS gc_ns
+    FROM raw r JOIN gcu g ON g.pid = r.pid AND g.tid = r.tid AND g.s < r.t0 + r.ns AND r.t0 < g.e
+    WHERE r.kind IN ('none', 'op')
+    GROUP BY ALL
+),
+gc_cut AS (
+    SELECT r.device, r.g0, r.kind, r.ref, r.ns - coalesce(c.gc_ns, 0) AS ns
+    FROM raw r LEFT JOIN cut c ON c.device = r.device AND c.g0 = r.g0 AND c.pid = r.pid AND c.tid = r.tid
+                              AND c.t0 = r.t0
+    UNION ALL
+    SELECT device, g0, 'gc', NULL, gc_ns FROM cut
+)"""
 
 
 # The pieces named: cause category, call name, operator ({raw}: the pieces of _PIECES_RAW_SQL). A call's category
@@ -209,7 +241,7 @@ named AS (  -- op_id: the operator open (kind 'op') or around the call (kind 'ca
            CASE p.kind
              WHEN 'call' THEN coalesce(l.category, 'runtime_other')
              WHEN 'op' THEN CASE WHEN p.ref IN (SELECT op_id FROM d2h_ops) THEN 'd2h_copy' END
-             WHEN 'none' THEN 'python' ELSE p.kind END AS category,
+             WHEN 'none' THEN 'python' WHEN 'gc' THEN 'python_gc' ELSE p.kind END AS category,
            l.name AS call_name
     FROM pieces p
     LEFT JOIN pl l ON p.kind = 'call' AND l.launch_id = p.ref
@@ -228,7 +260,7 @@ _STAGES = (
     ("ks_idle_hw", _HW_SQL.replace("{gaps}", "SELECT device, gap_start_ns, gap_end_ns, cause FROM idle_gaps "
                                              "WHERE trace_id = $trace")),
     ("ks_idle_kept", _KEPT_SQL),
-    ("ks_idle_pieces", _PIECES_RAW_SQL),
+    ("ks_idle_pieces", "WITH " + _GC_CUT_SQL.replace("{raw}", _PIECES_RAW_SQL) + " SELECT * FROM gc_cut"),
 )
 
 
