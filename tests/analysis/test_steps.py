@@ -254,6 +254,42 @@ def test_no_steps_is_one_sentence(edges):
     assert r.scalars["step_count"] == 0 and "nope" in r.warnings[0]
 
 
+def _walk(component):
+    yield component
+    children = getattr(component, "children", None)
+    for child in children if isinstance(children, (list, tuple)) else [children]:
+        if hasattr(child, "to_plotly_json"):
+            yield from _walk(child)
+
+
+def test_a_trace_without_steps_offers_its_repeated_ranges(tmp_path):
+    """No ProfilerStep: the user ranges it could use as steps, the most repeated first (then the most time), GC
+    ranges left out, named in the warning and offered as links on the Steps page; one link gives those steps."""
+    from stores import empty
+
+    from kernelscope.dashboard.pages import steps as page
+    from kernelscope.storage.ingest import ingest_paths
+
+    events = [op("aten::mm", 0, 10, 1)]
+    events += [x("user_annotation", "fwd", 100 * i, 20) for i in range(3)]
+    events += [x("user_annotation", "train_iter", 100 * i, 90) for i in range(2)]
+    events += [x("user_annotation", "eval", 500, 200), x("user_annotation", "save", 800, 5)]
+    events += [x("user_annotation", "python gc: full collection", 50 * i, 1) for i in range(4)]
+    db = empty(tmp_path / "s.duckdb")
+    with open_store(db) as store:
+        (res,) = ingest_paths(store, [write_trace(tmp_path / "ranges.json", events)])
+    with open_store(db, read_only=True) as store:
+        r = steps(store, res.trace_id)
+        assert [(c["name"], c["ranges"], c["total_ns"]) for c in r.trust["phase_candidates"]] == [
+            ("fwd", 3, 60 * US), ("train_iter", 2, 180 * US), ("eval", 1, 200 * US), ("save", 1, 5 * US)]
+        assert "this trace has 'fwd' (3 ranges), 'train_iter' (2 ranges), 'eval' (1 range)" in r.warnings[0]
+        assert "'nope'" in steps(store, res.trace_id, phase="nope").warnings[0]
+        assert "it has 'fwd' (3 ranges)" in steps(store, res.trace_id, phase="nope").warnings[0]
+        links = [a.href for a in _walk(page.layout(store, res.trace_id)) if getattr(a, "href", None)]
+        assert links[:2] == [f"/trace/{res.trace_id}/steps?phase=fwd", f"/trace/{res.trace_id}/steps?phase=train_iter"]
+        assert steps(store, res.trace_id, phase="train_iter").scalars["step_count"] == 2
+
+
 def test_cli_json(session_store):
     path = SAMPLES / "compiled" / "trace.json.gz"
     res = CliRunner().invoke(cli, ["analyze", "steps", session_store.ids[path], "--json",

@@ -57,6 +57,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import UsageError
+from ..storage.idle import GC_ANNOTATION
 from ..storage.intervals import covered_before, islands
 from .result import Result
 from .rows import query_row, query_rows
@@ -96,6 +97,20 @@ def _host_steps(store, trace_id: str, phase: str | None) -> list[dict[str, Any]]
         if phase is not None or r["step"] is None:
             r["step"] = i
     return rows
+
+
+#: The most repeated ranges a trace without steps offers as ``phase=`` (trust ``phase_candidates``).
+PHASE_CANDIDATES = 5
+
+
+def _phase_candidates(store, trace_id: str) -> list[dict[str, Any]]:
+    """The user/NVTX ranges this trace could use as steps (``phase=NAME``), the most repeated first (then the most
+    time): ``[{"name", "ranges", "total_ns"}]``; kernelscope profile's garbage-collection ranges are not steps."""
+    return query_rows(store, """
+        SELECT name, count(*) AS ranges, CAST(sum(dur_ns) AS BIGINT) AS total_ns FROM annotations
+        WHERE trace_id = $t AND kind IN ('user', 'nvtx') AND name IS NOT NULL AND name <> $gc
+        GROUP BY name ORDER BY ranges DESC, total_ns DESC, name LIMIT $n""",
+        t=trace_id, gc=GC_ANNOTATION, n=PHASE_CANDIDATES)
 
 
 def _step_src(rows: list[dict[str, Any]]) -> dict[str, list[int]]:
@@ -290,11 +305,16 @@ def steps(store, trace_id: str, phase: str | None = None, warmup: int | None = N
     source = "ProfilerStep" if phase is None else f"annotation {phase}"
     trust: dict[str, Any] = {"source": source, "warmup": warmup_from}
     if not rows:
+        trust["phase_candidates"] = _phase_candidates(store, trace_id)
+        offer = ", ".join(f"'{c['name']}' ({c['ranges']:,} range{'s' if c['ranges'] != 1 else ''})"
+                          for c in trust["phase_candidates"])
         sentence = ("This trace has no ProfilerStep#N ranges: torch.profiler records them only under a "
                     "schedule (prof.step() once per iteration with schedule=torch.profiler.schedule(...); "
                     "without one prof.step() leaves none), or use kernelscope.profile's p.step(), or name a "
-                    "record_function range with -o phase=NAME." if phase is None else
-                    f"This trace has no user annotation named '{phase}' (record_function('{phase}')) to use as steps.")
+                    "record_function range with -o phase=NAME" + (f"; this trace has {offer}." if offer else ".")
+                    if phase is None else
+                    f"This trace has no user annotation named '{phase}' (record_function('{phase}')) to use as steps"
+                    + (f"; it has {offer}." if offer else "."))
         empty = pd.DataFrame({c: pd.Series(dtype="object" if c in ("name", "note") else
                                            "bool" if c in ("warmup", "partial") else "int64") for c in _COLUMNS})
         return Result(name="steps", definition=__doc__.strip(),

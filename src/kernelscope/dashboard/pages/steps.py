@@ -52,8 +52,15 @@ def layout(store, trace_id: str, params: dict | None = None) -> html.Div:
     except UsageError as exc:
         return html.Div(body + [message(str(exc), "msg-steps-bad-option", "error")])
     if not r.scalars.get("step_count"):
-        hint = " Here, ?phase=NAME in the page's URL does the same." if phase is None else ""
-        return html.Div(body + [message(shown(r.warnings[0]) + hint, "msg-no-steps")], id="steps-page")
+        offers = r.trust.get("phase_candidates") or []
+        hint = " Here, ?phase=NAME in the page's URL does the same." if phase is None and not offers else ""
+        body.append(message(shown(r.warnings[0]) + hint, "msg-no-steps"))
+        if offers:  # one click instead of editing the URL
+            body.append(html.Div(["Use a range as the steps: "] + [
+                html.A(f"{c['name']} ({c['ranges']:,})", href=urls.trace_href(trace_id, "steps", phase=c["name"]),
+                       className="ks-chip", id=f"steps-phase-{i}") for i, c in enumerate(offers)],
+                className="ks-hint", id="steps-phase-offers"))
+        return html.Div(body, id="steps-page")
     df = r.tables["steps"]
     body.append(_kpis(r))
     body.append(html.P(rs.spread_text(r), className="ks-hint", id="steps-spread"))
