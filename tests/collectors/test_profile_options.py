@@ -504,3 +504,26 @@ def test_full_garbage_collections_are_named_in_the_trace(tmp_path):
     assert ranges and all(e["cat"] == "user_annotation" and e["dur"] > 0 for e in ranges)
     (step,) = [e for e in ev if e.get("name") == "ProfilerStep#2"]  # the step of i == 2 (recorded: #2 and #3)
     assert all(step["ts"] <= e["ts"] and e["ts"] + e["dur"] <= step["ts"] + step["dur"] for e in ranges)
+    from kernelscope.storage.idle import GC_ANNOTATION
+
+    assert GC_RANGE == GC_ANNOTATION  # the name the idle causes look for
+
+
+def test_with_stack_every_garbage_collection_is_a_python_gc_event(tmp_path):
+    """--stack also turns on torch.profiler's record_python_gc_info where torch has it: a 'Python GC' event for
+    every collection, the young ones the allocations trigger too (hundreds in the step that builds 200,000 lists),
+    not only the full ones kernelscope's own ranges mark; storage/idle.py counts both as the python_gc cause."""
+    from kernelscope.collectors.runner import GC_RANGE
+
+    script = tmp_path / "gc_step.py"
+    script.write_text(GC_IN_A_STEP)
+    run_dir = tmp_path / "run"
+    r = _profile(tmp_path, "--run-dir", run_dir, "--steps", "2", "--stack", "--no-telemetry", "--no-baseline", "--",
+                 "python", script)
+    assert r.returncode == 0, r.stderr
+    ev = _events(run_dir)
+    gcs = [e for e in ev if e.get("name") == "Python GC"]
+    full = [e for e in ev if e.get("name") == GC_RANGE]
+    assert gcs and all(e["cat"] == "python_function" for e in gcs)
+    assert len(gcs) > len(full) >= 1
+    assert any(g["ts"] < f["ts"] + f["dur"] and f["ts"] < g["ts"] + g["dur"] for f in full for g in gcs)

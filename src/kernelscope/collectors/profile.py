@@ -79,16 +79,23 @@ def range(name: str):
             h.range_exit(name)
 
 
-def _experimental_config(torch):
-    """CUDA sync events where this torch supports them, else None."""
+def _experimental_config(torch, *, cuda: bool, python_gc: bool):
+    """torch.profiler's experimental switches this run wants, those this torch supports (None when none): CUDA sync
+    events on a GPU, and with the Python tracer (with_stack) a ``Python GC`` event for each of Python's garbage
+    collections, young ones included (storage/idle.py counts them as the ``python_gc`` idle cause)."""
     try:
         from torch._C._profiler import _ExperimentalConfig
     except ImportError:
         return None
-    try:
-        return _ExperimentalConfig(enable_cuda_sync_events=True)
-    except TypeError:
-        return None
+    wanted = {"enable_cuda_sync_events": cuda, "record_python_gc_info": python_gc}
+    wanted = {k: True for k, on in wanted.items() if on}
+    while wanted:
+        try:
+            return _ExperimentalConfig(**wanted)
+        except TypeError as exc:  # an older torch: drop the switch it names (or the last one) and try again
+            named = [k for k in wanted if k in str(exc)]
+            wanted.pop(named[0] if named else list(wanted)[-1])
+    return None
 
 
 def ingest_run_dir(run_dir, *, name=None, labels=None, db=None):
@@ -314,8 +321,8 @@ class profile:
         # do not accumulate across cycles is about prof.events(), which nothing here reads.
         if "acc_events" in params:
             _filter_acc_warning()
-        if self._cuda and "experimental_config" not in opts:
-            cfg = _experimental_config(torch)
+        if "experimental_config" not in opts:
+            cfg = _experimental_config(torch, cuda=self._cuda, python_gc=bool(opts.get("with_stack")))
             if cfg is not None:
                 opts["experimental_config"] = cfg
         kwargs = {"activities": acts, "on_trace_ready": self._on_trace_ready}
