@@ -128,3 +128,5 @@ def test_compare_headline_bars_are_ratios_on_a_log_axis():
     assert axis.type == "log"
     lo, hi = axis.range
     assert lo < math.log10(0.018) and hi > math.log10(730.453)  # every bar inside, with room for its words
+    inf = headline_figure(head.assign(delta_pct=[float("inf"), -98.2, None, -100.0, 0.0]))
+    assert inf.data[0].text[0] == "no ratio (A is 0 or missing)" and all(map(math.isfinite, inf.layout.xaxis.range))

@@ -117,7 +117,7 @@ def _ratio_bars(fig: go.Figure, head: pd.DataFrame) -> None:
     Changes of +72,000% and -86% side by side (a queue depth against an idle time) both read on a log axis; on
     a linear % axis the second was a bar of no width. A metric without a ratio (A = 0, or either side missing)
     or with B = 0 gets no bar, only its words."""
-    pct = [_f(v) for v in head["delta_pct"]]
+    pct = [p if p is not None and math.isfinite(p) else None for p in (_f(v) for v in head["delta_pct"])]
     ratio = [None if p is None or p <= -100 else 1 + p / 100 for p in pct]
     logs = [math.log10(r) for r in ratio if r is not None]
     lo, hi = min(logs + [0.0]), max(logs + [0.0])
