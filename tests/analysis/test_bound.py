@@ -320,3 +320,16 @@ def test_python_garbage_collection_is_its_own_idle_cause(tmp_path):
     ops = dict(zip(r.tables["idle_operators"]["operator"], r.tables["idle_operators"]["idle_ns"]))
     assert ops["aten::relu"] == 6 * US and ops["aten::_local_scalar_dense"] == 17 * US
     assert r.scalars["host_wait_ns"] == 49 * US
+
+
+def test_every_cause_has_words_on_the_chart(hand_store):
+    """The idle-causes chart's hover says what each category means, for every category bound can give."""
+    from kernelscope.reports.bound import idle_causes_figure
+
+    assert set(B.CAUSE_WORDS) == set(B.CAUSES) and all(B.CAUSE_WORDS.values())
+    store, t = hand_store
+    causes = B.bound(store, t, bins=1).tables["idle_causes"]
+    bar = idle_causes_figure(causes).data[0]
+    said = {y: cd[3] for y, cd in zip(bar.y, bar.customdata)}
+    assert said == {c: B.CAUSE_WORDS[c] for c in causes["category"]}
+    assert "customdata[3]" in bar.hovertemplate

@@ -277,6 +277,19 @@ DESCRIPTION = ("CPU- or GPU-bound within one trace: idle split (host/dependency 
                "regime segments, idle causes ranked by operator.")
 CAUSES = ("sync", "d2h_copy", "allocator", "collective", "launch", "runtime_other", "operator", "python", "python_gc",
           "unknown")
+#: Each cause in a few words (the idle-causes chart's hover; docs/metrics.md "Idle causes" has the definitions).
+CAUSE_WORDS = {
+    "sync": "a synchronize call (device, stream or event)",
+    "d2h_copy": "a device-to-host copy or .item(): waiting for a value from the GPU",
+    "allocator": "cudaMalloc/cudaFree and the like",
+    "collective": "a collective (NCCL, gloo, c10d)",
+    "launch": "a kernel, graph, memcpy or memset launch call",
+    "runtime_other": "another runtime or driver call",
+    "operator": "a CPU operator's own work (nothing inside it open)",
+    "python": "Python between operators",
+    "python_gc": "Python's garbage collector",
+    "unknown": "the activity has no launch call in the trace",
+}
 
 
 def _bins(bins) -> int:

@@ -124,9 +124,11 @@ def idle_causes_figure(causes: pd.DataFrame) -> go.Figure:
     d = causes.sort_values("idle_ns").reset_index(drop=True)
     fig = go.Figure(go.Bar(y=list(d["category"]), x=d["idle_ns"] / NS_PER_MS, orientation="h",
                            marker_color="#ef4444",
-                           customdata=list(zip(d["idle_ns"], d["share_of_host_wait"] * 100, d["gaps"])),
+                           customdata=list(zip(d["idle_ns"], d["share_of_host_wait"] * 100,
+                                               [f"{int(n):,} gap{'s' if n != 1 else ''}" for n in d["gaps"]],
+                                               [analysis_bound.CAUSE_WORDS.get(c, "") for c in d["category"]])),
                            hovertemplate="%{y}: %{customdata[0]:,} ns, %{customdata[1]:.1f}% of host wait, "
-                           "%{customdata[2]} gaps<extra></extra>"))
+                           "%{customdata[2]}<br>%{customdata[3]}<extra></extra>"))
     styled(fig, title={"text": "What the launching thread was doing while the GPU waited (host wait)",
                              "font": {"size": 14}}, xaxis_title="host wait (ms)",
                 height=max(220, 80 + 28 * len(d)), showlegend=False, **_LAYOUT)
