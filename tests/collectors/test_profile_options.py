@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import statistics
 from pathlib import Path
 
@@ -507,6 +508,27 @@ def test_full_garbage_collections_are_named_in_the_trace(tmp_path):
     from kernelscope.storage.idle import GC_ANNOTATION
 
     assert GC_RANGE == GC_ANNOTATION  # the name the idle causes look for
+
+
+def test_both_passes_count_their_full_collections_and_the_runner_says_so(tmp_path):
+    """The script calls gc.collect() once (step i == 2) in each pass: run.json and the runner's line give the
+    profiled run's full collections next to the un-profiled run's, so a pause the profiler's own objects brought on
+    shows as one the un-profiled run did not have. A run without any says nothing."""
+    script = tmp_path / "gc_step.py"
+    script.write_text(GC_IN_A_STEP)
+    run_dir = tmp_path / "run"
+    r = _profile(tmp_path, "--run-dir", run_dir, "--steps", "2", "--no-telemetry", "--", "python", script)
+    assert r.returncode == 0, r.stderr
+    gc_doc = json.loads((run_dir / "run.json").read_text())["python_gc"]
+    assert gc_doc["full_collections"] >= 1 and gc_doc["ns"] > 0
+    (line,) = [ln for ln in r.stderr.splitlines() if ln.startswith("kernelscope: python gc: ")]
+    n = gc_doc["full_collections"]
+    assert f"python gc: {n} full collection{'s' if n != 1 else ''} (" in line
+    assert re.search(r"ms\) in the profiled run, \d+ full collections? \([\d.,]+ ms\) in the un-profiled run", line)
+    quiet = tmp_path / "quiet.py"
+    quiet.write_text("import gc, torch\ngc.disable()\nm = torch.nn.Linear(4, 4)\nfor _ in range(4):\n    m(torch.ones(2, 4))\n")
+    r = _profile(tmp_path, "--run-dir", tmp_path / "run2", "--steps", "2", "--no-telemetry", "--", "python", quiet)
+    assert r.returncode == 0 and "python gc:" not in r.stderr, r.stderr
 
 
 def test_with_stack_every_garbage_collection_is_a_python_gc_event(tmp_path):

@@ -192,11 +192,12 @@ def run_passes(argv: list[str], *, name=None, labels=None, db=None, run_dir=None
     run_dir = Path(run_dir) if run_dir is not None else _default_run_dir(name)
     run_dir.mkdir(parents=True, exist_ok=True)
     res = RunResult(rc=0, run_dir=run_dir)
-    base = None
+    base = gc_base = None
     if opts.baseline:
         log(f"un-profiled run: {' '.join(map(str, script))} (timing only; the profiled run follows)")
         rc, wall = _run("time", run_dir, script, how, name, labels, opts)
         base = _read_timing(run_dir, wall)
+        gc_base = base.pop("python_gc", None)
         if rc != 0:
             res.failed = f"exit {rc} (un-profiled run)"
             log(f"the un-profiled run of the script exited with {rc}")
@@ -235,6 +236,9 @@ def run_passes(argv: list[str], *, name=None, labels=None, db=None, run_dir=None
         log(timing_line(res.timing))
     if res.overhead is not None:
         log(overhead_line(res.overhead))
+    if (run_dir / "run.json").is_file() and (line := gc_line(json.loads((run_dir / "run.json").read_text())
+                                                             .get("python_gc"), gc_base)):
+        log(line)
     return res
 
 
@@ -289,6 +293,7 @@ def _read_timing(run_dir: Path, wall_ns: int) -> dict:
     data = json.loads(path.read_text()) if path.is_file() else {}
     path.unlink(missing_ok=True)
     steps = {"step_times": data["steps"]} if data.get("steps") else {}
+    steps["python_gc"] = data.get("python_gc")  # run() takes it out: not a timing
     if data.get("rows"):
         return {"kind": "range", "regions": data["names"], "iterations": data["iterations"], "rows": data["rows"],
                 "process_wall_ns": wall_ns, **steps}
@@ -435,9 +440,11 @@ def _child_time(opts: dict, script: list[str], how: str) -> int:
     timer = RegionTimer().install()
     clock = StepTimes()  # the profiled pass's step boundaries, with no profiler step at them
     stepper = Stepper(clock).install()
+    collections = FullCollections().install()
     try:
         code = _run_script(script, how)
     finally:
+        collections.remove()
         timer.remove()
         steps = clock.doc(stepper.finish()["rule"])
     if timer.cuda:
@@ -445,7 +452,7 @@ def _child_time(opts: dict, script: list[str], how: str) -> int:
     rows = timer.rows()
     out = Path(opts["--run-dir"]) / TIMING_FILE
     out.write_text(json.dumps({"rows": rows, "names": timer.names(), "iterations": len(timer.timed()),
-                               "steps": steps}))
+                               "steps": steps, "python_gc": collections.doc()}))
     return code
 
 
@@ -488,34 +495,69 @@ def _child_profile(o: dict, script: list[str], how: str) -> int:
 GC_RANGE = "python gc: full collection"
 
 
-def _gc_ranges():
-    """A ``record_function`` range named ``GC_RANGE`` around each of Python's full garbage collections
-    (generation 2) while the profiler runs; returns the callback to remove. A full collection stops the Python
-    thread that triggered it: BERT trained on a CPU under the profiler had one of 130 ms (over 350k objects)
-    in a recorded step, 50% of that step, shown as time outside any operator; it now has a name in the trace.
-    The cheap young-generation collections are left out."""
-    import gc
+class FullCollections:
+    """Python's full garbage collections (generation 2) while installed in ``gc.callbacks``: how many and how long
+    (``doc()``), and with ``record_function`` (torch.profiler's) a range named ``GC_RANGE`` around each. A full
+    collection stops the Python thread that triggered it: BERT trained on a CPU under the profiler had one of
+    130 ms (over 350k objects) in a recorded step, 50% of that step, shown as time outside any operator; it now has
+    a name in the trace, and both passes count theirs (the profiler's own objects bring them on). The cheap
+    young-generation collections are left out."""
 
-    import torch
+    def __init__(self, record_function=None):
+        self.count, self.ns = 0, 0
+        self._rf = record_function
+        self._open: list = []
 
-    open_: list = []
-
-    def on_gc(phase: str, info: dict) -> None:
+    def __call__(self, phase: str, info: dict) -> None:
         if info.get("generation") != 2:
             return
         if phase == "start":
-            rf = torch.profiler.record_function(GC_RANGE)
-            rf.__enter__()
-            open_.append(rf)
-        elif open_:
-            open_.pop().__exit__(None, None, None)
+            rf = None
+            if self._rf is not None:
+                rf = self._rf(GC_RANGE)
+                rf.__enter__()
+            self._open.append((time.perf_counter_ns(), rf))
+        elif self._open:
+            t0, rf = self._open.pop()
+            if rf is not None:
+                rf.__exit__(None, None, None)
+            self.count += 1
+            self.ns += time.perf_counter_ns() - t0
 
-    gc.callbacks.append(on_gc)
-    return on_gc
+    def install(self) -> FullCollections:
+        import gc
+
+        gc.callbacks.append(self)
+        return self
+
+    def remove(self) -> None:
+        import gc
+
+        if self in gc.callbacks:
+            gc.callbacks.remove(self)
+
+    def doc(self) -> dict:
+        return {"full_collections": self.count, "ns": self.ns}
+
+
+def gc_line(profiled: dict | None, unprofiled: dict | None) -> str | None:
+    """The runner's line on Python's full garbage collections, when the profiled run had any: how many and how
+    long in each pass (the un-profiled one when it ran)."""
+    if not profiled or not profiled.get("full_collections"):
+        return None
+
+    def said(d: dict) -> str:
+        n = int(d.get("full_collections") or 0)
+        return f"{n} full collection{'s' if n != 1 else ''} ({int(d.get('ns') or 0) / 1e6:,.1f} ms)" if n else "none"
+    text = f"python gc: {said(profiled)} in the profiled run"
+    if unprofiled is not None:
+        text += f", {said(unprofiled)} in the un-profiled run"
+    return text + ("; those in recorded steps are 'python gc: full collection' ranges in the trace, and the GPU's "
+                   "wait on one counts as bound's python_gc")
 
 
 def _profiled(prof, opts: Options, script: list[str], how: str) -> int:
-    import gc
+    import torch
 
     from .stepping import RegionTimer, Stepper, StepTimes
 
@@ -525,12 +567,12 @@ def _profiled(prof, opts: Options, script: list[str], how: str) -> int:
         stepper = Stepper(clock).install()  # profile(steps=N) halts after step N
         timer = RegionTimer(prof.recording).install()
         undo = _guard_script_profiler(prof)
-        on_gc = _gc_ranges()
+        collections = FullCollections(torch.profiler.record_function).install()
         try:
             code = _run_script(script, how)
         finally:
-            if on_gc in gc.callbacks:
-                gc.callbacks.remove(on_gc)
+            collections.remove()
+            prof.extra["python_gc"] = collections.doc()
             for cls, meth, orig in undo:
                 setattr(cls, meth, orig)
             timer.remove()
