@@ -28,6 +28,8 @@ from pathlib import Path
 from kernelscope.errors import UsageError
 from kernelscope.units import NS_PER_S
 
+from .pygc import GC_RANGE, FullCollections, gc_line  # noqa: F401  (GC_RANGE: the name the tests and storage share)
+
 TIMING_FILE = ".timing.json"
 
 
@@ -490,70 +492,6 @@ def _child_profile(o: dict, script: list[str], how: str) -> int:
     except Exception as exc:  # the profiler itself failed (not the script): one line, no half-written run dir
         print(f"kernelscope: the profiler failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
-
-
-GC_RANGE = "python gc: full collection"
-
-
-class FullCollections:
-    """Python's full garbage collections (generation 2) while installed in ``gc.callbacks``: how many and how long
-    (``doc()``), and with ``record_function`` (torch.profiler's) a range named ``GC_RANGE`` around each. A full
-    collection stops the Python thread that triggered it: BERT trained on a CPU under the profiler had one of
-    130 ms (over 350k objects) in a recorded step, 50% of that step, shown as time outside any operator; it now has
-    a name in the trace, and both passes count theirs (the profiler's own objects bring them on). The cheap
-    young-generation collections are left out."""
-
-    def __init__(self, record_function=None):
-        self.count, self.ns = 0, 0
-        self._rf = record_function
-        self._open: list = []
-
-    def __call__(self, phase: str, info: dict) -> None:
-        if info.get("generation") != 2:
-            return
-        if phase == "start":
-            rf = None
-            if self._rf is not None:
-                rf = self._rf(GC_RANGE)
-                rf.__enter__()
-            self._open.append((time.perf_counter_ns(), rf))
-        elif self._open:
-            t0, rf = self._open.pop()
-            if rf is not None:
-                rf.__exit__(None, None, None)
-            self.count += 1
-            self.ns += time.perf_counter_ns() - t0
-
-    def install(self) -> FullCollections:
-        import gc
-
-        gc.callbacks.append(self)
-        return self
-
-    def remove(self) -> None:
-        import gc
-
-        if self in gc.callbacks:
-            gc.callbacks.remove(self)
-
-    def doc(self) -> dict:
-        return {"full_collections": self.count, "ns": self.ns}
-
-
-def gc_line(profiled: dict | None, unprofiled: dict | None) -> str | None:
-    """The runner's line on Python's full garbage collections, when the profiled run had any: how many and how
-    long in each pass (the un-profiled one when it ran)."""
-    if not profiled or not profiled.get("full_collections"):
-        return None
-
-    def said(d: dict) -> str:
-        n = int(d.get("full_collections") or 0)
-        return f"{n} full collection{'s' if n != 1 else ''} ({int(d.get('ns') or 0) / 1e6:,.1f} ms)" if n else "none"
-    text = f"python gc: {said(profiled)} in the profiled run"
-    if unprofiled is not None:
-        text += f", {said(unprofiled)} in the un-profiled run"
-    return text + ("; those in recorded steps are 'python gc: full collection' ranges in the trace, and the GPU's "
-                   "wait on one counts as bound's python_gc")
 
 
 def _profiled(prof, opts: Options, script: list[str], how: str) -> int:
