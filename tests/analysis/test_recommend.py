@@ -143,6 +143,21 @@ def test_slow_host_calls_fire_and_say_the_cost_is_per_shape():
     assert "The trace has no input shapes (torch.profiler records them with record_shapes=True)" in h["message"]
 
 
+def test_slow_host_calls_name_the_cause_inside_them():
+    """HTA's public alexnet benchmark (torch.profiler defaults): the slow convolution calls' idle is allocator time
+    (cudaMalloc/cudaFree: bound's main_category), which the finding now says; the operators' own work is not
+    named as such a cause."""
+    alloc = slow_bound(new=None)
+    alloc.tables["idle_operators"].loc[0, "main_category"] = "allocator"
+    [f] = rules.rule_slow_host_calls({"bound": alloc})
+    assert ("For the operators holding 100% of it, the largest part of their wait is allocator (cudaMalloc/cudaFree "
+            "and the like)") in f["message"]
+    assert values(f)[("bound", "idle_operators.main_category",
+                      '{"operator": "aten::_cudnn_attention_forward"}')] == "allocator"
+    [g] = rules.rule_slow_host_calls({"bound": slow_bound(new=None)})
+    assert "the largest part of their wait" not in g["message"]
+
+
 def test_slow_host_calls_are_not_launch_overhead():
     """The same operators without slow-call columns: launch-heavy, rule 1 fires (100% of the top idle). With them,
     the launch-heavy idle is 1.27 + 6.34 ms of 156.70 ms (5%): rule 1 stays silent, rule 8 speaks."""

@@ -36,7 +36,8 @@ Rules (thresholds below):
    ``idle_operators``, the slow calls (each kept the GPU waiting bound.SLOW_CALL_NS or more: host work inside the
    call, not launching; DataLoader ranges left to rule 9) hold >= SLOW_CALLS_SHARE_MIN of the host wait. When
    most of them are the operator's first call with their input shapes, says it is a per-shape one-time cost and
-   to fix the shapes. Rule 1 does not count slow calls' idle as launch-heavy. Saving: their summed
+   to fix the shapes; when one cause other than the operators' own work is the main_category of operators holding
+   half of it or more, names it. Rule 1 does not count slow calls' idle as launch-heavy. Saving: their summed
    ``slow_call_idle_ns``.
 9. ``input_pipeline``: steps ``breakdown`` row ``dataloader``: ``share`` > DATALOADER_SHARE_MIN (the GPU idle
    while the host is inside a DataLoader's ``__next__``, over the steady steps: TensorBoard's overview category

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ..units import BYTES_PER_GIB, NS_PER_US, clip_text, ns_to_ms
-from .bound import SLOW_CALL_NS
+from .bound import CAUSE_WORDS, SLOW_CALL_NS
 from .findings import _ev, _finding, _ms, _num
 from .result import Result
 from .rule_gemm import rule_unaligned_gemm
@@ -190,6 +190,10 @@ def rule_slow_host_calls(res: dict[str, Result]) -> list[dict]:
     msg = (f"{slow_ns / host:.0%} of the host wait ({_ms(slow_ns)}) is inside {calls} slow operator calls ({names}; "
            f"bound): in each the GPU waited {ns_to_ms(SLOW_CALL_NS):g} ms or more, far beyond what launching costs, "
            "so it is host work inside the call, which CUDA graphs or fusing launches do not address.")
+    where = _slow_calls_cause(slow, slow_ns)
+    if where is not None:
+        msg += (f" For the operators holding {where[1] / slow_ns:.0%} of it, the largest part of their wait is "
+                f"{where[0]} ({CAUSE_WORDS[where[0]]}), not their own work.")
     if new * 2 > calls:
         msg += (f" {new} of the {calls} are the operator's first call with their input shapes in the trace: a "
                 "one-time cost per shape (a library building a plan or autotuning for it, a compile), paid again "
@@ -207,7 +211,22 @@ def rule_slow_host_calls(res: dict[str, Result]) -> list[dict]:
         row = {"operator": r.operator}
         ev += [_ev("bound", f"idle_operators.{k}", getattr(r, k), row)
                for k in ("slow_calls", "slow_call_idle_ns", "max_call_idle_ns", "slow_new_shape_calls")]
+        if where is not None and r.main_category == where[0]:
+            ev.append(_ev("bound", "idle_operators.main_category", r.main_category, row))
     return [_finding("slow_host_calls", hw * slow_ns / host, msg, ev, slow_ns)]
+
+
+def _slow_calls_cause(slow: pd.DataFrame, slow_ns: int) -> tuple[str, int] | None:
+    """(category, ns) when one idle cause other than the operators' own work is the ``main_category`` of operators
+    holding at least half of the slow calls' idle (HTA's alexnet benchmark: cudnn_convolution's 11.9 s in
+    cudaMalloc/cudaFree, allocator); else None."""
+    if "main_category" not in slow or not slow_ns:
+        return None
+    by = slow.groupby("main_category")["slow_call_idle_ns"].sum()
+    by = by[by.index != "operator"]
+    if by.empty or int(by.max()) * 2 < slow_ns:
+        return None
+    return str(by.idxmax()), int(by.max())
 
 
 def _api_share(lch: Result) -> float:
