@@ -3,6 +3,7 @@ runner's count of them in each pass (collectors/runner.py)."""
 
 from __future__ import annotations
 
+import gc
 import time
 
 from kernelscope.units import NS_PER_MS
@@ -40,14 +41,10 @@ class FullCollections:
             self.ns += time.perf_counter_ns() - t0
 
     def install(self) -> FullCollections:
-        import gc
-
         gc.callbacks.append(self)
         return self
 
     def remove(self) -> None:
-        import gc
-
         if self in gc.callbacks:
             gc.callbacks.remove(self)
 

@@ -198,8 +198,7 @@ def run_passes(argv: list[str], *, name=None, labels=None, db=None, run_dir=None
     if opts.baseline:
         log(f"un-profiled run: {' '.join(map(str, script))} (timing only; the profiled run follows)")
         rc, wall = _run("time", run_dir, script, how, name, labels, opts)
-        base = _read_timing(run_dir, wall)
-        gc_base = base.pop("python_gc", None)
+        base, gc_base = _read_timing(run_dir, wall)
         if rc != 0:
             res.failed = f"exit {rc} (un-profiled run)"
             log(f"the un-profiled run of the script exited with {rc}")
@@ -213,8 +212,9 @@ def run_passes(argv: list[str], *, name=None, labels=None, db=None, run_dir=None
         res.failed = f"exit {rc}" if not opts.baseline else f"exit {rc} (profiled run)"
     if rc != 0:  # said before the lines about the run, which would otherwise read as a success
         log(f"the profiled run of the script exited with {rc}; its trace holds what it recorded until then")
+    gc_profiled = None
     if (run_dir / "run.json").is_file():
-        res.overhead, res.timing = _merge_run_json(run_dir, base, wall, failed=res.failed)
+        res.overhead, res.timing, gc_profiled = _merge_run_json(run_dir, base, wall, failed=res.failed)
     if res.failed is not None and not ingest_failed:
         return res
     passes = (run_dir, name, script, how, labels, res, log, _child_cmd, _child_env)
@@ -238,8 +238,7 @@ def run_passes(argv: list[str], *, name=None, labels=None, db=None, run_dir=None
         log(timing_line(res.timing))
     if res.overhead is not None:
         log(overhead_line(res.overhead))
-    if (run_dir / "run.json").is_file() and (line := gc_line(json.loads((run_dir / "run.json").read_text())
-                                                             .get("python_gc"), gc_base)):
+    if line := gc_line(gc_profiled, gc_base):
         log(line)
     return res
 
@@ -289,21 +288,25 @@ def _check_tools(opts: Options) -> dict:
 
 
 # -- timing and overhead ---------------------------------------------------------------------------------------
-def _read_timing(run_dir: Path, wall_ns: int) -> dict:
-    """The un-profiled pass: range rows from the child's file, else one whole-process row."""
+def _read_timing(run_dir: Path, wall_ns: int) -> tuple[dict, dict | None]:
+    """The un-profiled pass: range rows from the child's file, else one whole-process row; and its full garbage
+    collections (``FullCollections.doc``; None when the child wrote no file)."""
     path = run_dir / TIMING_FILE
     data = json.loads(path.read_text()) if path.is_file() else {}
     path.unlink(missing_ok=True)
     steps = {"step_times": data["steps"]} if data.get("steps") else {}
-    steps["python_gc"] = data.get("python_gc")  # run() takes it out: not a timing
     if data.get("rows"):
-        return {"kind": "range", "regions": data["names"], "iterations": data["iterations"], "rows": data["rows"],
+        base = {"kind": "range", "regions": data["names"], "iterations": data["iterations"], "rows": data["rows"],
                 "process_wall_ns": wall_ns, **steps}
-    return {"kind": "process", "iterations": 1, "process_wall_ns": wall_ns, **steps,
-            "rows": [{"kind": "process_wall", "iteration": 0, "dur_ns": wall_ns, "energy_mj": None}]}
+    else:
+        base = {"kind": "process", "iterations": 1, "process_wall_ns": wall_ns, **steps,
+                "rows": [{"kind": "process_wall", "iteration": 0, "dur_ns": wall_ns, "energy_mj": None}]}
+    return base, data.get("python_gc")
 
 
-def _merge_run_json(run_dir: Path, base: dict | None, profiled_wall_ns: int, failed=None) -> tuple[dict, dict | None]:
+def _merge_run_json(run_dir: Path, base: dict | None, profiled_wall_ns: int,
+                    failed=None) -> tuple[dict, dict | None, dict | None]:
+    """run.json with the un-profiled pass merged in: (overhead, timing, the profiled pass's full collections)."""
     path = run_dir / "run.json"
     doc = json.loads(path.read_text())
     overhead = dict(doc.get("overhead") or {})
@@ -324,7 +327,7 @@ def _merge_run_json(run_dir: Path, base: dict | None, profiled_wall_ns: int, fai
     tmp = run_dir / ".run.json.tmp"
     tmp.write_text(json.dumps(doc, indent=1, default=str))
     os.replace(tmp, path)
-    return overhead, timing
+    return overhead, timing, doc.get("python_gc")
 
 
 def _profiler_overhead(base: dict, regions: list[dict], profiled_wall_ns: int, step_times: dict | None = None) -> dict:

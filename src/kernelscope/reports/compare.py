@@ -85,9 +85,9 @@ def group_rows(groups: pd.DataFrame, status: str | None = None, top: int | None 
 
 def _members(d: pd.DataFrame) -> list[str]:
     """Per row, hover lines naming the group's largest member on each side (groups not matched by signature)."""
-    sides = [(s.upper(), d[f"largest_{s}"] if f"largest_{s}" in d.columns else [None] * len(d)) for s in ("a", "b")]
-    return ["".join(f"<br>largest in {side}: {clip_text(str(v), 90)}" for side, v in row if not is_missing(v))
-            for row in zip(*[[(side, v) for v in col] for side, col in sides])]
+    a, b = (d[c] if c in d.columns else [None] * len(d) for c in ("largest_a", "largest_b"))
+    return ["".join(f"<br>largest in {side}: {clip_text(str(v), 90)}" for side, v in (("A", x), ("B", y))
+                    if not is_missing(v)) for x, y in zip(a, b)]
 
 
 def _text(v) -> str | None:

@@ -16,6 +16,7 @@ event tables and the launch splits and, for traces stored before schema 005, as 
 
 from __future__ import annotations
 
+from ..collectors.pygc import GC_RANGE
 from .collectives import COLLECTIVE_WORDS
 from .intervals import union_sql
 
@@ -170,9 +171,9 @@ SELECT * FROM pieces
 """
 
 #: Python's garbage collections as traces record them: kernelscope profile's range around each full collection
-#: (collectors/runner.py GC_RANGE, a user annotation) and torch.profiler's own events (``Python GC``, a
-#: python_function event, with ``with_stack`` and the experimental ``record_python_gc_info``).
-GC_ANNOTATION = "python gc: full collection"
+#: (collectors/pygc.py, a user annotation) and torch.profiler's own events (``Python GC``, a python_function event,
+#: with ``with_stack`` and the experimental ``record_python_gc_info``).
+GC_ANNOTATION = GC_RANGE
 GC_PYTHON_EVENT = "Python GC"
 
 # The part of each Python-time or operator piece during which the thread was in a garbage collection is cut out as
