@@ -488,19 +488,25 @@ with torch.no_grad():
 """
 
 
-def test_full_garbage_collections_are_named_in_the_trace(tmp_path):
+@pytest.fixture(scope="module")
+def gc_run(tmp_path_factory):
+    """One profiled run of GC_IN_A_STEP with --stack and its un-profiled pass: (run dir, the runner's stderr)."""
+    folder = tmp_path_factory.mktemp("gc")
+    script = folder / "gc_step.py"
+    script.write_text(GC_IN_A_STEP)
+    r = _profile(folder, "--run-dir", folder / "run", "--steps", "2", "--stack", "--no-telemetry", "--", "python",
+                 script)
+    assert r.returncode == 0, r.stderr
+    return folder / "run", r.stderr
+
+
+def test_full_garbage_collections_are_named_in_the_trace(gc_run):
     """A full collection stops the Python thread that triggered it: BERT trained on a CPU under the profiler had
     one of ~130 ms in a recorded step (half that step), time outside any operator with no name. The profiled
     run now wraps each generation-2 collection in a 'python gc: full collection' range (user_annotation)."""
     from kernelscope.collectors.runner import GC_RANGE
 
-    script = tmp_path / "gc_step.py"
-    script.write_text(GC_IN_A_STEP)
-    run_dir = tmp_path / "run"
-    r = _profile(tmp_path, "--run-dir", run_dir, "--steps", "2", "--no-telemetry", "--no-baseline", "--", "python",
-                 script)
-    assert r.returncode == 0, r.stderr
-    ev = _events(run_dir)
+    ev = _events(gc_run[0])
     ranges = [e for e in ev if e.get("name") == GC_RANGE]  # the gc.collect(), and any the allocations caused
     assert ranges and all(e["cat"] == "user_annotation" and e["dur"] > 0 for e in ranges)
     (step,) = [e for e in ev if e.get("name") == "ProfilerStep#2"]  # the step of i == 2 (recorded: #2 and #3)
@@ -510,40 +516,31 @@ def test_full_garbage_collections_are_named_in_the_trace(tmp_path):
     assert GC_RANGE == GC_ANNOTATION  # the name the idle causes look for
 
 
-def test_both_passes_count_their_full_collections_and_the_runner_says_so(tmp_path):
+def test_both_passes_count_their_full_collections_and_the_runner_says_so(gc_run, tmp_path):
     """The script calls gc.collect() once (step i == 2) in each pass: run.json and the runner's line give the
     profiled run's full collections next to the un-profiled run's, so a pause the profiler's own objects brought on
     shows as one the un-profiled run did not have. A run without any says nothing."""
-    script = tmp_path / "gc_step.py"
-    script.write_text(GC_IN_A_STEP)
-    run_dir = tmp_path / "run"
-    r = _profile(tmp_path, "--run-dir", run_dir, "--steps", "2", "--no-telemetry", "--", "python", script)
-    assert r.returncode == 0, r.stderr
+    run_dir, stderr = gc_run
     gc_doc = json.loads((run_dir / "run.json").read_text())["python_gc"]
     assert gc_doc["full_collections"] >= 1 and gc_doc["ns"] > 0
-    (line,) = [ln for ln in r.stderr.splitlines() if ln.startswith("kernelscope: python gc: ")]
+    (line,) = [ln for ln in stderr.splitlines() if ln.startswith("kernelscope: python gc: ")]
     n = gc_doc["full_collections"]
     assert f"python gc: {n} full collection{'s' if n != 1 else ''} (" in line
     assert re.search(r"ms\) in the profiled run, \d+ full collections? \([\d.,]+ ms\) in the un-profiled run", line)
     quiet = tmp_path / "quiet.py"
     quiet.write_text("import gc, torch\ngc.disable()\nm = torch.nn.Linear(4, 4)\nfor _ in range(4):\n    m(torch.ones(2, 4))\n")
-    r = _profile(tmp_path, "--run-dir", tmp_path / "run2", "--steps", "2", "--no-telemetry", "--", "python", quiet)
+    r = _profile(tmp_path, "--run-dir", tmp_path / "run2", "--steps", "2", "--no-telemetry", "--no-baseline", "--",
+                 "python", quiet)  # the line needs a collection in the profiled run: this one has none
     assert r.returncode == 0 and "python gc:" not in r.stderr, r.stderr
 
 
-def test_with_stack_every_garbage_collection_is_a_python_gc_event(tmp_path):
+def test_with_stack_every_garbage_collection_is_a_python_gc_event(gc_run):
     """--stack also turns on torch.profiler's record_python_gc_info where torch has it: a 'Python GC' event for
     every collection, the young ones the allocations trigger too (hundreds in the step that builds 200,000 lists),
     not only the full ones kernelscope's own ranges mark; storage/idle.py counts both as the python_gc cause."""
     from kernelscope.collectors.runner import GC_RANGE
 
-    script = tmp_path / "gc_step.py"
-    script.write_text(GC_IN_A_STEP)
-    run_dir = tmp_path / "run"
-    r = _profile(tmp_path, "--run-dir", run_dir, "--steps", "2", "--stack", "--no-telemetry", "--no-baseline", "--",
-                 "python", script)
-    assert r.returncode == 0, r.stderr
-    ev = _events(run_dir)
+    ev = _events(gc_run[0])
     gcs = [e for e in ev if e.get("name") == "Python GC"]
     full = [e for e in ev if e.get("name") == GC_RANGE]
     assert gcs and all(e["cat"] == "python_function" for e in gcs)
