@@ -14,7 +14,11 @@ while it runs. Prints (and with ``--out`` writes) a Markdown table:
   saturated throughout can only get faster by doing less work, not by more workers;
 - the CPU the README's 240 s target leaves (cores x 240 s) against the busy core-seconds;
 - per test module: tests, summed test wall time, the test processes' own CPU and their waited-for
-  children's CPU (a test's Chromium is not among them), largest first.
+  children's CPU (a test's Chromium is not among them), largest first;
+- per kind of process (every process's CPU read from ``/proc/PID/stat`` at each sample): the xdist workers,
+  Chromium, the profiled scripts, Ray, and the machine's own kernel threads and init (on a Firecracker VM:
+  ``kdamond`` reclaiming memory, ``process_api``), which work harder while the suite runs. A process that lives
+  less than a sample interval is missed, so this part is a lower bound.
 
 Linux only (``/proc/stat``). A test's CPU is that of its xdist worker while the test ran (setup, call and
 teardown, so a session fixture lands on the first test that needs it).
@@ -72,6 +76,41 @@ def _busy_jiffies() -> tuple[int, int]:
     return sum(v[:8]) - idle, sum(v[:8])
 
 
+#: (kind, test on "comm\0cmdline") in order; the first that matches names a process. Kernel threads have no cmdline.
+_KINDS = [("xdist workers", lambda c: "exec(eval(sys.stdin.readline()))" in c),
+          ("Chromium", lambda c: c.startswith("chrom")),
+          ("Playwright driver (node)", lambda c: c.startswith("node")),
+          ("profiled scripts (kernelscope.collectors)", lambda c: "kernelscope.collectors" in c),
+          ("Ray", lambda c: "ray" in c.split("\0", 1)[1] or c.startswith(("raylet", "gcs_server"))),
+          ("tests/warm_cli.py and its forks", lambda c: "warm_cli" in c),
+          ("other Python (CLI subprocesses, pools, hostile cases)", lambda c: "python" in c),
+          ("kernel threads", lambda c: c.endswith("\0"))]
+
+
+def _kind(comm: str, cmd: str) -> str:
+    c = f"{comm}\0{cmd}"
+    return next((k for k, test in _KINDS if test(c)), comm)
+
+
+def _processes(hz: int) -> dict[tuple[str, str], tuple[str, float]]:
+    """(pid, start time) -> (kind, CPU seconds so far) of every process now running."""
+    out = {}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                stat = f.read()
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read(300).replace(b"\0", b" ").decode(errors="replace")
+        except OSError:  # it ended meanwhile
+            continue
+        comm, fields = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+        kind = _kind(comm, cmd) if cmd else ("kernel threads" if comm.startswith("kworker") else comm)
+        out[(pid, fields[19])] = (kind, (int(fields[11]) + int(fields[12])) / hz)
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, help="also write the table to this Markdown file")
@@ -85,12 +124,16 @@ def main() -> int:
     samples: list[tuple[float, float]] = []  # (time, busy cores over the last interval)
     stop = threading.Event()
 
+    before = _processes(hz)  # CPU the processes already running had spent: not the suite's
+    procs: dict[tuple[str, str], tuple[str, float]] = {}
+
     def sample():
         prev = _busy_jiffies()
         while not stop.wait(0.5):
             cur, t = _busy_jiffies(), time.time()
             samples.append((t, cores * (cur[0] - prev[0]) / max(1, cur[1] - prev[1])))
             prev = cur
+            procs.update(_processes(hz))
 
     with tempfile.TemporaryDirectory(prefix="kernelscope-suite-") as folder:
         env = {**os.environ, _ENV: folder,
@@ -129,6 +172,15 @@ def main() -> int:
     ]
     for name, (n, w, own, kids) in sorted(mods.items(), key=lambda kv: -(kv[1][2] + kv[1][3])):
         lines.append(f"| {name} | {n} | {w:.1f} s | {own:.1f} s | {kids:.1f} s |")
+    kinds: dict[str, list] = collections.defaultdict(lambda: [0, 0.0])
+    for key, (kind, cpu) in procs.items():
+        kinds[kind][0] += 1
+        kinds[kind][1] += cpu - before.get(key, (kind, 0.0))[1]
+    lines += ["", f"CPU by kind of process, as sampled (lower bounds; {busy:.0f} core-s in all):", "",
+              "| process | processes | CPU | share of the machine's |", "|---|---|---|---|"]
+    for kind, (n, cpu) in sorted(kinds.items(), key=lambda kv: -kv[1][1]):
+        if cpu >= 0.5:
+            lines.append(f"| {kind} | {n} | {cpu:.1f} s | {100 * cpu / busy:.0f}% |")
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:
