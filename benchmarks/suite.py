@@ -133,7 +133,8 @@ def main() -> int:
             cur, t = _busy_jiffies(), time.time()
             samples.append((t, cores * (cur[0] - prev[0]) / max(1, cur[1] - prev[1])))
             prev = cur
-            procs.update(_processes(hz))
+            for key, (kind, cpu) in _processes(hz).items():  # a process keeps the kind it was first seen as
+                procs[key] = (procs.get(key, (kind,))[0], cpu)  # (an ended one, not yet reaped, has no cmdline)
 
     with tempfile.TemporaryDirectory(prefix="kernelscope-suite-") as folder:
         env = {**os.environ, _ENV: folder,
