@@ -7,7 +7,7 @@
   ``args.correlation``);
 - categories: a sweep line over every interval boundary inside a span, with one counter of open intervals per
   category; each elementary piece goes to the first category (kernel, memcpy, memset, runtime, dataloader,
-  cpu_op) with an open interval, else ``other``. No interval union is computed.
+  python_gc, cpu_op) with an open interval, else ``other``. No interval union is computed.
 
 Usage: python tests/reference_steps.py TRACE.json[.gz]   -> prints one JSON row per step.
 """
@@ -20,7 +20,9 @@ import sys
 
 from reference_summary import _int_or_none, _ns, load
 
-CATEGORIES = ("kernel", "memcpy", "memset", "runtime", "dataloader", "cpu_op", "other")
+CATEGORIES = ("kernel", "memcpy", "memset", "runtime", "dataloader", "python_gc", "cpu_op", "other")
+#: Python's garbage collections: kernelscope profile's range (a user_annotation) and torch's event (python_function).
+_GC = {("user_annotation", "python gc: full collection"), ("python_function", "Python GC")}
 _GPU = {"kernel": "kernel", "Kernel": "kernel", "gpu_memcpy": "memcpy", "Memcpy": "memcpy",
         "gpu_memset": "memset", "Memset": "memset"}
 _CALLS = {"cuda_runtime", "cuda_driver", "Runtime"}
@@ -36,7 +38,7 @@ def _dataloader(name: str) -> bool:
 def reference_steps(path: str) -> list[dict]:
     doc = load(path)
     base = int(doc.get("baseTimeNanoseconds") or 0)
-    steps, gpu, calls, host = [], [], [], []
+    steps, gpu, calls, host, gcs = [], [], [], [], []
     for ev in doc["traceEvents"]:
         if ev.get("ph") != "X" or "ts" not in ev:
             continue
@@ -44,13 +46,15 @@ def reference_steps(path: str) -> list[dict]:
         start = base + _ns(ev["ts"])
         iv = (start, start + _ns(ev.get("dur", 0)))
         corr = _int_or_none((ev.get("args") or {}).get("correlation"))
+        if (cat, name) in _GC:
+            gcs.append(iv)
         if cat in _GPU:
             gpu.append((_GPU[cat], *iv, corr))
         elif cat in _CALLS:
             calls.append((*iv, corr))
         elif cat in _HOST and _STEP.match(name):
             steps.append((*iv, int(_STEP.match(name).group(1))))
-        elif cat in _HOST and not name.startswith("kernelscope::"):
+        elif cat in _HOST and not name.startswith("kernelscope::") and (cat, name) not in _GC:
             host.append((name, *iv, cat))
     steps.sort()
     # host events: a user annotation enclosing a whole step is not an operator
@@ -88,7 +92,8 @@ def reference_steps(path: str) -> list[dict]:
     # the sweep: (time, +1/-1, category index)
     intervals = [(CATEGORIES.index(kind), s, e) for kind, s, e, _ in gpu]
     intervals += [(3, s, e) for s, e, _ in calls]
-    intervals += [(4 if _dataloader(n) else 5, s, e) for n, s, e, _ in host]
+    intervals += [(5, s, e) for s, e in gcs]
+    intervals += [(4 if _dataloader(n) else 6, s, e) for n, s, e, _ in host]
     rows = []
     for (s0, e0), (_, _, n) in zip(spans, steps):
         points = {s0, e0}
@@ -101,14 +106,14 @@ def reference_steps(path: str) -> list[dict]:
                 points.update((s, e))
         events.sort()
         out = dict.fromkeys(CATEGORIES, 0)
-        open_ = [0] * 6
+        open_ = [0] * 7
         k = 0
         ordered = sorted(points)
         for a, b in zip(ordered, ordered[1:]):
             while k < len(events) and events[k][0] <= a:
                 open_[events[k][1]] += events[k][2]
                 k += 1
-            first = next((CATEGORIES[c] for c in range(6) if open_[c] > 0), "other")
+            first = next((CATEGORIES[c] for c in range(7) if open_[c] > 0), "other")
             out[first] += b - a
         rows.append({"step": n, "start_ns": s0, "dur_ns": e0 - s0, **{f"{c}_ns": v for c, v in out.items()}})
     return rows

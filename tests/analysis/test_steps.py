@@ -1,6 +1,6 @@
 """The steps analysis (docs/metrics.md "Steps").
 
-- On sample traces with several ProfilerSteps, every step's span and each of its seven categories equal the
+- On sample traces with several ProfilerSteps, every step's span and each of its eight categories equal the
   independent plain-Python sweep over the raw JSON (tests/reference_steps.py), to the ns.
 - On a hand-made trace (numbers worked out by hand in ``edge_events``): TensorBoard's span rule (GPU work past
   the CPU step's end), the category priorities, dataloader ranges, enclosing annotations and markers left out,
@@ -72,8 +72,12 @@ def edge_events() -> list[dict]:
       GPU work launched inside starts at 40; the orphan ends at 10 before it -> span [10,100) = 90:
       kernel [40,70) 30, memcpy [70,80) 10, runtime [30,34) 4 ([62,66) is under the kernel),
       cpu_op [20,30)+[34,40) 16, other [10,20)+[80,100) 30. Warm-up; partial (1 unlaunched activity).
-    Step 6, host [100,200): dataloader [100,105); aten::add [105,115) launches k3 (call [110,112)) -> [150,260).
-      span [100,260) = 160: kernel 110, dataloader 5, runtime 2, cpu_op [105,110)+[112,115) 8, other [115,150) 35.
+    Step 6, host [100,200): dataloader [100,105); aten::add [105,115) launches k3 (call [110,112)) -> [150,260);
+      Python's garbage collector: kernelscope profile's full-collection range [120,130) and torch's ``Python GC``
+      event [125,140) (one union, [120,140)), a ``Python GC`` [113,116) half inside aten::add, and one on another
+      process's thread that still counts (host events of every thread do) [145,147).
+      span [100,260) = 160: kernel 110, dataloader 5, runtime 2, python_gc [113,116)+[120,140)+[145,147) 25,
+      cpu_op [105,110)+[112,113) 6, other [116,120)+[140,145)+[147,150) 12.
     Step 7, host [200,300): k4 (call [210,212)) -> [270,280); a launch call [220,222) whose kernel is missing;
       cudaMemsetAsync [230,232) -> memset [275,290).
       span [260,300) = 40: kernel 10, memset [280,290) 10, other [260,270)+[290,300) 20. Partial (1 lost launch).
@@ -98,6 +102,10 @@ def edge_events() -> list[dict]:
         x("user_annotation", "iter", 100, 100),
         x("user_annotation", "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 100, 5),
         op("aten::add", 105, 10, 3),
+        x("user_annotation", "python gc: full collection", 120, 10),
+        x("python_function", "Python GC", 125, 15),
+        x("python_function", "Python GC", 113, 3),
+        x("python_function", "Python GC", 145, 2, pid=4242, tid=7),
         rt("cudaLaunchKernel", 110, 2, 3, 3),
         kern("k3", 150, 110, 3, 3),
         x("user_annotation", "ProfilerStep#7", 200, 100),
@@ -144,12 +152,12 @@ def test_edges_by_hand(edges):
     r = steps(store, meta["edges"][0])
     df = r.tables["steps"]
     got = {int(s): row for s, row in zip(df["step"], _rows(df))}
-    want = {  # step: (start, dur, kernel, memcpy, memset, runtime, dataloader, cpu_op, other) in us
-        5: (10, 90, 30, 10, 0, 4, 0, 16, 30),
-        6: (100, 160, 110, 0, 0, 2, 5, 8, 35),
-        7: (260, 40, 10, 0, 10, 0, 0, 0, 20),
-        10: (1000, 100, 20, 0, 0, 4, 0, 0, 76),
-        11: (1100, 100, 10, 0, 0, 2, 0, 0, 88),
+    want = {  # step: (start, dur, kernel, memcpy, memset, runtime, dataloader, python_gc, cpu_op, other) in us
+        5: (10, 90, 30, 10, 0, 4, 0, 0, 16, 30),
+        6: (100, 160, 110, 0, 0, 2, 5, 25, 6, 12),
+        7: (260, 40, 10, 0, 10, 0, 0, 0, 0, 20),
+        10: (1000, 100, 20, 0, 0, 4, 0, 0, 0, 76),
+        11: (1100, 100, 10, 0, 0, 2, 0, 0, 0, 88),
     }
     from storage.kineto_build import BASE
     for n, w in want.items():
@@ -169,7 +177,8 @@ def test_edges_by_hand(edges):
     assert s["step_time_cv"] is None  # one steady step: no spread
     assert r.trust["warmup"] == "1 (default)"  # no provenance: a hand-written trace
     b = r.tables["breakdown"].set_index("category")
-    assert b.at["kernel", "mean_ns"] == 110 * US and b.at["other", "share"] == pytest.approx(35 / 160)
+    assert b.at["kernel", "mean_ns"] == 110 * US and b.at["other", "share"] == pytest.approx(12 / 160)
+    assert b.at["python_gc", "mean_ns"] == 25 * US
     # the one DataLoader range (a user annotation) named for recommend's input_pipeline advice
     assert r.trust["dataloaders"] == ["enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"]
     assert b.at["dataloader", "share"] == pytest.approx(5 / 160)  # step 6's 5 us: under TensorBoard's 5%

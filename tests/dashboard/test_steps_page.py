@@ -32,10 +32,11 @@ def test_page_equals_the_analysis(client, dash_store):
     assert [(r["step"], r["dur_ns"], r["kernel_ns"], r["gpu_tail_ns"]) for r in rows] == \
         [(s["step"], s["dur_ns"], s["kernel_ns"], s["gpu_tail_ns"]) for s in js["steps"]]
     assert rows[0]["marked"] == "warm-up" and rows[1]["marked"] == ""
-    # the stacked bars: seven categories whose heights add up to each step's time (ms)
+    # the stacked bars: eight categories whose heights add up to each step's time (ms)
     fig = find_json(page, "steps-breakdown")["props"]["figure"]
     bars = [t for t in fig["data"] if t["type"] == "bar"]
-    assert [t["name"] for t in bars] == ["Kernel", "Memcpy", "Memset", "Runtime", "DataLoader", "CPU Exec", "Other"]
+    assert [t["name"] for t in bars] == ["Kernel", "Memcpy", "Memset", "Runtime", "DataLoader", "Python GC",
+                                         "CPU Exec", "Other"]
     heights = [plotly_values(t["y"]) for t in bars]
     for i, s in enumerate(js["steps"]):
         assert abs(sum(h[i] for h in heights) - s["dur_ns"] / 1e6) < 1e-9

@@ -21,13 +21,15 @@ Definitions (docs/metrics.md, "Steps", is the canonical text; every time is an i
   every device covers it), else ``memcpy_ns`` (a GPU memcpy), else ``memset_ns`` (a GPU memset); the rest is
   GPU idle, split by what the host was doing at that instant: ``runtime_ns`` (inside a runtime/driver call:
   launches, syncs, allocations: the ``launches`` table), else ``dataloader_ns`` (inside an operator or user
-  annotation named ``enumerate(DataLoader)#...__next__`` or ``enumerate(DataPipe)#...``), else ``cpu_op_ns``
-  (inside another CPU operator or user annotation: not a step itself, not one enclosing a whole step's host
-  range, not kernelscope's own ``kernelscope::`` markers), else ``other_ns`` (nothing traced on the host).
+  annotation named ``enumerate(DataLoader)#...__next__`` or ``enumerate(DataPipe)#...``), else ``python_gc_ns``
+  (inside a Python garbage collection: kernelscope profile's ``python gc: full collection`` range or torch's
+  ``Python GC`` event, storage/idle.py's two sources), else ``cpu_op_ns`` (inside another CPU operator or user
+  annotation: not a step itself, not one enclosing a whole step's host range, not kernelscope's own
+  ``kernelscope::`` markers), else ``other_ns`` (nothing traced on the host).
   Host events of every thread count. ``python_function`` events (``with_stack``) do not: they cover the whole
   step, so counting them (as TensorBoard did) would make the split depend on the recording options.
-  Unions are storage/intervals.py's. The seven parts add up to ``dur_ns``; ``idle_ns`` = runtime +
-  dataloader + cpu_op + other.
+  Unions are storage/intervals.py's. The eight parts add up to ``dur_ns``; ``idle_ns`` = runtime +
+  dataloader + python_gc + cpu_op + other.
 - **Window**: a maximal run of consecutive step numbers (a schedule's active cycle; ``phase=`` steps form one).
   **Warm-up**: the first ``warmup`` steps (option, default 1) of each window that holds more steps than that:
   just after the profiler starts recording (CUPTI set-up, cold caches) a step is slower than the rest (a
@@ -57,17 +59,17 @@ import numpy as np
 import pandas as pd
 
 from ..errors import UsageError
-from ..storage.idle import GC_ANNOTATION
+from ..storage.idle import GC_ANNOTATION, GC_PYTHON_EVENT
 from ..storage.intervals import covered_before, islands
 from .result import Result
 from .rows import query_row, query_rows
 from .summary import trace_profiler_options
 
-DESCRIPTION = ("Per ProfilerStep: kernel, memcpy, memset, runtime, dataloader, CPU-op and other time "
+DESCRIPTION = ("Per ProfilerStep: kernel, memcpy, memset, runtime, dataloader, Python GC, CPU-op and other time "
                "(TensorBoard's overview), step-time spread, warm-up and partial steps marked.")
 
 #: Categories in priority order (the GPU's first, then what the host did while the GPU idled).
-CATEGORIES = ("kernel", "memcpy", "memset", "runtime", "dataloader", "cpu_op", "other")
+CATEGORIES = ("kernel", "memcpy", "memset", "runtime", "dataloader", "python_gc", "cpu_op", "other")
 GPU_LAUNCH_TYPES = ("kernel", "memcpy", "memset", "graph")
 NEIGHBOUR_SHARE = 0.8  # TensorBoard's tail rule: fewer than 80% of the neighbour's activities
 
@@ -171,7 +173,7 @@ def _spans(store, trace_id: str, rows, work) -> list[tuple[int, int]]:
 
 def _coverage(store, trace_id: str, spans, phase: str | None) -> dict[tuple[int, int], int]:
     """ns of span i covered by the union of every interval of priority level <= L (1 kernel, 2 memcpy,
-    3 memset, 4 runtime call, 5 dataloader range, 6 CPU operator/annotation): {(i, L): ns}.
+    3 memset, 4 runtime call, 5 dataloader range, 6 garbage collection, 7 CPU operator/annotation): {(i, L): ns}.
 
     Per level the union's islands (disjoint, in start order) give ``C(x)``, the covered length before time
     ``x`` (a running sum of island lengths and the island that starts last at or before ``x``); a span's
@@ -195,11 +197,13 @@ def _coverage(store, trace_id: str, spans, phase: str | None) -> dict[tuple[int,
         4: f"SELECT start_ns, end_ns FROM launches WHERE {win}",
         5: f"SELECT start_ns, end_ns FROM cpu_ops WHERE {win} AND {_DATALOADER} "
            f"UNION ALL SELECT start_ns, end_ns FROM ann WHERE {_DATALOADER}",
-        6: f"SELECT start_ns, end_ns FROM cpu_ops WHERE {win} AND coalesce(depth, 0) = 0 "
+        6: f"SELECT start_ns, end_ns FROM annotations WHERE {win} AND kind = 'user' AND name = $gc "
+           f"UNION ALL SELECT start_ns, end_ns FROM python_calls WHERE {win} AND name = $gc_event",
+        7: f"SELECT start_ns, end_ns FROM cpu_ops WHERE {win} AND coalesce(depth, 0) = 0 "
            "UNION ALL SELECT start_ns, end_ns FROM ann",
     }
     levels = " UNION ALL ".join(f"SELECT {lvl} AS lvl, start_ns, end_ns FROM ({sql})" for lvl, sql in raw.items())
-    params = {"t": trace_id, "lo": lo, "hi": hi}
+    params = {"t": trace_id, "lo": lo, "hi": hi, "gc": GC_ANNOTATION, "gc_event": GC_PYTHON_EVENT}
     if phase is not None:
         params["phase"] = phase
     got = store.query(f"WITH ann AS ({ann}) {levels}", params)
@@ -288,7 +292,7 @@ def _default_warmup(store, trace_id: str) -> tuple[int, str]:
 
 def steps(store, trace_id: str, phase: str | None = None, warmup: int | None = None) -> Result:
     """Per step: its span (TensorBoard's rule) split into kernel, memcpy, memset and the GPU's idle time by
-    what the host did (runtime, dataloader, CPU operators, nothing traced); warm-up and partial steps marked;
+    what the host did (runtime, dataloader, garbage collection, CPU operators, nothing traced); warm-up and partial steps marked;
     the spread of step times. Definitions: the module docstring and docs/metrics.md "Steps"."""
     if isinstance(phase, (int, float)) and not isinstance(phase, bool):  # -o phase=1 arrives as a number
         phase = str(phase)
@@ -328,9 +332,9 @@ def steps(store, trace_id: str, phase: str | None = None, warmup: int | None = N
     unl = _unlaunched(store, trace_id, rows, spans)
     out = []
     for i, (r, (s, e)) in enumerate(zip(rows, spans)):
-        c = [cov.get((i, lvl), 0) for lvl in range(1, 7)]
         dur = e - s
-        parts = [c[0], c[1] - c[0], c[2] - c[1], c[3] - c[2], c[4] - c[3], c[5] - c[4], dur - c[5]]
+        c = [0, *(cov.get((i, lvl), 0) for lvl in range(1, len(CATEGORIES))), dur]  # covered by levels <= L
+        parts = [b - a for a, b in zip(c, c[1:])]
         w = work.get(i) or {}
         out.append({"step": int(r["step"]), "name": r["name"], "start_ns": s, "dur_ns": dur,
                     **{f"{k}_ns": v for k, v in zip(CATEGORIES, parts)}, "idle_ns": sum(parts[3:]),

@@ -22,6 +22,7 @@ CATEGORIES = (
     ("memset", "Memset", "#e15759"),
     ("runtime", "Runtime", "#76b7b2"),
     ("dataloader", "DataLoader", "#59a14f"),
+    ("python_gc", "Python GC", "#b07aa1"),
     ("cpu_op", "CPU Exec", "#edc948"),
     ("other", "Other", "#bab0ac"),
 )
@@ -76,7 +77,7 @@ def fit_steady(fig: go.Figure, df: pd.DataFrame) -> None:
 
 
 def breakdown_figure(df: pd.DataFrame) -> go.Figure:
-    """Stacked bars, one per step (the ``steps`` table): its span in ms split into the seven categories, in
+    """Stacked bars, one per step (the ``steps`` table): its span in ms split into the eight categories, in
     priority order from the bottom. Warm-up steps are hatched '/', partial ones 'x'."""
     labels = np.array(step_labels(df), dtype=object)  # arrays, not lists: plotly checks a list item by item
     pattern = np.array(_pattern(df), dtype=object)
