@@ -282,7 +282,8 @@ def main(argv=None) -> int:
                "cli": cli, "cli_rc": q.returncode, "load": loads[-1], "rows": out["rows"],
                "cold_cpu": cold_cpu, "warm_cpu": warm_cpu}
         rows.append(row)
-        log(f"{name}: cold {cold:.3f} s (cpu {cold_cpu:.2f}), warm {warm:.3f} s (cpu {warm_cpu:.2f}), CLI {cli_s:.2f} s - start-up "
+        log(f"{name}: cold {cold:.3f} s (cpu {cold_cpu:.2f}), warm {warm:.3f} s (cpu {warm_cpu:.2f}), "
+            f"CLI {cli_s:.2f} s - start-up "
             f"(rc {q.returncode}), load {loads[-1]:.2f}")
 
     now = datetime.date.today().isoformat()

@@ -292,8 +292,8 @@ def _default_warmup(store, trace_id: str) -> tuple[int, str]:
 
 def steps(store, trace_id: str, phase: str | None = None, warmup: int | None = None) -> Result:
     """Per step: its span (TensorBoard's rule) split into kernel, memcpy, memset and the GPU's idle time by
-    what the host did (runtime, dataloader, garbage collection, CPU operators, nothing traced); warm-up and partial steps marked;
-    the spread of step times. Definitions: the module docstring and docs/metrics.md "Steps"."""
+    what the host did (runtime, dataloader, garbage collection, CPU operators, nothing traced); warm-up and
+    partial steps marked; the spread of step times. Definitions: the module docstring and docs/metrics.md "Steps"."""
     if isinstance(phase, (int, float)) and not isinstance(phase, bool):  # -o phase=1 arrives as a number
         phase = str(phase)
     if phase is not None and (not isinstance(phase, str) or not phase):
