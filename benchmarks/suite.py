@@ -68,6 +68,11 @@ def pytest_runtest_protocol(item, nextitem):
     _log.flush()
 
 
+def pytest_sessionfinish(session, exitstatus):
+    if _log is not None:
+        _log.close()
+
+
 def _busy_jiffies() -> tuple[int, int]:
     """(busy, total) jiffies of all cores since boot."""
     with open("/proc/stat") as f:
