@@ -169,7 +169,9 @@ def test_edges_by_hand(edges):
     by = df.set_index("step")
     assert (by.at[5, "unlaunched"], by.at[7, "lost_launches"], by.at[11, "activities"]) == (1, 1, 1)
     assert by.at[6, "gpu_tail_ns"] == 60 * US and by.at[6, "host_dur_ns"] == 100 * US
-    assert "partial" in by.at[11, "note"] and "warm-up" in by.at[10, "note"]
+    assert by.at[11, "note"] == "partial (last step of its window): 1 GPU activity against 2 in the previous step"
+    assert by.at[5, "note"].endswith("partial (first step of its window): 1 GPU activity launched before the trace")
+    assert "warm-up" in by.at[10, "note"]
     # only step 6 is steady
     s = r.scalars
     assert (s["step_count"], s["steady_steps"], s["warmup_steps"], s["partial_steps"]) == (5, 1, 2, 3)

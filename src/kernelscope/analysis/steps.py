@@ -247,6 +247,10 @@ def _windows(numbers: list[int], phase: str | None) -> list[list[int]]:
     return out
 
 
+def _activities(n) -> str:
+    return f"{int(n)} GPU activit{'y' if int(n) == 1 else 'ies'}"
+
+
 def _mark(df: pd.DataFrame, windows: list[list[int]], warmup: int) -> None:
     notes: list[list[str]] = [[] for _ in range(len(df))]
     warm = [False] * len(df)
@@ -268,10 +272,10 @@ def _mark(df: pd.DataFrame, windows: list[list[int]], warmup: int) -> None:
                 why.append(f"{lost} launch call(s) without their GPU activity"
                            + (f" (beyond the {base} every other step of its window has)" if base else ""))
             if df.at[i, "unlaunched"]:
-                why.append(f"{df.at[i, 'unlaunched']} GPU activities launched before the trace")
+                why.append(f"{_activities(df.at[i, 'unlaunched'])} launched before the trace")
             if nb is not None and df.at[i, "activities"] < NEIGHBOUR_SHARE * df.at[nb, "activities"]:
                 other = "next" if which == "first" else "previous"
-                why.append(f"{df.at[i, 'activities']} GPU activities against {df.at[nb, 'activities']} "
+                why.append(f"{_activities(df.at[i, 'activities'])} against {df.at[nb, 'activities']} "
                            f"in the {other} step")
             if why:
                 partial[i] = True
