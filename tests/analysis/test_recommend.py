@@ -462,6 +462,30 @@ def fake_sources(monkeypatch, **given):
     monkeypatch.setattr(rec, "_measured_inflation", lambda s, t: None)  # no collector run
 
 
+@pytest.mark.parametrize("unprofiled, own", [((14, 3_615_500_000), True), ((14, 1_700_000_000), False), (None, False)])
+def test_gc_pauses_the_unprofiled_run_had_too_are_the_scripts_own(monkeypatch, unprofiled, own):
+    """An MLP training loop that keeps per-step Python records (H100, --stack): gc_pauses 42% of host wait, and the
+    profiler-inflation warning (1.63x per step) said it "may be the profiler's own", though the un-profiled pass had
+    the same 14 full collections (3,615.5 ms against 3,458.3 ms profiled). When the un-profiled pass spent at least
+    half the profiled one's time in full collections (provenance python_gc), the finding says so and the warning
+    leaves it out; with less, or no un-profiled pass, nothing changes."""
+    causes = [{"category": "python_gc", "idle_ns": 1_041_730_326, "gaps": 3, "share_of_host_wait": 0.424},
+              {"category": "python", "idle_ns": 1_409_336_990, "gaps": 47, "share_of_host_wait": 0.574}]
+    fake_sources(monkeypatch, bound=lambda s, t: fake_bound(host_wait_share=0.997, causes=causes))
+    monkeypatch.setattr(rec, "_slowing_options", lambda s, t: ["with_stack"])
+    gc = {"profiled": {"full_collections": 14, "ns": 3_458_300_000},
+          "unprofiled": None if unprofiled is None else {"full_collections": unprofiled[0], "ns": unprofiled[1]}}
+    monkeypatch.setattr(rec, "trace_python_gc", lambda s, t: gc)
+    r = rec.recommend(None, "t1")
+    (f,) = [f for f in r.tables["findings"].to_dict("records") if f["rule"] == "gc_pauses"]
+    (w,) = [w for w in r.warnings if "profiler's own" in w]
+    said = (" The un-profiled run paused as much (14 full collections, 3,615.5 ms, against 14 and 3,458.3 ms "
+            "profiled): these pauses are the script's own, not the profiler's.")
+    assert f["message"].endswith(said) == own
+    assert "the host-side findings (host_bound_launch) may be" in w if own else \
+        "the host-side findings (gc_pauses, host_bound_launch) may be" in w
+
+
 def test_recommend_with_fake_analyses(monkeypatch):
     def broken(s, t):
         raise UsageError("no device peak for this GPU.")

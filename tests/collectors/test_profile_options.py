@@ -521,8 +521,18 @@ def test_both_passes_count_their_full_collections_and_the_runner_says_so(gc_run,
     profiled run's full collections next to the un-profiled run's, so a pause the profiler's own objects brought on
     shows as one the un-profiled run did not have. A run without any says nothing."""
     run_dir, stderr = gc_run
-    gc_doc = json.loads((run_dir / "run.json").read_text())["python_gc"]
+    run = json.loads((run_dir / "run.json").read_text())
+    gc_doc = run["python_gc"]
     assert gc_doc["full_collections"] >= 1 and gc_doc["ns"] > 0
+    # both passes' counts travel with the trace (recommend tells the script's own pauses from the profiler's)
+    stored = run["provenance"]["python_gc"]
+    assert stored["profiled"] == gc_doc and stored["unprofiled"]["full_collections"] >= 1
+    from kernelscope.analysis.summary import trace_python_gc
+    from kernelscope.storage.store import open_store
+
+    with open_store(run_dir.parent / "ks.duckdb", read_only=True) as store:
+        (tid,) = [r[0] for r in store.con.execute("SELECT trace_id FROM traces").fetchall()]
+        assert trace_python_gc(store, tid) == stored
     (line,) = [ln for ln in stderr.splitlines() if ln.startswith("kernelscope: python gc: ")]
     n = gc_doc["full_collections"]
     assert f"python gc: {n} full collection{'s' if n != 1 else ''} (" in line

@@ -68,7 +68,9 @@ Rules (thresholds below):
 14. ``gc_pauses``: bound ``idle_causes`` row ``python_gc`` (Python's garbage collector on the launching thread):
    ``share_of_host_wait`` >= GC_SHARE_MIN; advises gc.freeze() after set-up, or gc.disable() in the loop with
    collections where a pause costs nothing. Saving: its ``idle_ns``. A host-side rule: the profiler's own objects
-   bring collections on, which the inflation warning below says.
+   bring collections on, which the inflation warning below says, unless kernelscope profile's un-profiled pass
+   paused at least ``GC_OWN_SHARE`` as long (provenance ``python_gc``): then the message says the pauses are the
+   script's own and the warning leaves the rule out.
 
 Rule 2 adds, when bound's ``host_wait_share`` >= GPU_BOUND_HOST_NOTE, that the GPU also waits on the host for that
 share of its span: the mean queue depth averages the bursts in which kernels queue deep and the waits between.
@@ -82,10 +84,11 @@ from collections.abc import Callable
 import pandas as pd
 
 from ..errors import KernelscopeError
+from ..units import NS_PER_MS
 from . import cache
 from .result import Result
 from .rules import API_SHARE_MAX, NEEDS, QUEUE_DEPTH_MIN, RULES, _api_share, _num, evaluate
-from .summary import launches_without_kernel, trace_profiler_inflation, trace_profiler_options
+from .summary import launches_without_kernel, trace_profiler_inflation, trace_profiler_options, trace_python_gc
 
 DESCRIPTION = ("Rules over bound/launch/whatif/kernels/bandwidth/steps/memory/comm: findings with cited evidence "
                "and savings.")
@@ -198,6 +201,31 @@ def _measured_inflation(store, trace_id: str) -> tuple[float, str] | None:
                    f"(median of {o.get('n')})")
 
 
+#: The un-profiled run's full collections took at least this share of the profiled run's: the pauses are the script's.
+GC_OWN_SHARE = 0.5
+
+
+def _own_gc_pauses(store, trace_id: str, findings: list[dict]) -> bool:
+    """When ``gc_pauses`` fired and kernelscope profile's un-profiled pass spent at least ``GC_OWN_SHARE`` of the
+    profiled pass's time in full collections (provenance ``python_gc``), say so in its message and return True: the
+    pauses are the script's own, not the profiler's (whose objects can bring collections on), so the profiler-
+    inflation warning does not cast doubt on that finding."""
+    gc_find = next((f for f in findings if f["rule"] == "gc_pauses"), None)
+    if gc_find is None:
+        return False
+    g = trace_python_gc(store, trace_id)
+    prof, base = g.get("profiled") or {}, g.get("unprofiled") or {}
+    p_ns, b_ns = prof.get("ns"), base.get("ns")
+    if not isinstance(p_ns, int) or not isinstance(b_ns, int) or p_ns <= 0 or b_ns < GC_OWN_SHARE * p_ns:
+        return False
+    n = base.get("full_collections")
+    gc_find["message"] += (f" The un-profiled run paused as much ({n} full collection{'s' if n != 1 else ''}, "
+                           f"{b_ns / NS_PER_MS:,.1f} ms, against {prof.get('full_collections')} and "
+                           f"{p_ns / NS_PER_MS:,.1f} ms profiled): these pauses are the script's own, not the "
+                           "profiler's.")
+    return True
+
+
 def _captured(store, trace_id: str) -> int:
     """Kernel launch calls recorded into a graph by stream capture in the profiled window (summary's trust)."""
     return launches_without_kernel(store, trace_id)["in_capture"]
@@ -214,7 +242,8 @@ def recommend(store, trace_id: str, results: dict[str, Result] | None = None) ->
     res = _Results(store, trace_id, dict(results or {}), warnings)
     res.prefetch(sorted({n for rule in RULES for n in NEEDS[rule]}))  # whatif stays lazy
     findings, skipped = evaluate(res)
-    host = sorted({f["rule"] for f in findings if f["rule"] in HOST_RULES})
+    own = {"gc_pauses"} if _own_gc_pauses(store, trace_id, findings) else set()
+    host = sorted({f["rule"] for f in findings if f["rule"] in HOST_RULES} - own)
     slow = _slowing_options(store, trace_id) if host else []
     measured = _measured_inflation(store, trace_id) if host else None
     measured = measured if measured is not None and measured[0] >= INFLATION_WARN else None

@@ -231,6 +231,13 @@ def trace_profiler_overhead(store, trace_id: str) -> dict:
     return o if isinstance(o, dict) else {}
 
 
+def trace_python_gc(store, trace_id: str) -> dict:
+    """Both passes' full garbage collections as ``kernelscope profile`` counted them (provenance ``python_gc``:
+    ``{"profiled": {"full_collections", "ns"}, "unprofiled": ... or None}``); {} when it does not say."""
+    g = (_json_obj(_trace_provenance(store, trace_id)) or {}).get("python_gc")
+    return g if isinstance(g, dict) else {}
+
+
 def trace_profiler_inflation(store, trace_id: str) -> tuple[float, dict] | None:
     """(profiled / un-profiled time, the overhead record) per step or kernelscope.range region, as ``kernelscope
     profile`` measured it when it recorded the trace (``trace_profiler_overhead``); None when it did not."""

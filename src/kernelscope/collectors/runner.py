@@ -214,7 +214,8 @@ def run_passes(argv: list[str], *, name=None, labels=None, db=None, run_dir=None
         log(f"the profiled run of the script exited with {rc}; its trace holds what it recorded until then")
     gc_profiled = None
     if (run_dir / "run.json").is_file():
-        res.overhead, res.timing, gc_profiled = _merge_run_json(run_dir, base, wall, failed=res.failed)
+        res.overhead, res.timing, gc_profiled = _merge_run_json(run_dir, base, wall, failed=res.failed,
+                                                                base_gc=gc_base)
     if res.failed is not None and not ingest_failed:
         return res
     passes = (run_dir, name, script, how, labels, res, log, _child_cmd, _child_env)
@@ -304,9 +305,11 @@ def _read_timing(run_dir: Path, wall_ns: int) -> tuple[dict, dict | None]:
     return base, data.get("python_gc")
 
 
-def _merge_run_json(run_dir: Path, base: dict | None, profiled_wall_ns: int,
-                    failed=None) -> tuple[dict, dict | None, dict | None]:
-    """run.json with the un-profiled pass merged in: (overhead, timing, the profiled pass's full collections)."""
+def _merge_run_json(run_dir: Path, base: dict | None, profiled_wall_ns: int, failed=None,
+                    base_gc: dict | None = None) -> tuple[dict, dict | None, dict | None]:
+    """run.json with the un-profiled pass merged in: (overhead, timing, the profiled pass's full collections).
+    The provenance keeps both passes' full collections (``python_gc``: recommend tells the script's own pauses from
+    those the profiler brought on)."""
     path = run_dir / "run.json"
     doc = json.loads(path.read_text())
     overhead = dict(doc.get("overhead") or {})
@@ -324,6 +327,8 @@ def _merge_run_json(run_dir: Path, base: dict | None, profiled_wall_ns: int,
     doc["overhead"] = overhead
     if isinstance(doc.get("provenance"), dict):  # stored with the trace: the report's profiler inflation
         doc["provenance"]["profiler_overhead"] = overhead["profiler"]
+        doc["provenance"]["python_gc"] = {"profiled": doc.get("python_gc"),
+                                          "unprofiled": base_gc if timing is not None else None}
     tmp = run_dir / ".run.json.tmp"
     tmp.write_text(json.dumps(doc, indent=1, default=str))
     os.replace(tmp, path)
