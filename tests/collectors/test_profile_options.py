@@ -504,7 +504,7 @@ def test_full_garbage_collections_are_named_in_the_trace(gc_run):
     """A full collection stops the Python thread that triggered it: BERT trained on a CPU under the profiler had
     one of ~130 ms in a recorded step (half that step), time outside any operator with no name. The profiled
     run now wraps each generation-2 collection in a 'python gc: full collection' range (user_annotation)."""
-    from kernelscope.collectors.runner import GC_RANGE
+    from kernelscope.collectors.pygc import GC_RANGE
 
     ev = _events(gc_run[0])
     ranges = [e for e in ev if e.get("name") == GC_RANGE]  # the gc.collect(), and any the allocations caused
@@ -548,7 +548,7 @@ def test_with_stack_every_garbage_collection_is_a_python_gc_event(gc_run):
     """--stack also turns on torch.profiler's record_python_gc_info where torch has it: a 'Python GC' event for
     every collection, the young ones the allocations trigger too (hundreds in the step that builds 200,000 lists),
     not only the full ones kernelscope's own ranges mark; storage/idle.py counts both as the python_gc cause."""
-    from kernelscope.collectors.runner import GC_RANGE
+    from kernelscope.collectors.pygc import GC_RANGE
 
     ev = _events(gc_run[0])
     gcs = [e for e in ev if e.get("name") == "Python GC"]

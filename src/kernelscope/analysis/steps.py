@@ -59,7 +59,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import UsageError
-from ..storage.idle import GC_ANNOTATION, GC_PYTHON_EVENT
+from ..storage.idle import GC_ANNOTATION, gc_ranges_sql
 from ..storage.intervals import covered_before, islands
 from .result import Result
 from .rows import query_row, query_rows
@@ -197,13 +197,12 @@ def _coverage(store, trace_id: str, spans, phase: str | None) -> dict[tuple[int,
         4: f"SELECT start_ns, end_ns FROM launches WHERE {win}",
         5: f"SELECT start_ns, end_ns FROM cpu_ops WHERE {win} AND {_DATALOADER} "
            f"UNION ALL SELECT start_ns, end_ns FROM ann WHERE {_DATALOADER}",
-        6: f"SELECT start_ns, end_ns FROM annotations WHERE {win} AND kind = 'user' AND name = $gc "
-           f"UNION ALL SELECT start_ns, end_ns FROM python_calls WHERE {win} AND name = $gc_event",
+        6: f"SELECT start_ns, end_ns FROM ({gc_ranges_sql(win)})",
         7: f"SELECT start_ns, end_ns FROM cpu_ops WHERE {win} AND coalesce(depth, 0) = 0 "
            "UNION ALL SELECT start_ns, end_ns FROM ann",
     }
     levels = " UNION ALL ".join(f"SELECT {lvl} AS lvl, start_ns, end_ns FROM ({sql})" for lvl, sql in raw.items())
-    params = {"t": trace_id, "lo": lo, "hi": hi, "gc": GC_ANNOTATION, "gc_event": GC_PYTHON_EVENT}
+    params = {"t": trace_id, "lo": lo, "hi": hi}
     if phase is not None:
         params["phase"] = phase
     got = store.query(f"WITH ann AS ({ann}) {levels}", params)

@@ -28,7 +28,7 @@ from pathlib import Path
 from kernelscope.errors import UsageError
 from kernelscope.units import NS_PER_S
 
-from .pygc import GC_RANGE, FullCollections, gc_line  # noqa: F401  (GC_RANGE: the name the tests and storage share)
+from .pygc import FullCollections, gc_line
 
 TIMING_FILE = ".timing.json"
 

@@ -176,17 +176,21 @@ SELECT * FROM pieces
 GC_ANNOTATION = GC_RANGE
 GC_PYTHON_EVENT = "Python GC"
 
+
+def gc_ranges_sql(where: str) -> str:
+    """SQL for Python's garbage collections in a trace, from both recorders: ``pid, tid, start_ns, end_ns`` of the
+    rows that match ``where`` (a condition on ``trace_id``, ``start_ns``, ``end_ns``; bound's idle cut and the
+    Steps breakdown's python_gc category read the same rows)."""
+    return (f"SELECT pid, tid, start_ns, end_ns FROM annotations WHERE {where} AND kind = 'user' "
+            f"AND name = '{GC_ANNOTATION}' UNION ALL SELECT pid, tid, start_ns, end_ns FROM python_calls "
+            f"WHERE {where} AND name = '{GC_PYTHON_EVENT}'")
+
 # The part of each Python-time or operator piece during which the thread was in a garbage collection is cut out as
 # a piece of its own (kind 'gc'): the collector, not the code around it, held the GPU waiting. A collection runs
 # inside Python code, so it only ever overlaps those two kinds; overlapping ranges (both recorders) count once.
 _GC_CUT_SQL = """raw AS (SELECT * FROM ({raw}) WHERE ns > 0),
-gc AS (
-    SELECT pid, tid, start_ns AS s, end_ns AS e FROM annotations
-    WHERE trace_id = $trace AND kind = 'user' AND name = '""" + GC_ANNOTATION + """' AND end_ns > start_ns
-    UNION ALL
-    SELECT pid, tid, start_ns, end_ns FROM python_calls
-    WHERE trace_id = $trace AND name = '""" + GC_PYTHON_EVENT + """' AND end_ns > start_ns
-),
+gc AS (SELECT pid, tid, start_ns AS s, end_ns AS e
+       FROM (""" + gc_ranges_sql("trace_id = $trace AND end_ns > start_ns") + """)),
 gcu AS (""" + union_sql("gc", by=("pid", "tid"), start="s", end="e") + """),
 cut AS (
     SELECT r.device, r.g0, r.pid, r.tid, r.t0, sum(least(r.t0 + r.ns, g.e) - greatest(r.t0, g.s)) AS gc_ns
