@@ -90,6 +90,18 @@ def test_idle_split_and_causes_by_hand(hand_store):
     assert dict(zip(ops["operator"], ops["main_category"]))["aten::empty"] == "allocator"
 
 
+def test_a_gaps_pieces_in_one_state_are_one_stored_row(hand_store):
+    """aten::relu is the innermost operator for 5 us before its launch call and 1 us after, aten::empty for 1 us
+    either side of cudaMalloc: each is one row of idle_pieces (6 and 2 us), not two."""
+    store, t = hand_store
+    rows = store.query("SELECT operator, category, call_name, ns FROM idle_pieces WHERE trace_id = ? "
+                       "AND category = 'operator' ORDER BY operator", [t])
+    assert list(zip(rows["operator"], rows["ns"])) == [("aten::empty", 2 * US), ("aten::mm", 2 * US),
+                                                       ("aten::relu", 6 * US)]
+    assert store.query("SELECT count(*) AS n FROM idle_pieces WHERE trace_id = ? GROUP BY device, gap_start_ns, "
+                       "category, call_name, op_id HAVING count(*) > 1", [t]).empty
+
+
 def test_queue_depth_and_segments_by_hand(hand_store):
     store, t = hand_store
     q = B.queue_depth(store, t, bins=1)

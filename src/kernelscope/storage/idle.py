@@ -6,7 +6,9 @@ the bound analysis (analysis/bound.py has the definitions; docs/metrics.md "CPU-
   ``host_wait`` when no activity starting at or after the gap's end had its launch call return by the gap's
   start (nothing launched-but-not-started), else ``dependency_wait``.
 - idle_pieces: each host-wait gap cut where the launching thread's state changes (the innermost runtime call
-  or operator open on it, or nothing = Python), named by cause category, call and operator.
+  or operator open on it, or nothing = Python), named by cause category, call and operator; the pieces of one
+  gap in one state (an operator resumed after each of its children) are one row, their times summed (readers
+  only sum them: 849k rows became 516k on the train_step tile of benchmarks/ingest.py).
 - queued_intervals: the intervals TKLQT sums, with the queue depth of their stream just after each opened.
 
 Every statement reads only the trace's stored rows (busy_intervals, activity_splits, gpu_activities,
@@ -265,7 +267,8 @@ _STAGES = (
     ("ks_idle_hw", _HW_SQL.replace("{gaps}", "SELECT device, gap_start_ns, gap_end_ns, cause FROM idle_gaps "
                                              "WHERE trace_id = $trace")),
     ("ks_idle_kept", _KEPT_SQL),
-    ("ks_idle_pieces", "WITH " + _GC_CUT_SQL.replace("{raw}", _PIECES_RAW_SQL) + " SELECT * FROM gc_cut"),
+    ("ks_idle_pieces", "WITH " + _GC_CUT_SQL.replace("{raw}", _PIECES_RAW_SQL)
+     + " SELECT device, g0, kind, ref, CAST(sum(ns) AS BIGINT) AS ns FROM gc_cut GROUP BY ALL"),
 )
 
 
