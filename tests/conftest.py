@@ -69,6 +69,18 @@ def _template_folders(tmp_path_factory):
     stores.OWN.mkdir(exist_ok=True)
 
 
+def pytest_collection_finish(session):
+    """Once the test modules (and pandas, plotly, Dash, DuckDB, pyarrow with them) are imported, their objects
+    live as long as the process: ``gc.freeze()`` moves them out of the cyclic collector's sight, so each full
+    collection a test's allocations trigger no longer walks them all again. Measured over the whole suite on
+    the 2-core machine (gc.callbacks in each worker): 34.0 s in the collector (28.7 s in full collections)
+    before, 20.2 s (15.4 s) after."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+
+
 def pytest_collection_modifyitems(config, items):
     """Every test that drives Chromium (through the ``browser`` fixture of tests/dashboard/conftest.py) is
     marked ``browser``. The conformance matrix runs variant by variant (every check of one corpus variant, then
