@@ -69,7 +69,7 @@ def _template_folders(tmp_path_factory):
     stores.OWN.mkdir(exist_ok=True)
 
 
-_FROZEN_AT: list[str] = []  # the modules this process has started, in order
+_MODULE = [""]  # the module whose tests this process is running
 
 
 def pytest_runtest_setup(item):
@@ -81,10 +81,10 @@ def pytest_runtest_setup(item):
     (28.7 s in full collections) with no freeze, 22.2 s (16.8 s) with one freeze after collection, 14.8 s
     (9.6 s) with one per module; the workers' peak RSS 736-964 MB against 741-975 MB."""
     module = item.nodeid.split("::", 1)[0]
-    if not _FROZEN_AT or _FROZEN_AT[-1] != module:
+    if module != _MODULE[0]:
         import gc
 
-        _FROZEN_AT.append(module)
+        _MODULE[0] = module
         gc.collect()
         gc.freeze()
 
